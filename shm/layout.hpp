@@ -1,0 +1,214 @@
+// The shared-memory segment: one versioned layout that bulkheadd creates and
+// every process on the host maps.
+//
+//   Header                       2 cache lines
+//   DependencySlot[max_dependencies], each:
+//     identity line              tag (state + name hash), name: written once
+//     control line               limit, breaker, flags: written by the daemon
+//     admission line             in-flight word: every process, the hot line
+//     StatsStripe[stats_stripes] outcome counters and latency histogram,
+//                                striped so that processes rarely share one
+//   ProcessSlot[max_processes], each:
+//     identity line              pid, start time: written by its process
+//     held[max_dependencies]     permits this process holds, per dependency
+//
+// Lines written by different parties never share a cache line. Sizes are
+// fixed at creation from the capacities in the header; a reader recomputes
+// the layout from them (segment_layout()) and refuses a segment whose stored
+// sizes disagree. Everything a client can write is untrusted by the daemon.
+//
+// Every field that more than one process touches is a std::atomic; the
+// static_asserts below make sure those are lock-free and address-free, which
+// is what makes them valid across processes.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "shm/histogram.hpp"
+#include "shm/names.hpp"
+
+namespace bulkhead::shm {
+
+inline constexpr std::size_t kCacheLine = 64;
+// "BULKHEAD" read as a little-endian integer.
+inline constexpr std::uint64_t kMagic = 0x444145484B4C5542ull;
+// A different major is refused; a newer minor only adds fields in reserved
+// space, so a reader accepts any minor of its major.
+inline constexpr std::uint16_t kAbiMajor = 1;
+inline constexpr std::uint16_t kAbiMinor = 0;
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+
+// Header flags (Header::flags).
+inline constexpr std::uint32_t kHeaderStrict = 1u << 0;  // unknown names are refused
+
+struct alignas(kCacheLine) Header {
+  // Line 0: what the segment is. Written once by the daemon before it stores
+  // `magic`; never changed after.
+  std::atomic<std::uint64_t> magic;  // stored last at creation (release)
+  std::uint16_t abi_major;
+  std::uint16_t abi_minor;
+  std::uint32_t header_size;
+  std::uint64_t total_size;  // bytes
+  std::uint32_t max_dependencies;
+  std::uint32_t max_processes;
+  std::uint32_t stats_stripes;
+  std::uint32_t histogram_buckets;
+  std::uint32_t dependency_slot_size;  // bytes
+  std::uint32_t process_slot_size;     // bytes
+  std::uint64_t dependency_table_offset;  // bytes from the segment's start
+  std::uint64_t process_table_offset;     // bytes from the segment's start
+
+  // Line 1: the daemon's live state. Written by the daemon only.
+  alignas(kCacheLine) std::atomic<std::int32_t> daemon_pid;
+  std::atomic<std::uint32_t> flags;           // kHeader*
+  std::atomic<std::uint64_t> daemon_start_time;  // /proc/<pid>/stat starttime
+  std::atomic<std::uint64_t> heartbeat;       // ticks since the daemon started
+  std::atomic<std::uint64_t> heartbeat_ns;    // CLOCK_MONOTONIC of the last tick
+  std::atomic<std::uint64_t> config_generation;  // bumped on every (re)load
+  std::atomic<std::uint32_t> default_limit;   // limit a new name starts with
+  std::atomic<std::uint32_t> metrics_port;    // 0: no metrics endpoint
+  std::uint8_t reserved1[16];
+};
+
+// Slot states, the low byte of DependencyIdentity::tag and ProcessIdentity::state.
+enum SlotState : std::uint32_t {
+  kSlotFree = 0,       // never used
+  kSlotClaiming = 1,   // taken by a writer that has not finished filling it
+  kSlotReady = 2,      // filled; readable
+  kSlotAbandoned = 3,  // a claim that never finished; skipped forever
+};
+
+struct alignas(kCacheLine) DependencyIdentity {
+  // (name hash << 8) | SlotState. A claim is one compare-and-swap from 0 to
+  // (hash << 8) | kSlotClaiming, so two processes claiming the same new
+  // name meet on the same slot.
+  std::atomic<std::uint64_t> tag;
+  std::uint32_t name_length;
+  char name[kMaxNameLength + 1];  // NUL-terminated
+  std::uint8_t reserved[4];
+};
+
+// DependencyControl::flags
+inline constexpr std::uint32_t kDependencyConfigured = 1u << 0;  // has its own table
+
+struct alignas(kCacheLine) DependencyControl {
+  std::atomic<std::uint32_t> limit;       // calls admitted at once, host-wide
+  std::atomic<std::uint32_t> breaker;     // reserved: 0 = closed
+  std::atomic<std::uint32_t> max_queue;   // reserved: waiters allowed
+  std::atomic<std::uint32_t> flags;       // kDependency*
+  std::atomic<std::uint64_t> generation;  // config generation that last set it
+  std::uint8_t reserved[40];
+};
+
+// The admission word: low 32 bits the host-wide in-flight count, high 32
+// bits an operation counter that every acquire and release bumps in the same
+// atomic operation (see docs/architecture.md, "Permits").
+inline constexpr std::uint64_t kAdmissionAcquire = (std::uint64_t{1} << 32) + 1;
+inline constexpr std::uint64_t kAdmissionRelease = (std::uint64_t{1} << 32) - 1;
+constexpr std::uint32_t admission_inflight(std::uint64_t word) {
+  return static_cast<std::uint32_t>(word);
+}
+
+struct alignas(kCacheLine) DependencyAdmission {
+  std::atomic<std::uint64_t> word;
+  std::atomic<std::uint32_t> waiters;  // reserved for the wait queue
+  std::atomic<std::uint32_t> futex;    // reserved for the wait queue
+  std::uint8_t reserved[48];
+};
+
+// Outcome statistics, written by the processes whose slot index maps to
+// this stripe. Counters only grow: the daemon takes differences between
+// ticks and never resets them. The three "window" fields are the exception:
+// the daemon exchanges them back to their neutral value each tick.
+struct alignas(kCacheLine) StatsStripe {
+  std::atomic<std::uint64_t> dropped;
+  std::atomic<std::uint64_t> ignored;
+  std::atomic<std::uint64_t> rejected;     // refused at the limit
+  std::atomic<std::uint64_t> rtt_sum_ns;   // ok calls only
+  std::atomic<std::uint64_t> rtt_min_ns;   // window; neutral UINT64_MAX
+  std::atomic<std::uint64_t> rtt_max_ns;   // window; neutral 0
+  std::atomic<std::uint32_t> max_inflight; // window; neutral 0
+  std::uint8_t reserved[12];
+  // ok calls by latency bucket; the ok count is their sum.
+  std::atomic<std::uint64_t> histogram[kHistogramBuckets];
+};
+
+struct DependencySlot {
+  DependencyIdentity identity;
+  DependencyControl control;
+  DependencyAdmission admission;
+  // StatsStripe stripes[stats_stripes] follow.
+};
+
+struct alignas(kCacheLine) ProcessIdentity {
+  std::atomic<std::uint32_t> state;        // SlotState
+  std::atomic<std::int32_t> pid;
+  std::atomic<std::uint64_t> start_time;   // /proc/<pid>/stat starttime
+  std::atomic<std::uint64_t> claimed_heartbeat;  // daemon heartbeat at claim
+  std::uint8_t reserved[40];
+};
+
+struct ProcessSlot {
+  ProcessIdentity identity;
+  // std::atomic<std::uint32_t> held[max_dependencies] follow, padded to a
+  // whole cache line.
+};
+
+static_assert(sizeof(Header) == 2 * kCacheLine);
+static_assert(offsetof(Header, daemon_pid) == kCacheLine);
+static_assert(sizeof(DependencyIdentity) == kCacheLine);
+static_assert(sizeof(DependencyControl) == kCacheLine);
+static_assert(sizeof(DependencyAdmission) == kCacheLine);
+static_assert(offsetof(DependencySlot, control) == 1 * kCacheLine);
+static_assert(offsetof(DependencySlot, admission) == 2 * kCacheLine);
+static_assert(sizeof(DependencySlot) == 3 * kCacheLine);
+static_assert(offsetof(StatsStripe, histogram) == kCacheLine);
+static_assert(sizeof(StatsStripe) == kCacheLine + kHistogramBuckets * 8);
+static_assert(sizeof(StatsStripe) % kCacheLine == 0);
+static_assert(sizeof(ProcessIdentity) == kCacheLine);
+static_assert(sizeof(ProcessSlot) == kCacheLine);
+
+// How many of each table a segment holds.
+struct Capacities {
+  std::uint32_t max_dependencies = 256;
+  std::uint32_t max_processes = 256;
+  std::uint32_t stats_stripes = 8;
+  friend bool operator==(const Capacities&, const Capacities&) = default;
+};
+
+// Upper bounds a reader accepts, so that a corrupt header cannot make it
+// compute a huge layout.
+inline constexpr std::uint32_t kMaxDependenciesLimit = 16384;
+inline constexpr std::uint32_t kMaxProcessesLimit = 4096;
+inline constexpr std::uint32_t kMaxStatsStripesLimit = 64;
+
+struct Layout {
+  std::uint32_t dependency_slot_size;
+  std::uint32_t process_slot_size;
+  std::uint64_t dependency_table_offset;
+  std::uint64_t process_table_offset;
+  std::uint64_t total_size;
+};
+
+constexpr std::uint64_t round_up_to_line(std::uint64_t n) {
+  return (n + kCacheLine - 1) / kCacheLine * kCacheLine;
+}
+
+constexpr Layout segment_layout(const Capacities& c) {
+  Layout l{};
+  l.dependency_slot_size =
+      static_cast<std::uint32_t>(sizeof(DependencySlot) + c.stats_stripes * sizeof(StatsStripe));
+  l.process_slot_size = static_cast<std::uint32_t>(
+      sizeof(ProcessSlot) + round_up_to_line(std::uint64_t{c.max_dependencies} * 4));
+  l.dependency_table_offset = sizeof(Header);
+  l.process_table_offset =
+      l.dependency_table_offset + std::uint64_t{c.max_dependencies} * l.dependency_slot_size;
+  l.total_size = l.process_table_offset + std::uint64_t{c.max_processes} * l.process_slot_size;
+  return l;
+}
+
+}  // namespace bulkhead::shm

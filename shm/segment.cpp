@@ -1,0 +1,385 @@
+#include "shm/segment.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace bip = boost::interprocess;
+
+namespace bulkhead::shm {
+
+struct Segment::Mapping {
+  bip::shared_memory_object object;
+  bip::mapped_region region;
+};
+
+namespace {
+
+std::string describe(const std::string& name) { return "segment /dev/shm/" + name; }
+
+int native_error(const bip::interprocess_exception& e) {
+  const int native = e.get_native_error();
+  if (native != 0) return native;
+  switch (e.get_error_code()) {
+    case bip::not_found_error: return ENOENT;
+    case bip::already_exists_error: return EEXIST;
+    case bip::security_error: return EACCES;
+    default: return EIO;
+  }
+}
+
+void check_name(const std::string& name) {
+  if (const char* why = check_dependency_name(name)) {
+    throw SegmentError(EINVAL, "segment name '" + name + "' " + why);
+  }
+}
+
+}  // namespace
+
+std::string validate_segment(const void* base, std::uint64_t size, int* code) {
+  auto fail = [code](int c, std::string why) {
+    if (code != nullptr) *code = c;
+    return why;
+  };
+  if (size < sizeof(Header)) {
+    return fail(EBADMSG, "truncated: " + std::to_string(size) + " bytes, the header alone needs " +
+                             std::to_string(sizeof(Header)));
+  }
+  const auto& h = *static_cast<const Header*>(base);
+  // Pairs with the release store of the magic in Segment::create(): seeing
+  // it means the rest of line 0 is written.
+  const std::uint64_t magic = h.magic.load(std::memory_order_acquire);
+  if (magic == 0) return fail(EAGAIN, "not initialised yet (the daemon is creating it)");
+  if (magic != kMagic) return fail(EBADMSG, "wrong magic: not a bulkhead segment");
+  if (h.abi_major != kAbiMajor) {
+    return fail(EPROTO, "ABI major " + std::to_string(h.abi_major) + ", this build speaks " +
+                            std::to_string(kAbiMajor));
+  }
+  if (h.header_size != sizeof(Header)) {
+    return fail(EBADMSG, "header size " + std::to_string(h.header_size) + ", expected " +
+                             std::to_string(sizeof(Header)));
+  }
+  if (h.histogram_buckets != kHistogramBuckets) {
+    return fail(EBADMSG, "histogram of " + std::to_string(h.histogram_buckets) +
+                             " buckets, expected " + std::to_string(kHistogramBuckets));
+  }
+  const Capacities c{h.max_dependencies, h.max_processes, h.stats_stripes};
+  if (c.max_dependencies == 0 || c.max_dependencies > kMaxDependenciesLimit ||
+      c.max_processes == 0 || c.max_processes > kMaxProcessesLimit || c.stats_stripes == 0 ||
+      c.stats_stripes > kMaxStatsStripesLimit) {
+    return fail(EBADMSG, "capacities out of range: " + std::to_string(c.max_dependencies) +
+                             " dependencies, " + std::to_string(c.max_processes) + " processes, " +
+                             std::to_string(c.stats_stripes) + " stripes");
+  }
+  const Layout l = segment_layout(c);
+  if (h.dependency_slot_size != l.dependency_slot_size ||
+      h.process_slot_size != l.process_slot_size ||
+      h.dependency_table_offset != l.dependency_table_offset ||
+      h.process_table_offset != l.process_table_offset || h.total_size != l.total_size) {
+    return fail(EBADMSG, "layout fields disagree with the capacities");
+  }
+  if (size != l.total_size) {
+    return fail(EBADMSG, "size " + std::to_string(size) + " bytes, the header says " +
+                             std::to_string(l.total_size));
+  }
+  return {};
+}
+
+Segment::Segment(std::string name, std::unique_ptr<Mapping> mapping)
+    : name_(std::move(name)),
+      mapping_(std::move(mapping)),
+      base_(static_cast<char*>(mapping_->region.get_address())),
+      size_(mapping_->region.get_size()) {}
+
+Segment::Segment(Segment&&) noexcept = default;
+Segment& Segment::operator=(Segment&&) noexcept = default;
+Segment::~Segment() = default;
+
+Segment Segment::create(const std::string& name, const CreateOptions& options) {
+  check_name(name);
+  const Capacities& c = options.capacities;
+  if (c.max_dependencies == 0 || c.max_dependencies > kMaxDependenciesLimit ||
+      c.max_processes == 0 || c.max_processes > kMaxProcessesLimit || c.stats_stripes == 0 ||
+      c.stats_stripes > kMaxStatsStripesLimit) {
+    throw SegmentError(EINVAL, describe(name) + ": capacities out of range");
+  }
+  if ((options.mode & 0007) != 0) {
+    throw SegmentError(EINVAL, describe(name) + ": mode must not grant others any access");
+  }
+  const Layout l = segment_layout(c);
+  auto mapping = std::make_unique<Mapping>();
+  try {
+    mapping->object = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write,
+                                                bip::permissions(options.mode));
+  } catch (const bip::interprocess_exception& e) {
+    const int code = native_error(e);
+    throw SegmentError(code, describe(name) + ": cannot create: " + std::strerror(code));
+  }
+  try {
+    const int fd = mapping->object.get_mapping_handle().handle;
+    // shm_open applies the umask; set the mode the config asked for.
+    if (::fchmod(fd, options.mode) != 0) {
+      throw SegmentError(errno, describe(name) + ": chmod: " + std::strerror(errno));
+    }
+    if (options.group && ::fchown(fd, static_cast<uid_t>(-1), *options.group) != 0) {
+      throw SegmentError(errno, describe(name) + ": chown to group " +
+                                    std::to_string(*options.group) + ": " + std::strerror(errno));
+    }
+    mapping->object.truncate(static_cast<bip::offset_t>(l.total_size));
+    mapping->region = bip::mapped_region(mapping->object, bip::read_write);
+  } catch (const bip::interprocess_exception& e) {
+    bip::shared_memory_object::remove(name.c_str());
+    const int code = native_error(e);
+    throw SegmentError(code, describe(name) + ": cannot size or map: " + std::strerror(code));
+  } catch (...) {
+    bip::shared_memory_object::remove(name.c_str());
+    throw;
+  }
+
+  Segment segment(name, std::move(mapping));
+  // A new object reads as zeros: every slot is free, every counter 0.
+  Header& h = segment.header();
+  h.abi_major = kAbiMajor;
+  h.abi_minor = kAbiMinor;
+  h.header_size = sizeof(Header);
+  h.total_size = l.total_size;
+  h.max_dependencies = c.max_dependencies;
+  h.max_processes = c.max_processes;
+  h.stats_stripes = c.stats_stripes;
+  h.histogram_buckets = kHistogramBuckets;
+  h.dependency_slot_size = l.dependency_slot_size;
+  h.process_slot_size = l.process_slot_size;
+  h.dependency_table_offset = l.dependency_table_offset;
+  h.process_table_offset = l.process_table_offset;
+  for (std::uint32_t d = 0; d < c.max_dependencies; ++d) {
+    for (std::uint32_t s = 0; s < c.stats_stripes; ++s) {
+      segment.stripe(d, s).rtt_min_ns.store(UINT64_MAX, std::memory_order_relaxed);
+    }
+  }
+  // Pairs with the acquire load in validate_segment(): a reader that sees
+  // the magic sees the header above.
+  h.magic.store(kMagic, std::memory_order_release);
+  return segment;
+}
+
+Segment Segment::attach(const std::string& name, Access access) {
+  check_name(name);
+  const auto mode = access == Access::kReadOnly ? bip::read_only : bip::read_write;
+  auto mapping = std::make_unique<Mapping>();
+  bip::offset_t size = 0;
+  try {
+    mapping->object = bip::shared_memory_object(bip::open_only, name.c_str(), mode);
+    mapping->object.get_size(size);
+  } catch (const bip::interprocess_exception& e) {
+    const int code = native_error(e);
+    throw SegmentError(code, describe(name) + ": cannot open: " + std::strerror(code));
+  }
+  if (static_cast<std::uint64_t>(size) < sizeof(Header)) {
+    throw SegmentError(size == 0 ? EAGAIN : EBADMSG,
+                       describe(name) + ": refused: " +
+                           (size == 0 ? std::string("empty (the daemon is creating it)")
+                                      : "truncated: " + std::to_string(size) + " bytes"));
+  }
+  try {
+    mapping->region = bip::mapped_region(mapping->object, mode);
+  } catch (const bip::interprocess_exception& e) {
+    const int code = native_error(e);
+    throw SegmentError(code, describe(name) + ": cannot map: " + std::strerror(code));
+  }
+  int code = 0;
+  const std::string why = validate_segment(mapping->region.get_address(),
+                                           mapping->region.get_size(), &code);
+  if (!why.empty()) throw SegmentError(code, describe(name) + ": refused: " + why);
+  return Segment(name, std::move(mapping));
+}
+
+bool Segment::remove(const std::string& name) {
+  return bip::shared_memory_object::remove(name.c_str());
+}
+
+Capacities Segment::capacities() const {
+  const Header& h = header();
+  return {h.max_dependencies, h.max_processes, h.stats_stripes};
+}
+
+DependencySlot& Segment::dependency(std::uint32_t index) const {
+  const Header& h = header();
+  return *reinterpret_cast<DependencySlot*>(base_ + h.dependency_table_offset +
+                                            std::uint64_t{index} * h.dependency_slot_size);
+}
+
+StatsStripe& Segment::stripe(std::uint32_t dependency_index, std::uint32_t stripe) const {
+  auto* first = reinterpret_cast<char*>(&dependency(dependency_index)) + sizeof(DependencySlot);
+  return *reinterpret_cast<StatsStripe*>(first + std::uint64_t{stripe} * sizeof(StatsStripe));
+}
+
+ProcessSlot& Segment::process(std::uint32_t index) const {
+  const Header& h = header();
+  return *reinterpret_cast<ProcessSlot*>(base_ + h.process_table_offset +
+                                         std::uint64_t{index} * h.process_slot_size);
+}
+
+std::atomic<std::uint32_t>& Segment::held(std::uint32_t process_index,
+                                          std::uint32_t dependency_index) const {
+  auto* first = reinterpret_cast<char*>(&process(process_index)) + sizeof(ProcessSlot);
+  return reinterpret_cast<std::atomic<std::uint32_t>*>(first)[dependency_index];
+}
+
+// --- The dependency table ------------------------------------------------
+
+namespace {
+
+constexpr std::uint64_t kTagStateMask = 0xff;
+
+constexpr std::uint64_t tag_of(std::uint64_t hash, SlotState state) { return (hash << 8) | state; }
+
+bool holds_name(const DependencyIdentity& id, std::string_view name) {
+  return id.name_length == name.size() && std::memcmp(id.name, name.data(), name.size()) == 0;
+}
+
+}  // namespace
+
+std::uint64_t dependency_name_hash(std::string_view name) {
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a 64 offset basis
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;  // FNV-1a 64 prime
+  }
+  h &= (std::uint64_t{1} << 56) - 1;
+  return h == 0 ? 1 : h;
+}
+
+std::optional<std::uint32_t> find_dependency(const Segment& segment, std::string_view name) {
+  const std::uint64_t hash = dependency_name_hash(name);
+  const std::uint32_t capacity = segment.header().max_dependencies;
+  for (std::uint32_t probe = 0; probe < capacity; ++probe) {
+    const std::uint32_t index = static_cast<std::uint32_t>((hash + probe) % capacity);
+    const DependencyIdentity& id = segment.dependency(index).identity;
+    // Pairs with the release store of kSlotReady in find_or_claim_dependency():
+    // a ready tag means the name is written.
+    const std::uint64_t tag = id.tag.load(std::memory_order_acquire);
+    const auto state = tag & kTagStateMask;
+    if (state == kSlotFree) return std::nullopt;  // the probe sequence ends here
+    if (state == kSlotReady && (tag >> 8) == hash && holds_name(id, name)) return index;
+  }
+  return std::nullopt;
+}
+
+ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
+                                     std::uint32_t initial_limit, std::uint32_t flags) {
+  if (const char* why = check_dependency_name(name)) {
+    throw SegmentError(EINVAL, "dependency name '" + std::string(name) + "' " + why);
+  }
+  const std::uint64_t hash = dependency_name_hash(name);
+  const std::uint32_t capacity = segment.header().max_dependencies;
+  const auto give_up_at = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (std::uint32_t probe = 0; probe < capacity; ++probe) {
+    const std::uint32_t index = static_cast<std::uint32_t>((hash + probe) % capacity);
+    DependencySlot& slot = segment.dependency(index);
+    DependencyIdentity& id = slot.identity;
+    // Pairs with the release store of kSlotReady below (by another process).
+    std::uint64_t tag = id.tag.load(std::memory_order_acquire);
+    for (;;) {
+      const auto state = tag & kTagStateMask;
+      if (state == kSlotFree) {
+        const std::uint64_t claiming = tag_of(hash, kSlotClaiming);
+        if (!id.tag.compare_exchange_strong(tag, claiming, std::memory_order_acquire)) {
+          continue;  // someone else claimed it first: look at what they wrote
+        }
+        id.name_length = static_cast<std::uint32_t>(name.size());
+        std::memcpy(id.name, name.data(), name.size());
+        id.name[name.size()] = '\0';
+        slot.control.limit.store(initial_limit, std::memory_order_relaxed);
+        slot.control.flags.store(flags, std::memory_order_relaxed);
+        std::uint64_t expected = claiming;
+        // Release pairs with the acquire loads of the tag in lookups: the
+        // name and limit above are visible to whoever sees kSlotReady.
+        if (id.tag.compare_exchange_strong(expected, tag_of(hash, kSlotReady),
+                                           std::memory_order_release, std::memory_order_relaxed)) {
+          return {index, true};
+        }
+        // The daemon took our claim for a dead one and abandoned the slot
+        // (we were descheduled for over a second). Start again.
+        return find_or_claim_dependency(segment, name, initial_limit, flags);
+      }
+      if (state == kSlotReady) {
+        if ((tag >> 8) == hash && holds_name(id, name)) return {index, false};
+        break;
+      }
+      if (state == kSlotClaiming && (tag >> 8) == hash) {
+        // Probably the same name, claimed by another process this instant.
+        if (std::chrono::steady_clock::now() > give_up_at) {
+          throw SegmentError(EAGAIN, "dependency '" + std::string(name) +
+                                         "': another process's claim of its slot did not finish");
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        tag = id.tag.load(std::memory_order_acquire);
+        continue;
+      }
+      break;  // another name's claim, or an abandoned slot
+    }
+  }
+  throw SegmentError(ENOSPC, "dependency table full (" + std::to_string(capacity) +
+                                 " slots): cannot add '" + std::string(name) + "'");
+}
+
+// --- The process table ---------------------------------------------------
+
+std::optional<std::uint64_t> process_start_time(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!in || !std::getline(in, stat)) return std::nullopt;
+  // The command name (field 2) may hold spaces and parentheses: fields are
+  // counted from the last ')'. starttime is field 22.
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  for (int n = 3; n <= 22; ++n) {
+    if (!(fields >> field)) return std::nullopt;
+  }
+  return std::stoull(field);
+}
+
+std::uint32_t claim_process_slot(Segment& segment) {
+  const pid_t pid = ::getpid();
+  const auto start = process_start_time(pid);
+  const std::uint32_t capacity = segment.header().max_processes;
+  for (std::uint32_t i = 0; i < capacity; ++i) {
+    ProcessIdentity& id = segment.process(i).identity;
+    std::uint32_t state = id.state.load(std::memory_order_relaxed);
+    if (state != kSlotFree ||
+        !id.state.compare_exchange_strong(state, kSlotClaiming, std::memory_order_acquire)) {
+      continue;
+    }
+    id.pid.store(pid, std::memory_order_relaxed);
+    id.start_time.store(start.value_or(0), std::memory_order_relaxed);
+    id.claimed_heartbeat.store(segment.header().heartbeat.load(std::memory_order_relaxed),
+                               std::memory_order_relaxed);
+    // Pairs with the daemon's acquire load of the state in its reclaim
+    // scan: a ready slot has its pid and start time written.
+    id.state.store(kSlotReady, std::memory_order_release);
+    return i;
+  }
+  throw SegmentError(ENOSPC, "process table full (" + std::to_string(capacity) + " slots)");
+}
+
+void release_process_slot(Segment& segment, std::uint32_t index) {
+  ProcessIdentity& id = segment.process(index).identity;
+  id.pid.store(0, std::memory_order_relaxed);
+  id.start_time.store(0, std::memory_order_relaxed);
+  // Pairs with the acquire CAS in claim_process_slot(): the next owner sees
+  // the cleared fields.
+  id.state.store(kSlotFree, std::memory_order_release);
+}
+
+}  // namespace bulkhead::shm

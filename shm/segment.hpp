@@ -1,0 +1,128 @@
+// Creating, attaching to and validating the segment (Boost.Interprocess),
+// and the two slot tables' claim protocols, shared by the daemon, the client
+// and the tools.
+//
+// Thread safety: a Segment is a mapping; its methods only compute addresses
+// and may be called from any thread. What is done through those addresses
+// is governed by the atomics in layout.hpp.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "shm/layout.hpp"
+
+namespace bulkhead::shm {
+
+// A segment that could not be created, opened or trusted. code() is an
+// errno value: ENOENT (no segment), EACCES (permissions), EEXIST (create over
+// an existing one), EPROTO (a different ABI major), EBADMSG (not a bulkhead
+// segment, or one whose header contradicts itself or its size), EAGAIN (being
+// created right now), or what the system call said.
+class SegmentError : public std::runtime_error {
+ public:
+  SegmentError(int code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
+// Empty when `size` bytes at `base` hold a segment this code can use;
+// otherwise the reason, e.g. "ABI major 2, this library speaks 1", with its
+// errno value in *code. Reads only the header; never writes.
+std::string validate_segment(const void* base, std::uint64_t size, int* code);
+
+struct CreateOptions {
+  Capacities capacities;
+  std::uint32_t mode = 0660;  // permission bits, applied past the umask
+  std::optional<gid_t> group;  // chown to this group
+};
+
+enum class Access { kReadOnly, kReadWrite };
+
+class Segment {
+ public:
+  // Creates /dev/shm/<name>, sizes it, lays out the header and stores the
+  // magic last. Throws SegmentError (EEXIST if it exists).
+  static Segment create(const std::string& name, const CreateOptions& options);
+  // Maps an existing segment and validates it. Throws SegmentError.
+  static Segment attach(const std::string& name, Access access);
+  // Removes the name; mappings stay valid. False if there was nothing.
+  static bool remove(const std::string& name);
+
+  Segment(Segment&&) noexcept;
+  Segment& operator=(Segment&&) noexcept;
+  ~Segment();
+
+  const std::string& name() const { return name_; }
+  std::uint64_t size() const { return size_; }
+  Header& header() const { return *reinterpret_cast<Header*>(base_); }
+  Capacities capacities() const;
+
+  DependencySlot& dependency(std::uint32_t index) const;
+  StatsStripe& stripe(std::uint32_t dependency, std::uint32_t stripe) const;
+  ProcessSlot& process(std::uint32_t index) const;
+  // held[dependency] of a process slot.
+  std::atomic<std::uint32_t>& held(std::uint32_t process, std::uint32_t dependency) const;
+
+  // The stripe a process slot writes its statistics to.
+  std::uint32_t stripe_of_process(std::uint32_t process) const {
+    return process % header().stats_stripes;
+  }
+
+ private:
+  struct Mapping;
+  Segment(std::string name, std::unique_ptr<Mapping> mapping);
+
+  std::string name_;
+  std::unique_ptr<Mapping> mapping_;
+  char* base_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+// --- The dependency table ------------------------------------------------
+//
+// Open addressing by name hash, linear probing. Slots are claimed, never
+// freed while the segment lives, so a probe sequence only ever grows and
+// two processes that look up the same new name at once walk the same
+// sequence and meet on the same slot: one compare-and-swap wins the claim,
+// the other waits for the winner to publish the name.
+
+// FNV-1a of the name, folded to the 56 bits the tag holds (never 0).
+std::uint64_t dependency_name_hash(std::string_view name);
+
+// The ready slot that holds `name`, or nullopt.
+std::optional<std::uint32_t> find_dependency(const Segment& segment, std::string_view name);
+
+struct ClaimResult {
+  std::uint32_t index = 0;
+  bool created = false;  // this call claimed it
+};
+
+// The slot of `name`, claiming and filling a free one (limit `initial_limit`,
+// flags `flags`) when it has none. Throws SegmentError: ENOSPC when the table
+// is full, EAGAIN when another process's claim of the same name has not
+// finished within a second, EINVAL for an invalid name.
+ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
+                                     std::uint32_t initial_limit, std::uint32_t flags);
+
+// --- The process table ---------------------------------------------------
+
+// /proc/<pid>/stat starttime (clock ticks after boot), or nullopt when the
+// process does not exist. With the pid, it names a process uniquely.
+std::optional<std::uint64_t> process_start_time(pid_t pid);
+
+// Claims a free process slot for the calling process. Throws SegmentError
+// ENOSPC when the table is full.
+std::uint32_t claim_process_slot(Segment& segment);
+// Gives the slot back at a clean exit. The caller must hold no permits.
+void release_process_slot(Segment& segment, std::uint32_t index);
+
+}  // namespace bulkhead::shm

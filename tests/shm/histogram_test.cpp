@@ -1,0 +1,55 @@
+#include "shm/histogram.hpp"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace bulkhead::shm {
+namespace {
+
+TEST(Histogram, EveryValueFallsInsideItsBucket) {
+  for (std::uint64_t ns = 0; ns < (std::uint64_t{1} << 36); ns = ns * 9 / 8 + 7) {
+    const std::uint32_t b = histogram_bucket(ns);
+    ASSERT_LT(b, kHistogramBuckets);
+    EXPECT_LE(histogram_bucket_lower_ns(b), ns) << ns;
+    EXPECT_LT(ns, histogram_bucket_upper_ns(b)) << ns;
+  }
+}
+
+TEST(Histogram, BucketsAreContiguousAndAtMostAnEighthWide) {
+  for (std::uint32_t b = 0; b + 1 < kHistogramBuckets; ++b) {
+    EXPECT_EQ(histogram_bucket_upper_ns(b), histogram_bucket_lower_ns(b + 1));
+    const auto lo = histogram_bucket_lower_ns(b);
+    const auto width = histogram_bucket_upper_ns(b) - lo;
+    if (b >= 8) {
+      EXPECT_LE(width * 8, lo) << "bucket " << b;
+    }
+    EXPECT_EQ(histogram_bucket(lo), b);
+  }
+}
+
+TEST(Histogram, HugeValuesLandInTheLastBucket) {
+  EXPECT_EQ(histogram_bucket(UINT64_MAX), kHistogramBuckets - 1);
+  EXPECT_EQ(histogram_bucket(std::uint64_t{1} << 40), kHistogramBuckets - 1);
+}
+
+TEST(Histogram, QuantileIsWithinOneSixteenthOfTheValue) {
+  std::vector<std::uint64_t> counts(kHistogramBuckets, 0);
+  // 90 calls of 1 ms, 10 calls of 50 ms.
+  counts[histogram_bucket(1'000'000)] += 90;
+  counts[histogram_bucket(50'000'000)] += 10;
+  const auto p50 = histogram_quantile_ns(counts, 0.5);
+  const auto p90 = histogram_quantile_ns(counts, 0.9);
+  const auto p99 = histogram_quantile_ns(counts, 0.99);
+  EXPECT_NEAR(static_cast<double>(p50), 1e6, 1e6 / 16);
+  EXPECT_NEAR(static_cast<double>(p90), 1e6, 1e6 / 16);  // the 90th of 100 is still 1 ms
+  EXPECT_NEAR(static_cast<double>(p99), 50e6, 50e6 / 16);
+}
+
+TEST(Histogram, EmptyQuantileIsZero) {
+  std::vector<std::uint64_t> counts(kHistogramBuckets, 0);
+  EXPECT_EQ(histogram_quantile_ns(counts, 0.5), 0u);
+}
+
+}  // namespace
+}  // namespace bulkhead::shm

@@ -1,0 +1,50 @@
+#include "shm/layout.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace bulkhead::shm {
+namespace {
+
+TEST(Layout, MagicSpellsBulkhead) {
+  char bytes[8];
+  std::memcpy(bytes, &kMagic, sizeof bytes);
+  EXPECT_EQ(std::string(bytes, 8), "BULKHEAD");
+}
+
+TEST(Layout, WritersNeverShareACacheLine) {
+  // Daemon-written, identity, admission and statistics lines start on their
+  // own cache lines in every slot.
+  EXPECT_EQ(offsetof(DependencySlot, identity) % kCacheLine, 0u);
+  EXPECT_EQ(offsetof(DependencySlot, control) % kCacheLine, 0u);
+  EXPECT_EQ(offsetof(DependencySlot, admission) % kCacheLine, 0u);
+  EXPECT_EQ(sizeof(DependencySlot) % kCacheLine, 0u);
+  EXPECT_EQ(sizeof(StatsStripe) % kCacheLine, 0u);
+  EXPECT_EQ(offsetof(Header, daemon_pid), kCacheLine);
+}
+
+TEST(Layout, TablesFollowTheHeaderAndEachOther) {
+  const Layout l = segment_layout({100, 10, 3});
+  EXPECT_EQ(l.dependency_table_offset, sizeof(Header));
+  EXPECT_EQ(l.dependency_slot_size, sizeof(DependencySlot) + 3 * sizeof(StatsStripe));
+  // 100 held counts of 4 bytes round up to 448 bytes (7 lines).
+  EXPECT_EQ(l.process_slot_size, sizeof(ProcessSlot) + 448);
+  EXPECT_EQ(l.process_table_offset, l.dependency_table_offset + 100ull * l.dependency_slot_size);
+  EXPECT_EQ(l.total_size, l.process_table_offset + 10ull * l.process_slot_size);
+  EXPECT_EQ(l.dependency_slot_size % kCacheLine, 0u);
+  EXPECT_EQ(l.process_slot_size % kCacheLine, 0u);
+}
+
+TEST(Layout, AdmissionDeltasMoveCountAndOperationCounter) {
+  std::uint64_t word = 0;
+  word += kAdmissionAcquire;
+  word += kAdmissionAcquire;
+  EXPECT_EQ(admission_inflight(word), 2u);
+  word += kAdmissionRelease;
+  EXPECT_EQ(admission_inflight(word), 1u);
+  EXPECT_EQ(word >> 32, 3u);  // three operations
+}
+
+}  // namespace
+}  // namespace bulkhead::shm

@@ -1,0 +1,296 @@
+#include "shm/segment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "shm/stats.hpp"
+#include "tests/support/temp_segment.hpp"
+
+namespace bulkhead::shm {
+namespace {
+
+using testing::small_segment;
+using testing::TempSegmentName;
+
+int attach_error(const std::string& name, std::string* what = nullptr) {
+  try {
+    Segment::attach(name, Access::kReadWrite);
+  } catch (const SegmentError& e) {
+    if (what != nullptr) *what = e.what();
+    return e.code();
+  }
+  return 0;
+}
+
+TEST(Segment, CreatedSegmentAttachesWithItsCapacities) {
+  TempSegmentName name;
+  Segment created = Segment::create(name, small_segment(16, 8, 2));
+  Segment attached = Segment::attach(name, Access::kReadOnly);
+  EXPECT_EQ(attached.capacities(), (Capacities{16, 8, 2}));
+  EXPECT_EQ(attached.size(), segment_layout({16, 8, 2}).total_size);
+  EXPECT_EQ(attached.header().abi_major, kAbiMajor);
+}
+
+TEST(Segment, CreateIsMode0660WhateverTheUmask) {
+  TempSegmentName name;
+  const mode_t old = ::umask(0077);
+  Segment s = Segment::create(name, small_segment());
+  ::umask(old);
+  struct stat st {};
+  ASSERT_EQ(::stat(("/dev/shm/" + name.str()).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
+
+TEST(Segment, RefusesAWorldAccessibleMode) {
+  TempSegmentName name;
+  CreateOptions o = small_segment();
+  o.mode = 0666;
+  try {
+    Segment::create(name, o);
+    FAIL() << "created a world-writable segment";
+  } catch (const SegmentError& e) {
+    EXPECT_EQ(e.code(), EINVAL);
+  }
+}
+
+TEST(Segment, CreateOverAnExistingOneFails) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  try {
+    Segment::create(name, small_segment());
+    FAIL();
+  } catch (const SegmentError& e) {
+    EXPECT_EQ(e.code(), EEXIST);
+  }
+}
+
+TEST(Segment, MissingSegmentIsENOENT) {
+  TempSegmentName name;
+  EXPECT_EQ(attach_error(name), ENOENT);
+}
+
+TEST(Segment, WrongMagicIsRefused) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  s.header().magic.store(0x1234, std::memory_order_relaxed);
+  std::string what;
+  EXPECT_EQ(attach_error(name, &what), EBADMSG);
+  EXPECT_NE(what.find("wrong magic"), std::string::npos) << what;
+}
+
+TEST(Segment, OtherAbiMajorIsRefused) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  s.header().abi_major = kAbiMajor + 1;
+  std::string what;
+  EXPECT_EQ(attach_error(name, &what), EPROTO);
+  EXPECT_NE(what.find("ABI major 2, this build speaks 1"), std::string::npos) << what;
+}
+
+TEST(Segment, NewerAbiMinorIsAccepted) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  s.header().abi_minor = kAbiMinor + 3;
+  EXPECT_EQ(attach_error(name), 0);
+}
+
+TEST(Segment, SizesThatContradictTheCapacitiesAreRefused) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  s.header().max_processes += 1;  // the layout no longer matches
+  std::string what;
+  EXPECT_EQ(attach_error(name, &what), EBADMSG);
+  EXPECT_NE(what.find("disagree"), std::string::npos) << what;
+}
+
+TEST(Segment, AbsurdCapacitiesAreRefused) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  s.header().max_dependencies = 1u << 30;
+  EXPECT_EQ(attach_error(name), EBADMSG);
+}
+
+TEST(Segment, TruncatedSegmentIsRefused) {
+  TempSegmentName name;
+  {
+    Segment s = Segment::create(name, small_segment());
+  }
+  const int fd = ::shm_open(("/" + name.str()).c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 4096), 0);
+  ::close(fd);
+  std::string what;
+  EXPECT_EQ(attach_error(name, &what), EBADMSG);
+  EXPECT_NE(what.find("size 4096"), std::string::npos) << what;
+}
+
+TEST(Segment, TinyForeignObjectIsRefused) {
+  TempSegmentName name;
+  const int fd = ::shm_open(("/" + name.str()).c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "hello", 5), 5);
+  ::close(fd);
+  EXPECT_EQ(attach_error(name), EBADMSG);
+}
+
+TEST(DependencyTable, SameNameSameSlot) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  const ClaimResult a = find_or_claim_dependency(s, "payments", 20, 0);
+  const ClaimResult b = find_or_claim_dependency(s, "payments", 99, 0);
+  EXPECT_TRUE(a.created);
+  EXPECT_FALSE(b.created);
+  EXPECT_EQ(a.index, b.index);
+  EXPECT_EQ(s.dependency(a.index).control.limit.load(), 20u);
+  EXPECT_EQ(find_dependency(s, "payments"), a.index);
+  EXPECT_EQ(find_dependency(s, "recs"), std::nullopt);
+}
+
+TEST(DependencyTable, FullTableIsENOSPC) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(4));
+  std::set<std::uint32_t> slots;
+  for (int i = 0; i < 4; ++i) slots.insert(find_or_claim_dependency(s, "d" + std::to_string(i), 1, 0).index);
+  EXPECT_EQ(slots.size(), 4u);
+  try {
+    find_or_claim_dependency(s, "one-too-many", 1, 0);
+    FAIL();
+  } catch (const SegmentError& e) {
+    EXPECT_EQ(e.code(), ENOSPC);
+  }
+  // The names already there are still found.
+  EXPECT_TRUE(find_dependency(s, "d3").has_value());
+}
+
+TEST(DependencyTable, InvalidNameIsEINVAL) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  for (const char* bad : {"", "has space", "slash/name", "a-name-that-is-much-longer-than-forty-seven-bytes"}) {
+    try {
+      find_or_claim_dependency(s, bad, 1, 0);
+      FAIL() << bad;
+    } catch (const SegmentError& e) {
+      EXPECT_EQ(e.code(), EINVAL) << bad;
+    }
+  }
+}
+
+TEST(DependencyTable, AbandonedSlotIsSkipped) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(8));
+  const std::uint64_t hash = dependency_name_hash("orders");
+  const std::uint32_t home = static_cast<std::uint32_t>(hash % 8);
+  s.dependency(home).identity.tag.store((hash << 8) | kSlotAbandoned);
+  const ClaimResult r = find_or_claim_dependency(s, "orders", 5, 0);
+  EXPECT_NE(r.index, home);
+  EXPECT_EQ(find_dependency(s, "orders"), r.index);
+}
+
+TEST(DependencyTable, ThreadsRacingForOneNewNameMeetOnOneSlot) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(64));
+  for (int round = 0; round < 50; ++round) {
+    const std::string dep = "race-" + std::to_string(round);
+    std::vector<std::uint32_t> got(4);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] { got[t] = find_or_claim_dependency(s, dep, 1, 0).index; });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(std::set<std::uint32_t>(got.begin(), got.end()).size(), 1u) << dep;
+  }
+}
+
+TEST(DependencyTable, ProcessesRacingForOneNewNameMeetOnOneSlot) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(64));
+  std::vector<pid_t> children;
+  for (int c = 0; c < 4; ++c) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      Segment mine = Segment::attach(name, Access::kReadWrite);
+      for (int i = 0; i < 40; ++i) find_or_claim_dependency(mine, "shared-" + std::to_string(i), 1, 0);
+      std::_Exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  int ready = 0;
+  for (std::uint32_t i = 0; i < 64; ++i) {
+    ready += (s.dependency(i).identity.tag.load() & 0xff) == kSlotReady;
+  }
+  EXPECT_EQ(ready, 40);  // one slot per name, none twice
+}
+
+TEST(ProcessTable, ClaimRecordsPidAndStartTimeAndReleaseFrees) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(4, 2));
+  const std::uint32_t a = claim_process_slot(s);
+  const std::uint32_t b = claim_process_slot(s);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(s.process(a).identity.pid.load(), ::getpid());
+  EXPECT_EQ(s.process(a).identity.start_time.load(), process_start_time(::getpid()).value());
+  try {
+    claim_process_slot(s);
+    FAIL();
+  } catch (const SegmentError& e) {
+    EXPECT_EQ(e.code(), ENOSPC);
+  }
+  release_process_slot(s, a);
+  EXPECT_EQ(claim_process_slot(s), a);
+}
+
+TEST(ProcessTable, StartTimeOfAMissingProcessIsNothing) {
+  pid_t pid = ::fork();
+  if (pid == 0) std::_Exit(0);
+  ::waitpid(pid, nullptr, 0);
+  EXPECT_EQ(process_start_time(pid), std::nullopt);
+  EXPECT_TRUE(process_start_time(::getpid()).has_value());
+}
+
+TEST(Stats, ReadingsSumStripesAndDeltasSubtract) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(4, 4, 3));
+  const DependencyCounters before = read_counters(s, 1);
+  s.stripe(1, 0).histogram[histogram_bucket(1'000'000)].fetch_add(2);
+  s.stripe(1, 2).histogram[histogram_bucket(3'000'000)].fetch_add(1);
+  s.stripe(1, 1).dropped.fetch_add(5);
+  s.stripe(1, 2).rtt_sum_ns.fetch_add(5'000'000);
+  const DependencyCounters d = read_counters(s, 1).since(before);
+  EXPECT_EQ(d.ok, 3u);
+  EXPECT_EQ(d.dropped, 5u);
+  EXPECT_EQ(d.rtt_sum_ns, 5'000'000u);
+  EXPECT_EQ(read_counters(s, 0).ok, 0u);  // other dependencies untouched
+}
+
+TEST(Stats, WindowExtremesAreTakenOnce) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(4, 4, 2));
+  s.stripe(0, 0).rtt_min_ns.store(300);
+  s.stripe(0, 1).rtt_min_ns.store(200);
+  s.stripe(0, 1).rtt_max_ns.store(900);
+  s.stripe(0, 0).max_inflight.store(7);
+  const WindowExtremes first = take_window_extremes(s, 0);
+  EXPECT_EQ(first.rtt_min_ns, 200u);
+  EXPECT_EQ(first.rtt_max_ns, 900u);
+  EXPECT_EQ(first.max_inflight, 7u);
+  const WindowExtremes second = take_window_extremes(s, 0);
+  EXPECT_EQ(second.rtt_min_ns, UINT64_MAX);
+  EXPECT_EQ(second.max_inflight, 0u);
+}
+
+}  // namespace
+}  // namespace bulkhead::shm
