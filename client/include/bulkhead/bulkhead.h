@@ -1,0 +1,113 @@
+/*
+ * libbulkhead: host-wide concurrency limits for outgoing calls. C ABI.
+ *
+ * A process opens a client once, looks up a handle per dependency once, and
+ * then brackets every outgoing call with bh_try_acquire() and bh_release().
+ * Admission is a compare-and-swap on a counter in shared memory against the
+ * limit that bulkheadd publishes there: no lock, no system call, no
+ * allocation. When no daemon runs (no segment), the client still works: it
+ * admits against a static limit of its own (default: everything).
+ *
+ * Every function that can fail returns 0 on success, a positive BH_REJECT_*
+ * reason when a call is not admitted, or a negative errno value for misuse
+ * or a segment that cannot be used; bh_last_error() then says why in words.
+ * Nothing here throws, logs or blocks.
+ *
+ * Thread safety: a bh_client and its bh_dep handles may be used from any
+ * number of threads at once. A bh_permit belongs to the thread that holds it.
+ */
+#ifndef BULKHEAD_BULKHEAD_H
+#define BULKHEAD_BULKHEAD_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define BH_API __attribute__((visibility("default")))
+#else
+#define BH_API
+#endif
+
+typedef struct bh_client bh_client;
+typedef struct bh_dep bh_dep;
+
+/* A permit: a value the caller owns (on its stack), filled by a successful
+ * bh_try_acquire() and emptied by bh_release(). Its fields are private. */
+typedef struct bh_permit {
+  bh_dep *dep_;        /* NULL when the permit holds nothing */
+  uint64_t start_ns_;  /* CLOCK_MONOTONIC at admission */
+} bh_permit;
+
+/* Outcomes, for bh_release(). */
+enum {
+  BH_SUCCESS = 0, /* the call succeeded: a latency sample */
+  BH_DROPPED = 1, /* timed out or met back-pressure: counted, latency not kept */
+  BH_IGNORE = 2   /* neither (cancelled, client error): not a sample */
+};
+
+/* Rejection reasons, returned by bh_try_acquire(). */
+enum {
+  BH_REJECT_LIMIT = 1 /* the dependency's in-flight count is at its limit */
+};
+
+/* Client modes, from bh_client_mode(). */
+enum {
+  BH_MODE_SHARED = 0,    /* attached to bulkheadd's segment */
+  BH_MODE_STANDALONE = 1 /* no segment: a static limit of this process's own */
+};
+
+/* Flags for bh_options.flags. */
+enum {
+  BH_OPEN_REQUIRE_SEGMENT = 1 /* fail with -ENOENT instead of standalone mode */
+};
+
+typedef struct bh_options {
+  const char *segment;  /* NULL: $BULKHEAD_SEGMENT, else "bulkhead" */
+  long static_limit;    /* standalone limit; <= 0: $BULKHEAD_STATIC_LIMIT, else no limit */
+  unsigned flags;       /* BH_OPEN_* */
+} bh_options;
+
+/* Opens a client on the segment (NULL: $BULKHEAD_SEGMENT, else "bulkhead").
+ * With no segment present it opens in standalone mode and returns 0. A
+ * segment that exists but cannot be used (other ABI, corrupt, no permission)
+ * is an error: -EPROTO, -EBADMSG, -EACCES, ... */
+BH_API int bh_client_open(const char *segment, bh_client **out);
+BH_API int bh_client_open_opts(const bh_options *options, bh_client **out);
+/* Closes the client. Every permit must have been released; handles die with
+ * it. NULL is ignored. */
+BH_API void bh_client_close(bh_client *c);
+/* BH_MODE_SHARED or BH_MODE_STANDALONE. */
+BH_API int bh_client_mode(const bh_client *c);
+/* A one-line description of the client's state, e.g. why it is standalone. */
+BH_API const char *bh_client_status(const bh_client *c);
+
+/* The handle of a dependency, valid until bh_client_close(). A name the
+ * daemon's config does not list gets a slot with its [defaults], unless the
+ * daemon is strict (-ENOENT). -ENOSPC when the table is full, -EINVAL for a
+ * bad name (1 to 47 of A-Z a-z 0-9 . _ -). Call once, not per request. */
+BH_API int bh_dependency(bh_client *c, const char *name, bh_dep **out);
+
+/* Admits a call if the dependency is under its limit: 0 and a filled
+ * permit; else a BH_REJECT_* reason and an empty permit. Never blocks. */
+BH_API int bh_try_acquire(bh_dep *d, bh_permit *out);
+/* Gives the permit back with the call's outcome; its latency is the time
+ * since admission. Releasing an empty permit (or twice) does nothing. */
+BH_API void bh_release(bh_permit *p, int outcome);
+/* The same with a latency the caller measured itself, in nanoseconds. */
+BH_API void bh_release_latency(bh_permit *p, int outcome, uint64_t latency_ns);
+
+/* The limit in force and the host-wide in-flight count, -EINVAL for NULL. */
+BH_API long bh_limit(const bh_dep *d);
+BH_API long bh_inflight(const bh_dep *d);
+
+/* The reason for the last negative return on this thread, in words. */
+BH_API const char *bh_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BULKHEAD_BULKHEAD_H */

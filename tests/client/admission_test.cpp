@@ -1,0 +1,285 @@
+// Admission against a real segment: the limit holds under threads and
+// processes, counts return to zero, outcomes reach the statistics.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "bulkhead/bulkhead.h"
+#include "bulkhead/client.hpp"
+#include "shm/segment.hpp"
+#include "shm/stats.hpp"
+#include "tests/support/temp_segment.hpp"
+
+namespace bulkhead {
+namespace {
+
+using testing::TempSegmentName;
+
+// Occupancy seen by the callers themselves, in memory shared across fork.
+struct Occupancy {
+  std::atomic<int> now{0};
+  std::atomic<int> peak{0};
+  std::atomic<long> admitted{0};
+  void enter() {
+    const int n = now.fetch_add(1) + 1;
+    int p = peak.load();
+    while (n > p && !peak.compare_exchange_weak(p, n)) {
+    }
+    admitted.fetch_add(1);
+  }
+  void leave() { now.fetch_sub(1); }
+};
+
+class AdmissionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    segment_.emplace(shm::Segment::create(name_, testing::small_segment()));
+    segment_->header().default_limit.store(20);
+  }
+
+  // The slot index of a dependency the client looked up.
+  std::uint32_t slot_of(const std::string& dep) { return *shm::find_dependency(*segment_, dep); }
+  void set_limit(const std::string& dep, std::uint32_t limit) {
+    segment_->dependency(slot_of(dep)).control.limit.store(limit);
+  }
+  std::uint32_t held_total(std::uint32_t dep) {
+    std::uint32_t sum = 0;
+    for (std::uint32_t p = 0; p < segment_->header().max_processes; ++p) sum += segment_->held(p, dep).load();
+    return sum;
+  }
+  // Hammers `dep` for `iterations` acquire/release pairs, recording what it
+  // saw in `occupancy`.
+  static void hammer(bh_dep* dep, Occupancy* occupancy, int iterations) {
+    for (int i = 0; i < iterations; ++i) {
+      bh_permit permit;
+      if (bh_try_acquire(dep, &permit) == 0) {
+        occupancy->enter();
+        std::this_thread::yield();
+        occupancy->leave();
+        bh_release(&permit, i % 3 == 0 ? BH_DROPPED : BH_SUCCESS);
+      }
+    }
+  }
+
+  TempSegmentName name_{"adm"};
+  std::optional<shm::Segment> segment_;
+};
+
+TEST_F(AdmissionTest, OpensSharedAndLooksUpANewNameWithTheDefaultLimit) {
+  Client client(name_.str());
+  EXPECT_EQ(client.mode(), Client::Mode::kShared);
+  Dependency dep = client.dependency("payments");
+  EXPECT_EQ(dep.limit(), 20);
+  EXPECT_EQ(dep.inflight(), 0);
+  // A second lookup returns the same handle.
+  EXPECT_EQ(client.dependency("payments").handle(), dep.handle());
+}
+
+TEST_F(AdmissionTest, RejectsAtTheLimitWithoutTouchingTheCount) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  set_limit("payments", 2);
+  Permit a = dep.try_acquire();
+  Permit b = dep.try_acquire();
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(b);
+  const std::uint64_t word = segment_->dependency(slot_of("payments")).admission.word.load();
+  Permit c = dep.try_acquire();
+  EXPECT_FALSE(c);
+  EXPECT_EQ(c.reason(), BH_REJECT_LIMIT);
+  // A rejection never writes the admission word.
+  EXPECT_EQ(segment_->dependency(slot_of("payments")).admission.word.load(), word);
+  EXPECT_EQ(shm::read_counters(*segment_, slot_of("payments")).rejected, 1u);
+  a.success();
+  EXPECT_TRUE(dep.try_acquire());
+}
+
+TEST_F(AdmissionTest, ReleasingTwiceGivesBackOnce) {
+  bh_client* c = nullptr;
+  ASSERT_EQ(bh_client_open(name_.c_str(), &c), 0);
+  bh_dep* d = nullptr;
+  ASSERT_EQ(bh_dependency(c, "payments", &d), 0);
+  bh_permit one, two;
+  ASSERT_EQ(bh_try_acquire(d, &one), 0);
+  ASSERT_EQ(bh_try_acquire(d, &two), 0);
+  bh_release(&one, BH_SUCCESS);
+  bh_release(&one, BH_SUCCESS);
+  EXPECT_EQ(bh_inflight(d), 1);
+  bh_release(&two, BH_IGNORE);
+  EXPECT_EQ(bh_inflight(d), 0);
+  EXPECT_EQ(held_total(slot_of("payments")), 0u);
+  bh_client_close(c);
+}
+
+TEST_F(AdmissionTest, OutcomesReachTheStatisticsButOnlySuccessesCarryLatency) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  dep.try_acquire().release(Outcome::kSuccess, std::chrono::milliseconds(3));
+  dep.try_acquire().release(Outcome::kSuccess, std::chrono::milliseconds(5));
+  dep.try_acquire().release(Outcome::kDropped, std::chrono::seconds(30));
+  dep.try_acquire().ignore();
+  { Permit abandoned = dep.try_acquire(); }  // destroyed unreleased: ignored
+  const shm::DependencyCounters c = shm::read_counters(*segment_, slot_of("payments"));
+  EXPECT_EQ(c.ok, 2u);
+  EXPECT_EQ(c.dropped, 1u);
+  EXPECT_EQ(c.ignored, 2u);
+  EXPECT_EQ(c.rtt_sum_ns, 8'000'000u);  // the dropped call's 30 s are not in it
+  const shm::WindowExtremes e = shm::take_window_extremes(*segment_, slot_of("payments"));
+  EXPECT_EQ(e.rtt_min_ns, 3'000'000u);
+  EXPECT_EQ(e.rtt_max_ns, 5'000'000u);
+  EXPECT_EQ(e.max_inflight, 1u);
+}
+
+TEST_F(AdmissionTest, LatencyIsMeasuredFromAcquireToRelease) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  Permit p = dep.try_acquire();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  p.success();
+  const shm::DependencyCounters c = shm::read_counters(*segment_, slot_of("payments"));
+  EXPECT_GE(c.rtt_sum_ns, 20'000'000u);
+}
+
+TEST_F(AdmissionTest, TwoThreadsNeverExceedTheLimit) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  set_limit("payments", 1);
+  Occupancy occupancy;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) threads.emplace_back(hammer, dep.handle(), &occupancy, 200'000);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(occupancy.peak.load(), 1);
+  EXPECT_GT(occupancy.admitted.load(), 0);
+  EXPECT_EQ(dep.inflight(), 0);
+  EXPECT_EQ(held_total(slot_of("payments")), 0u);
+}
+
+TEST_F(AdmissionTest, FourProcessesNeverExceedTheLimit) {
+  {
+    Client client(name_.str());
+    client.dependency("payments");
+  }
+  set_limit("payments", 3);
+  auto* occupancy = static_cast<Occupancy*>(
+      ::mmap(nullptr, sizeof(Occupancy), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(occupancy, MAP_FAILED);
+  new (occupancy) Occupancy();
+  std::vector<pid_t> children;
+  for (int c = 0; c < 4; ++c) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      bh_client* client = nullptr;
+      bh_dep* dep = nullptr;
+      if (bh_client_open(name_.c_str(), &client) != 0 || bh_dependency(client, "payments", &dep) != 0) {
+        std::_Exit(2);
+      }
+      std::thread second(hammer, dep, occupancy, 50'000);
+      hammer(dep, occupancy, 50'000);
+      second.join();
+      bh_client_close(client);
+      std::_Exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  EXPECT_LE(occupancy->peak.load(), 3);
+  EXPECT_GT(occupancy->admitted.load(), 0);
+  const std::uint32_t slot = slot_of("payments");
+  EXPECT_EQ(shm::admission_inflight(segment_->dependency(slot).admission.word.load()), 0u);
+  EXPECT_EQ(held_total(slot), 0u);
+  // Every process released its slot at close.
+  for (std::uint32_t p = 0; p < segment_->header().max_processes; ++p) {
+    EXPECT_EQ(segment_->process(p).identity.state.load(), shm::kSlotFree) << p;
+  }
+  ::munmap(occupancy, sizeof(Occupancy));
+}
+
+TEST_F(AdmissionTest, PermitsAreHeldInTheCallersProcessSlot) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  Permit p = dep.try_acquire();
+  ASSERT_TRUE(p);
+  const std::uint32_t slot = slot_of("payments");
+  std::uint32_t mine = UINT32_MAX;
+  for (std::uint32_t i = 0; i < segment_->header().max_processes; ++i) {
+    if (segment_->process(i).identity.pid.load() == ::getpid()) mine = i;
+  }
+  ASSERT_NE(mine, UINT32_MAX);
+  EXPECT_EQ(segment_->held(mine, slot).load(), 1u);
+  p.success();
+  EXPECT_EQ(segment_->held(mine, slot).load(), 0u);
+}
+
+TEST_F(AdmissionTest, AForkedChildCountsItsPermitsInItsOwnSlot) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    Permit p = dep.try_acquire();
+    char c = p ? 'y' : 'n';
+    (void)!::write(ready[1], &c, 1);
+    ::pause();  // hold it until killed
+    std::_Exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  const std::uint32_t slot = slot_of("payments");
+  std::uint32_t parent_held = 0, child_held = 0;
+  for (std::uint32_t i = 0; i < segment_->header().max_processes; ++i) {
+    const auto& id = segment_->process(i).identity;
+    if (id.state.load() != shm::kSlotReady) continue;
+    if (id.pid.load() == ::getpid()) parent_held += segment_->held(i, slot).load();
+    if (id.pid.load() == pid) child_held += segment_->held(i, slot).load();
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  EXPECT_EQ(parent_held, 0u);
+  EXPECT_EQ(child_held, 1u);
+}
+
+TEST_F(AdmissionTest, StrictDaemonRefusesUnknownNames) {
+  segment_->header().flags.store(shm::kHeaderStrict);
+  shm::find_or_claim_dependency(*segment_, "known", 5, shm::kDependencyConfigured);
+  bh_client* c = nullptr;
+  ASSERT_EQ(bh_client_open(name_.c_str(), &c), 0);
+  bh_dep* d = nullptr;
+  EXPECT_EQ(bh_dependency(c, "unknown", &d), -ENOENT);
+  EXPECT_NE(std::string(bh_last_error()).find("strict"), std::string::npos);
+  EXPECT_EQ(bh_dependency(c, "known", &d), 0);
+  EXPECT_EQ(bh_limit(d), 5);
+  bh_client_close(c);
+}
+
+TEST_F(AdmissionTest, BadNamesAreEINVAL) {
+  bh_client* c = nullptr;
+  ASSERT_EQ(bh_client_open(name_.c_str(), &c), 0);
+  bh_dep* d = nullptr;
+  EXPECT_EQ(bh_dependency(c, "no spaces", &d), -EINVAL);
+  EXPECT_NE(std::string(bh_last_error()).find("no spaces"), std::string::npos);
+  EXPECT_EQ(bh_dependency(c, nullptr, &d), -EINVAL);
+  bh_client_close(c);
+}
+
+TEST_F(AdmissionTest, ACorruptSegmentIsRefusedWithTheReason) {
+  segment_->header().abi_major = shm::kAbiMajor + 1;
+  bh_client* c = nullptr;
+  EXPECT_EQ(bh_client_open(name_.c_str(), &c), -EPROTO);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_NE(std::string(bh_last_error()).find("ABI major"), std::string::npos) << bh_last_error();
+}
+
+}  // namespace
+}  // namespace bulkhead

@@ -1,0 +1,55 @@
+/* The C header compiles as C11 and its whole ABI works from C. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bulkhead/bulkhead.h"
+
+static int failures = 0;
+#define CHECK(cond)                                              \
+  do {                                                           \
+    if (!(cond)) {                                               \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                \
+    }                                                            \
+  } while (0)
+
+int main(void) {
+  bh_options options;
+  memset(&options, 0, sizeof options);
+  options.segment = "bhtest-c-api-no-such-segment";
+  options.static_limit = 2;
+  bh_client *client = NULL;
+  CHECK(bh_client_open_opts(&options, &client) == 0);
+  CHECK(bh_client_mode(client) == BH_MODE_STANDALONE);
+  CHECK(strstr(bh_client_status(client), "standalone") != NULL);
+
+  bh_dep *dep = NULL;
+  CHECK(bh_dependency(client, "payments", &dep) == 0);
+  CHECK(bh_limit(dep) == 2);
+  bh_permit a, b, c;
+  CHECK(bh_try_acquire(dep, &a) == 0);
+  CHECK(bh_try_acquire(dep, &b) == 0);
+  CHECK(bh_try_acquire(dep, &c) == BH_REJECT_LIMIT);
+  CHECK(bh_inflight(dep) == 2);
+  bh_release(&a, BH_SUCCESS);
+  bh_release(&a, BH_SUCCESS); /* twice: harmless */
+  bh_release_latency(&b, BH_DROPPED, 1000);
+  bh_release(&c, BH_SUCCESS); /* never admitted: harmless */
+  CHECK(bh_inflight(dep) == 0);
+
+  CHECK(bh_dependency(client, "bad name", &dep) == -EINVAL);
+  CHECK(strlen(bh_last_error()) > 0);
+  CHECK(bh_try_acquire(NULL, &a) == -EINVAL);
+  CHECK(bh_limit(NULL) == -EINVAL);
+  bh_client_close(client);
+  bh_client_close(NULL);
+
+  bh_client *none = NULL;
+  options.flags = BH_OPEN_REQUIRE_SEGMENT;
+  CHECK(bh_client_open_opts(&options, &none) == -ENOENT);
+  CHECK(none == NULL);
+
+  printf("c_api_test: %s\n", failures == 0 ? "ok" : "FAILED");
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,79 @@
+// With no segment the client still works, on a static limit of its own.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "bulkhead/client.hpp"
+#include "tests/support/temp_segment.hpp"
+
+namespace bulkhead {
+namespace {
+
+using testing::TempSegmentName;
+
+TEST(Standalone, NoSegmentMeansStandaloneAdmittingEverything) {
+  TempSegmentName name{"none"};
+  Client client(name.str());
+  EXPECT_EQ(client.mode(), Client::Mode::kStandalone);
+  EXPECT_NE(client.status().find("standalone"), std::string_view::npos);
+  Dependency dep = client.dependency("payments");
+  std::vector<Permit> permits;
+  for (int i = 0; i < 10'000; ++i) {
+    permits.push_back(dep.try_acquire());
+    ASSERT_TRUE(permits.back());
+  }
+  EXPECT_EQ(dep.inflight(), 10'000);
+}
+
+TEST(Standalone, StaticLimitCaps) {
+  TempSegmentName name{"none"};
+  bh_options o{};
+  o.segment = name.c_str();
+  o.static_limit = 2;
+  Client client(o);
+  Dependency dep = client.dependency("payments");
+  EXPECT_EQ(dep.limit(), 2);
+  Permit a = dep.try_acquire(), b = dep.try_acquire(), c = dep.try_acquire();
+  EXPECT_TRUE(a);
+  EXPECT_TRUE(b);
+  EXPECT_FALSE(c);
+  EXPECT_EQ(c.reason(), BH_REJECT_LIMIT);
+  a.success();
+  EXPECT_EQ(dep.inflight(), 1);
+}
+
+TEST(Standalone, StaticLimitFromTheEnvironment) {
+  TempSegmentName name{"none"};
+  ::setenv("BULKHEAD_STATIC_LIMIT", "7", 1);
+  Client client(name.str());
+  ::unsetenv("BULKHEAD_STATIC_LIMIT");
+  EXPECT_EQ(client.dependency("x").limit(), 7);
+}
+
+TEST(Standalone, SegmentNameFromTheEnvironment) {
+  TempSegmentName name{"env"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  ::setenv("BULKHEAD_SEGMENT", name.c_str(), 1);
+  Client client;
+  ::unsetenv("BULKHEAD_SEGMENT");
+  EXPECT_EQ(client.mode(), Client::Mode::kShared);
+}
+
+TEST(Standalone, RequiringTheSegmentFailsWithoutIt) {
+  TempSegmentName name{"none"};
+  bh_options o{};
+  o.segment = name.c_str();
+  o.flags = BH_OPEN_REQUIRE_SEGMENT;
+  bh_client* c = nullptr;
+  EXPECT_EQ(bh_client_open_opts(&o, &c), -ENOENT);
+  EXPECT_NE(std::string(bh_last_error()).find(name.str()), std::string::npos);
+  try {
+    Client client(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code().value(), ENOENT);
+  }
+}
+
+}  // namespace
+}  // namespace bulkhead
