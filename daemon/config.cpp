@@ -1,0 +1,559 @@
+// Loading and validating bulkheadd's TOML configuration.
+//
+// Validation runs in two passes, so that the error reported is the first one
+// in the file, as a compiler would report it:
+//   1. every table and key in file order, each key on its own: is it known,
+//      of the right type, in range; a dependency name, a policy name;
+//   2. what needs the whole file: each dependency's settings as inherited
+//      from [defaults] (limits in order, policy and parameters accepted by
+//      the policy's own factory), then the number of dependencies.
+// Nothing is kept from a file that fails: parse_config returns a whole
+// Config or throws.
+//
+// Thread safety: the functions here share no state; builtin_registry() is
+// only read.
+
+#include "daemon/config.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <toml++/toml.h>
+#include <utility>
+#include <vector>
+
+#include "shm/names.hpp"
+
+namespace bulkhead::daemon {
+namespace {
+
+// A limit is a count of concurrent calls to one dependency from one host. A
+// million is far above any real one and far inside the 32-bit in-flight count.
+constexpr std::int64_t kMaxLimit = 1'000'000;  // calls
+// A config file with 16384 dependencies is a few MiB; anything much larger is
+// not a config file (or is /dev/zero), and is refused before parsing.
+constexpr std::size_t kMaxFileBytes = 16u << 20;
+
+constexpr std::string_view kLimitKeys[] = {"min_limit", "max_limit", "initial_limit"};
+
+struct Range {
+  std::int64_t lo;
+  std::int64_t hi;
+};
+
+// Builds errors that name the source. Every error leaves through here.
+class Reporter {
+ public:
+  explicit Reporter(std::string_view source) : source_(source) {}
+
+  // "FILE:LINE: KEY: REASON"; LINE left out when it is 0 (no place).
+  [[noreturn]] void fail(std::uint32_t line, std::string_view key, std::string_view reason) const {
+    std::string message = source_;
+    if (line != 0) message += ":" + std::to_string(line);
+    message += ": ";
+    message += key;
+    message += ": ";
+    message += reason;
+    throw ConfigError(message);
+  }
+
+ private:
+  std::string source_;
+};
+
+// A key as TOML would need it written: bare when it can be, else quoted.
+bool is_bare_key(std::string_view key) {
+  if (key.empty()) return false;
+  return std::all_of(key.begin(), key.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-';
+  });
+}
+
+// The dotted path of `key` inside `parent`, e.g. dependency."search.v2".backoff.
+std::string key_path(std::string_view parent, std::string_view key) {
+  std::string out(parent);
+  if (!out.empty()) out += '.';
+  if (is_bare_key(key)) {
+    out += key;
+    return out;
+  }
+  out += '"';
+  for (char c : key) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      out += "\\u00";
+      out += kHex[(c >> 4) & 0xf];
+      out += kHex[c & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+std::string octal(std::int64_t mode) {
+  std::string digits;
+  for (std::int64_t v = mode; v > 0; v /= 8) digits.insert(digits.begin(), char('0' + v % 8));
+  while (digits.size() < 3) digits.insert(digits.begin(), '0');
+  return (mode < 0 ? "-0o" : "0o") + digits;
+}
+
+// One key of a table, with where it is written.
+struct Entry {
+  std::string_view key;
+  const toml::node* node;
+  std::uint32_t line;
+  std::uint32_t column;
+};
+
+// A table's keys in the order they are written (toml++ keeps them sorted by
+// name), so that the first error reported is the first in the file.
+std::vector<Entry> in_file_order(const toml::table& table) {
+  std::vector<Entry> entries;
+  entries.reserve(table.size());
+  for (auto&& [key, node] : table) {
+    // The key's own position: a value may start on a later line than its key.
+    toml::source_position pos = key.source().begin;
+    if (pos.line == 0) pos = node.source().begin;
+    entries.push_back({key.str(), &node, pos.line, pos.column});
+  }
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::pair(a.line, a.column) < std::pair(b.line, b.column);
+  });
+  return entries;
+}
+
+// Typed readers: each returns the value or fails at the entry's line.
+std::int64_t read_integer(const Reporter& report, const Entry& e, const std::string& path,
+                          Range range, std::string_view not_integer = "must be an integer") {
+  const auto* value = e.node->as_integer();
+  if (value == nullptr) report.fail(e.line, path, not_integer);
+  const std::int64_t v = value->get();
+  if (v < range.lo || v > range.hi) {
+    report.fail(e.line, path,
+                "must be in [" + std::to_string(range.lo) + ", " + std::to_string(range.hi) + "]");
+  }
+  return v;
+}
+
+const std::string& read_string(const Reporter& report, const Entry& e, const std::string& path) {
+  const auto* value = e.node->as_string();
+  if (value == nullptr) report.fail(e.line, path, "must be a string");
+  return value->get();
+}
+
+bool read_boolean(const Reporter& report, const Entry& e, const std::string& path) {
+  const auto* value = e.node->as_boolean();
+  if (value == nullptr) report.fail(e.line, path, "must be a boolean (true or false)");
+  return value->get();
+}
+
+const toml::table& read_table(const Reporter& report, const Entry& e, const std::string& path) {
+  const auto* table = e.node->as_table();
+  if (table == nullptr) report.fail(e.line, path, "must be a table");
+  return *table;
+}
+
+// "" (metrics off), "host:port" or "[v6]:port", port 0..65535. Whether the
+// host resolves or the port is free is for the exporter to find out.
+const char* check_listen_address(std::string_view address) {
+  if (address.empty()) return nullptr;
+  constexpr const char* kShape = "must be \"host:port\", or \"\" to turn metrics off";
+  const std::size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return kShape;
+  const std::string_view host = address.substr(0, colon);
+  const std::string_view port = address.substr(colon + 1);
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return kShape;
+  } else if (host.find(':') != std::string_view::npos) {
+    return "an IPv6 host must be in brackets, e.g. \"[::1]:9477\"";
+  }
+  for (char c : host) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) return "host must not contain spaces";
+  }
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      std::stoi(std::string(port)) > 65535) {
+    return "port must be a number in [0, 65535]";
+  }
+  return nullptr;
+}
+
+// Loose on purpose: the daemon looks the group up when it creates the
+// segment; here only what no group database accepts is refused.
+const char* check_group_name(std::string_view group) {
+  if (group.size() > 256) return "is longer than 256 bytes";
+  if (!group.empty() && group.front() == '-') return "must not start with '-'";
+  for (char c : group) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f || c == ':' || c == ',' || c == '/') {
+      return "must be a group name: no spaces, ':', ',' or '/'";
+    }
+  }
+  return nullptr;
+}
+
+DaemonConfig read_daemon(const Reporter& report, const toml::table& table) {
+  DaemonConfig d;
+  for (const Entry& e : in_file_order(table)) {
+    const std::string path = key_path("daemon", e.key);
+    if (e.key == "segment") {
+      d.segment = read_string(report, e, path);
+      if (const char* why = shm::check_dependency_name(d.segment)) {
+        report.fail(e.line, path, std::string("name ") + why);
+      }
+      // Allowed characters, but /dev/shm/. and /dev/shm/.. are directories.
+      if (d.segment == "." || d.segment == "..") {
+        report.fail(e.line, path, "name must not be \".\" or \"..\"");
+      }
+    } else if (e.key == "tick_ms") {
+      d.tick = std::chrono::milliseconds(read_integer(report, e, path, {10, 60'000}));
+    } else if (e.key == "metrics_listen") {
+      d.metrics_listen = read_string(report, e, path);
+      if (const char* why = check_listen_address(d.metrics_listen)) report.fail(e.line, path, why);
+    } else if (e.key == "strict") {
+      d.strict = read_boolean(report, e, path);
+    } else if (e.key == "max_dependencies") {
+      d.max_dependencies = static_cast<std::uint32_t>(read_integer(report, e, path, {1, 16'384}));
+    } else if (e.key == "max_processes") {
+      d.max_processes = static_cast<std::uint32_t>(read_integer(report, e, path, {1, 4'096}));
+    } else if (e.key == "stats_stripes") {
+      d.stats_stripes = static_cast<std::uint32_t>(read_integer(report, e, path, {1, 64}));
+    } else if (e.key == "segment_group") {
+      d.segment_group = read_string(report, e, path);
+      if (const char* why = check_group_name(d.segment_group)) report.fail(e.line, path, why);
+    } else if (e.key == "segment_mode") {
+      const auto* value = e.node->as_integer();
+      if (value == nullptr) report.fail(e.line, path, "must be an integer, e.g. 0o660");
+      const std::int64_t mode = value->get();
+      if (mode < 0 || mode > 0777) {
+        report.fail(e.line, path,
+                    "must be permission bits in [0o000, 0o777], got " + octal(mode) +
+                        " (write it in octal, e.g. 0o660)");
+      }
+      if ((mode & 07) != 0) {
+        report.fail(e.line, path,
+                    "must not give others any access (o+rwx), got " + octal(mode) +
+                        ": the segment is never world-accessible");
+      }
+      if ((mode & 0600) != 0600) {
+        report.fail(e.line, path, "must give the owner read and write (0o600), got " + octal(mode));
+      }
+      d.segment_mode = static_cast<std::uint32_t>(mode);
+    } else if (e.key == "log_level") {
+      d.log_level = read_string(report, e, path);
+      static constexpr std::string_view kLevels[] = {"trace", "debug", "info", "warn", "error"};
+      if (std::find(std::begin(kLevels), std::end(kLevels), d.log_level) == std::end(kLevels)) {
+        report.fail(e.line, path, "must be one of trace, debug, info, warn, error");
+      }
+    } else {
+      report.fail(e.line, path, e.node->is_table() ? "unknown table" : "unknown key");
+    }
+  }
+  return d;
+}
+
+// [defaults] or one [dependency.NAME] as written: only the keys it sets.
+struct RawTable {
+  std::string path;        // "defaults" or "dependency.NAME", as in errors
+  std::string name;        // "" for [defaults]
+  std::uint32_t line = 0;  // of the table's header; 0 when there is none
+  std::optional<std::string> policy;
+  std::optional<std::int64_t> min_limit;
+  std::optional<std::int64_t> max_limit;
+  std::optional<std::int64_t> initial_limit;
+  std::optional<std::int64_t> window_min_samples;
+  std::optional<std::int64_t> window_max_ms;
+  policies::ParamMap params;
+  std::map<std::string, std::uint32_t, std::less<>> lines;  // every key set: its line
+
+  bool sets(std::string_view key) const { return lines.find(key) != lines.end(); }
+  // The line of `key` when this table sets it, else the table's own line.
+  std::uint32_t line_of(std::string_view key) const {
+    const auto it = lines.find(key);
+    return it != lines.end() ? it->second : line;
+  }
+};
+
+std::string known_policies() {
+  std::string out;
+  for (const std::string& name : policies::builtin_registry().names()) {
+    if (!out.empty()) out += ", ";
+    out += name;
+  }
+  return out;
+}
+
+RawTable read_dependency_table(const Reporter& report, const toml::table& table, std::string path,
+                               std::string name, std::uint32_t line) {
+  RawTable raw;
+  raw.path = std::move(path);
+  raw.name = std::move(name);
+  raw.line = line;
+  const bool is_dependency = !raw.name.empty();
+  for (const Entry& e : in_file_order(table)) {
+    const std::string path_here = key_path(raw.path, e.key);
+    raw.lines.emplace(std::string(e.key), e.line);
+    if (e.key == "policy") {
+      const std::string& policy = read_string(report, e, path_here);
+      if (!policies::builtin_registry().contains(policy)) {
+        report.fail(e.line, path_here,
+                    "unknown policy \"" + policy + "\" (known: " + known_policies() + ")");
+      }
+      raw.policy = policy;
+    } else if (e.key == "min_limit" || e.key == "max_limit" || e.key == "initial_limit") {
+      // Limits count calls: a fraction of a call means a typo, not a wish.
+      const std::int64_t v =
+          read_integer(report, e, path_here, {1, kMaxLimit}, "must be an integer (a number of calls)");
+      (e.key == "min_limit" ? raw.min_limit : e.key == "max_limit" ? raw.max_limit : raw.initial_limit) = v;
+    } else if (e.key == "window_min_samples") {
+      raw.window_min_samples = read_integer(report, e, path_here, {1, 1'000'000});
+    } else if (e.key == "window_max_ms") {
+      raw.window_max_ms = read_integer(report, e, path_here, {1, 600'000});
+    } else if (e.node->is_table()) {
+      // [dependency.search.v2] makes "v2" a table inside dependency "search".
+      report.fail(e.line, path_here,
+                  is_dependency ? "unknown table (a dependency name with a dot must be quoted: "
+                                  "[dependency.\"NAME.WITH.DOTS\"])"
+                                : "unknown table");
+    } else if (e.node->is_integer() || e.node->is_floating_point()) {
+      // Any other number is a parameter of the policy; whether the policy
+      // knows it is for the policy's factory to say, in pass two.
+      const double v = e.node->is_integer() ? static_cast<double>(e.node->as_integer()->get())
+                                            : e.node->as_floating_point()->get();
+      if (!std::isfinite(v)) report.fail(e.line, path_here, "must be a finite number");
+      raw.params.insert_or_assign(std::string(e.key), v);
+    } else {
+      report.fail(e.line, path_here, "unknown key (policy parameters are numbers)");
+    }
+  }
+  return raw;
+}
+
+// Where in a policy's error message `key` is named as a word, or npos.
+std::size_t find_word(std::string_view message, std::string_view key) {
+  const auto is_word_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-';
+  };
+  for (std::size_t pos = message.find(key); pos != std::string_view::npos;
+       pos = message.find(key, pos + 1)) {
+    const std::size_t end = pos + key.size();
+    const bool starts = pos == 0 || !is_word_char(message[pos - 1]);
+    const bool ends = end == message.size() || !is_word_char(message[end]);
+    if (starts && ends) return pos;
+  }
+  return std::string_view::npos;
+}
+
+// The message without a leading "KEY: " or "KEY = VALUE: ", since the error
+// already names the key and the line shows the value.
+std::string_view strip_key(std::string_view message, std::string_view key) {
+  if (message.substr(0, key.size()) != key) return message;
+  std::string_view rest = message.substr(key.size());
+  if (rest.substr(0, 2) == ": ") return rest.substr(2);
+  if (rest.substr(0, 3) == " = ") {
+    const std::size_t colon = rest.find(": ");
+    if (colon != std::string_view::npos) return rest.substr(colon + 2);
+  }
+  return message;
+}
+
+// Builds the policy as the daemon will, so that every problem its factory
+// would find at run time is found here, and points at the key it names.
+void check_policy(const Reporter& report, const RawTable& raw, const DependencyConfig& dep,
+                  std::string_view inherited) {
+  std::string prefix = "policy " + dep.policy + ": ";
+  try {
+    policies::builtin_registry().create(dep.policy, dep.bounds, dep.params);
+  } catch (const policies::ParamError& error) {
+    const std::string_view message = error.what();
+    if (find_word(message, dep.policy) != std::string_view::npos) prefix.clear();  // says it already
+    std::vector<std::string_view> candidates(std::begin(kLimitKeys), std::end(kLimitKeys));
+    for (const auto& [key, value] : dep.params) candidates.push_back(key);
+    // The key named first; of two named at one place, the longer.
+    std::string_view named;
+    std::size_t named_at = std::string_view::npos;
+    for (std::string_view key : candidates) {
+      const std::size_t at = find_word(message, key);
+      if (at == std::string_view::npos) continue;
+      if (named_at == std::string_view::npos || at < named_at ||
+          (at == named_at && key.size() > named.size())) {
+        named = key;
+        named_at = at;
+      }
+    }
+    if (named_at == std::string_view::npos) report.fail(raw.line, raw.path, prefix + std::string(message));
+    std::string reason = prefix + std::string(strip_key(message, named));
+    if (!raw.sets(named)) reason += " (" + std::string(inherited) + ")";
+    report.fail(raw.line_of(named), key_path(raw.path, named), reason);
+  } catch (const std::exception& error) {
+    report.fail(raw.line, raw.path, prefix + error.what());
+  }
+}
+
+// min_limit <= initial_limit <= max_limit, told at the key this table set
+// (the other side may come from [defaults] or the built-in default).
+void check_bounds(const Reporter& report, const RawTable& raw, const DependencyConfig& dep,
+                  std::string_view inherited) {
+  const auto min = static_cast<std::int64_t>(dep.bounds.min);
+  const auto max = static_cast<std::int64_t>(dep.bounds.max);
+  const auto initial = static_cast<std::int64_t>(dep.bounds.initial);
+  const auto describe = [&](std::string_view key, std::int64_t value) {
+    std::string out = std::string(key) + " (" + std::to_string(value);
+    if (!raw.sets(key)) out += ", " + std::string(inherited);
+    return out + ")";
+  };
+  const auto fail_at = [&](std::string_view key, const std::string& reason) {
+    report.fail(raw.line_of(key), key_path(raw.path, key), reason);
+  };
+  if (min > max) {
+    if (raw.sets("max_limit")) fail_at("max_limit", "must be >= " + describe("min_limit", min));
+    fail_at("min_limit", "must be <= " + describe("max_limit", max));
+  }
+  if (initial < min || initial > max) {
+    if (raw.sets("initial_limit")) {
+      fail_at("initial_limit", "must be in [min_limit, max_limit] = [" + std::to_string(min) + ", " +
+                                   std::to_string(max) + "]");
+    }
+    if (initial < min) fail_at("min_limit", "must be <= " + describe("initial_limit", initial));
+    fail_at("max_limit", "must be >= " + describe("initial_limit", initial));
+  }
+}
+
+// A table's settings on top of `base`: the struct defaults for [defaults],
+// the resolved [defaults] for a dependency. Policy parameters carry over only
+// to the same policy: another policy's parameters mean nothing to this one.
+DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, const RawTable& raw,
+                         std::string_view inherited) {
+  DependencyConfig dep = base;
+  dep.name = raw.name;
+  if (raw.policy) dep.policy = *raw.policy;
+  if (dep.policy != base.policy) dep.params.clear();
+  for (const auto& [key, value] : raw.params) dep.params.insert_or_assign(key, value);
+  if (raw.min_limit) dep.bounds.min = static_cast<double>(*raw.min_limit);
+  if (raw.max_limit) dep.bounds.max = static_cast<double>(*raw.max_limit);
+  if (raw.initial_limit) dep.bounds.initial = static_cast<double>(*raw.initial_limit);
+  if (raw.window_min_samples) dep.window_min_samples = static_cast<std::uint32_t>(*raw.window_min_samples);
+  if (raw.window_max_ms) dep.window_max_age = std::chrono::milliseconds(*raw.window_max_ms);
+  check_bounds(report, raw, dep, inherited);
+  check_policy(report, raw, dep, inherited);
+  return dep;
+}
+
+[[noreturn]] void fail_to_read(const std::string& path, int error) {
+  throw ConfigError(path + ": cannot read: " + std::generic_category().message(error));
+}
+
+}  // namespace
+
+const DependencyConfig* Config::find(std::string_view name) const {
+  const auto it = std::lower_bound(dependencies.begin(), dependencies.end(), name,
+                                   [](const DependencyConfig& d, std::string_view n) { return d.name < n; });
+  return it != dependencies.end() && it->name == name ? &*it : nullptr;
+}
+
+DependencyConfig Config::effective(std::string_view name) const {
+  if (const DependencyConfig* dep = find(name)) return *dep;
+  DependencyConfig dep = defaults;
+  dep.name = name;
+  return dep;
+}
+
+Config parse_config(std::string_view text, std::string_view source) {
+  const Reporter report(source);
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& error) {
+    const toml::source_position at = error.source().begin;
+    throw ConfigError(std::string(source) + ":" + std::to_string(at.line) + ":" +
+                      std::to_string(at.column) + ": syntax error: " + std::string(error.description()));
+  }
+
+  // Pass 1: every key on its own, in file order.
+  Config config;
+  config.source = source;
+  RawTable raw_defaults;  // [defaults] may be left out
+  raw_defaults.path = "defaults";
+  std::vector<RawTable> raw_dependencies;
+  for (const Entry& e : in_file_order(root)) {
+    const std::string path = key_path("", e.key);
+    if (e.key == "daemon") {
+      config.daemon = read_daemon(report, read_table(report, e, path));
+    } else if (e.key == "defaults") {
+      raw_defaults = read_dependency_table(report, read_table(report, e, path), path, "", e.line);
+    } else if (e.key == "dependency") {
+      for (const Entry& d : in_file_order(read_table(report, e, path))) {
+        const std::string dep_path = key_path(path, d.key);
+        if (!d.node->is_table()) report.fail(d.line, dep_path, "must be a table: [dependency.NAME]");
+        if (const char* why = shm::check_dependency_name(d.key)) {
+          report.fail(d.line, dep_path, std::string("name ") + why);
+        }
+        raw_dependencies.push_back(
+            read_dependency_table(report, *d.node->as_table(), dep_path, std::string(d.key), d.line));
+      }
+    } else {
+      report.fail(e.line, path, e.node->is_table() ? "unknown table" : "unknown key");
+    }
+  }
+
+  // Pass 2: what needs the whole file.
+  const std::size_t max_dependencies = config.daemon.max_dependencies;
+  if (raw_dependencies.size() > max_dependencies) {
+    const RawTable& first_extra = raw_dependencies[max_dependencies];  // in file order
+    report.fail(first_extra.line, first_extra.path,
+                std::to_string(raw_dependencies.size()) +
+                    " dependencies configured, more than daemon.max_dependencies (" +
+                    std::to_string(max_dependencies) + ")");
+  }
+  config.defaults = resolve(report, DependencyConfig{}, raw_defaults, "the default");
+  config.dependencies.reserve(raw_dependencies.size());
+  for (const RawTable& raw : raw_dependencies) {
+    config.dependencies.push_back(resolve(report, config.defaults, raw, "from [defaults]"));
+  }
+  std::sort(config.dependencies.begin(), config.dependencies.end(),
+            [](const DependencyConfig& a, const DependencyConfig& b) { return a.name < b.name; });
+  return config;
+}
+
+Config load_config_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_to_read(path, errno);
+  std::string text;
+  char buffer[64 * 1024];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      fail_to_read(path, error);
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+    if (text.size() > kMaxFileBytes) {
+      ::close(fd);
+      throw ConfigError(path + ": cannot read: larger than " + std::to_string(kMaxFileBytes >> 20) +
+                        " MiB, not a config file");
+    }
+  }
+  ::close(fd);
+  return parse_config(text, path);
+}
+
+}  // namespace bulkhead::daemon

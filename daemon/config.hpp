@@ -1,0 +1,75 @@
+// bulkheadd's configuration: the TOML file, validated whole before use.
+//
+// A Config is immutable once built. Loading either returns a complete,
+// valid Config or throws ConfigError naming the file, the line, the key and
+// the reason; there is no partially applied config, so a bad reload leaves
+// the running one untouched.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "policies/policy.hpp"
+
+namespace bulkhead::daemon {
+
+// How one dependency's limit is learned. [defaults] and every
+// [dependency.NAME] table have these keys.
+struct DependencyConfig {
+  std::string name;                      // empty for [defaults]
+  std::string policy = "gradient2";      // a name in the policy registry
+  policies::Bounds bounds{1, 1000, 20};  // min_limit, max_limit, initial_limit (calls)
+  policies::ParamMap params;             // the policy's own keys
+  // A window goes to the policy once it holds this many samples (ok +
+  // dropped completions) ...
+  std::uint32_t window_min_samples = 10;
+  // ... or once it is this old and holds at least one sample.
+  std::chrono::milliseconds window_max_age{1000};
+};
+
+struct DaemonConfig {
+  std::string segment = "bulkhead";             // shm name: /dev/shm/<segment>
+  std::chrono::milliseconds tick{100};          // control loop period
+  std::string metrics_listen = "127.0.0.1:9477";  // "" turns metrics off
+  bool strict = false;                          // refuse names not configured
+  std::uint32_t max_dependencies = 256;         // dependency slots
+  std::uint32_t max_processes = 256;            // process slots
+  std::uint32_t stats_stripes = 8;              // statistics stripes per dependency
+  std::string segment_group;                    // "" : the daemon's own group
+  std::uint32_t segment_mode = 0660;            // never world-writable
+  std::string log_level = "info";               // trace debug info warn error
+};
+
+struct Config {
+  std::string source;  // the file it came from, or "<embedded default>"
+  DaemonConfig daemon;
+  DependencyConfig defaults;
+  std::vector<DependencyConfig> dependencies;  // sorted by name, names unique
+
+  // The configured dependency of that name, or nullptr.
+  const DependencyConfig* find(std::string_view name) const;
+  // The settings a dependency of that name runs with: its own table, else
+  // [defaults] under that name.
+  DependencyConfig effective(std::string_view name) const;
+};
+
+// "FILE:LINE: KEY: REASON" (LINE omitted when the error has no place, such as
+// a file that cannot be read).
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses and validates TOML text; `source` names it in errors.
+Config parse_config(std::string_view text, std::string_view source);
+// Reads and parses a file.
+Config load_config_file(const std::string& path);
+// The config bulkheadd runs with when given no --config.
+std::string_view embedded_default_config();
+
+}  // namespace bulkhead::daemon

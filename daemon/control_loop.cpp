@@ -1,0 +1,295 @@
+#include "daemon/control_loop.hpp"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+
+#include <spdlog/spdlog.h>
+
+#include "shm/histogram.hpp"
+
+namespace bulkhead::daemon {
+
+namespace {
+
+// A claim (of a dependency or a process slot) unfinished for this long is
+// taken to be from a process that died mid-claim. Clients give up waiting
+// on a claim after 1 s, so this is safely longer.
+constexpr std::uint64_t kAbandonAfterNs = 2'000'000'000;
+
+std::uint64_t abandon_after_ticks(const Config& config) {
+  const auto tick_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(config.daemon.tick).count());
+  return std::max<std::uint64_t>(2, kAbandonAfterNs / std::max<std::uint64_t>(tick_ns, 1));
+}
+
+bool same_policy_settings(const DependencyConfig& a, const DependencyConfig& b) {
+  return a.policy == b.policy && a.params == b.params && a.bounds.min == b.bounds.min &&
+         a.bounds.max == b.bounds.max;
+}
+
+bool process_alive(std::int32_t pid, std::uint64_t start_time) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno != EPERM) return false;
+  const auto now_start = shm::process_start_time(pid);
+  // A pid that lives with another start time was reused: ours is dead.
+  return now_start && (start_time == 0 || *now_start == start_time);
+}
+
+void add_into(shm::DependencyCounters& into, const shm::DependencyCounters& delta) {
+  into.ok += delta.ok;
+  into.dropped += delta.dropped;
+  into.ignored += delta.ignored;
+  into.rejected += delta.rejected;
+  into.rtt_sum_ns += delta.rtt_sum_ns;
+  for (std::size_t b = 0; b < into.histogram.size(); ++b) into.histogram[b] += delta.histogram[b];
+}
+
+}  // namespace
+
+ControlLoop::ControlLoop(shm::Segment& segment, const Config& config, Metrics* metrics)
+    : segment_(segment), metrics_(metrics) {
+  heartbeat_ = segment_.header().heartbeat.load(std::memory_order_relaxed);
+  apply(config);
+}
+
+void ControlLoop::apply(const Config& config) {
+  config_ = config;
+  shm::Header& h = segment_.header();
+  // Relaxed: each is a lone value; clients read them when they look up a
+  // name, and a reload racing a lookup may give it either config's value.
+  h.default_limit.store(static_cast<std::uint32_t>(config_.defaults.bounds.initial),
+                        std::memory_order_relaxed);
+  h.flags.store(config_.daemon.strict ? shm::kHeaderStrict : 0, std::memory_order_relaxed);
+  const std::uint64_t generation = h.config_generation.load(std::memory_order_relaxed) + 1;
+  h.config_generation.store(generation, std::memory_order_relaxed);
+
+  for (const DependencyConfig& dc : config_.dependencies) {
+    const auto claim = shm::find_or_claim_dependency(
+        segment_, dc.name, static_cast<std::uint32_t>(dc.bounds.initial), shm::kDependencyConfigured);
+    if (!claim.created) {
+      segment_.dependency(claim.index).control.flags.fetch_or(shm::kDependencyConfigured,
+                                                              std::memory_order_relaxed);
+    }
+  }
+  for (auto& [index, d] : dependencies_) {
+    configure(d, config_.effective(d.name));
+    if (config_.find(d.name) == nullptr) {
+      segment_.dependency(index).control.flags.fetch_and(~shm::kDependencyConfigured,
+                                                         std::memory_order_relaxed);
+    }
+    segment_.dependency(index).control.generation.store(generation, std::memory_order_relaxed);
+  }
+}
+
+void ControlLoop::configure(Dependency& d, DependencyConfig config) {
+  const bool rebuild = !d.policy || !same_policy_settings(d.config, config);
+  d.config = std::move(config);
+  if (!rebuild) return;
+  // Continue from the limit in force (a restart or reload does not reset
+  // it), within the new bounds.
+  const double current = segment_.dependency(d.index).control.limit.load(std::memory_order_relaxed);
+  policies::Bounds bounds = d.config.bounds;
+  bounds.initial = std::clamp(current > 0 ? current : bounds.initial, bounds.min, bounds.max);
+  d.policy = policies::builtin_registry().create(d.config.policy, bounds, d.config.params);
+  publish_limit(d, d.policy->limit());
+  spdlog::info("dependency {}: policy {}, limit {} in [{}, {}]", d.name, d.config.policy,
+               bounds.initial, bounds.min, bounds.max);
+}
+
+void ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
+  const shm::DependencySlot& slot = segment_.dependency(index);
+  Dependency d;
+  d.index = index;
+  d.name.assign(slot.identity.name, std::min<std::uint32_t>(slot.identity.name_length,
+                                                            shm::kMaxNameLength));
+  // Start counting from now: an adopted segment's history is not a window.
+  d.last = shm::read_counters(segment_, index);
+  d.window_start_ns = now_ns;
+  if (metrics_ != nullptr) d.metrics = &metrics_->dependency(d.name);
+  Dependency& tracked = dependencies_.emplace(index, std::move(d)).first->second;
+  configure(tracked, config_.effective(tracked.name));
+  segment_.dependency(index).control.generation.store(
+      segment_.header().config_generation.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
+  const std::uint32_t capacity = segment_.header().max_dependencies;
+  const std::uint64_t patience = abandon_after_ticks(config_);
+  for (std::uint32_t i = 0; i < capacity; ++i) {
+    if (dependencies_.contains(i)) continue;
+    auto& tag = segment_.dependency(i).identity.tag;
+    // Pairs with the release CAS to kSlotReady in find_or_claim_dependency().
+    std::uint64_t t = tag.load(std::memory_order_acquire);
+    const auto state = t & 0xff;
+    if (state == shm::kSlotReady) {
+      claiming_since_.erase(i);
+      track(i, now_ns);
+      spdlog::info("dependency {}: new slot {}", dependencies_.at(i).name, i);
+    } else if (state == shm::kSlotClaiming) {
+      auto [it, fresh] = claiming_since_.try_emplace(i, heartbeat_);
+      if (!fresh && heartbeat_ - it->second >= patience &&
+          tag.compare_exchange_strong(t, (t & ~std::uint64_t{0xff}) | shm::kSlotAbandoned,
+                                      std::memory_order_relaxed)) {
+        spdlog::warn("dependency slot {}: claim never finished; abandoned", i);
+        claiming_since_.erase(it);
+      }
+    }
+  }
+}
+
+void ControlLoop::tick(std::uint64_t now_ns) {
+  adopt_new_slots(now_ns);
+  for (auto& [index, d] : dependencies_) update(d, now_ns);
+  reclaim_dead_processes();
+  ++heartbeat_;
+  shm::Header& h = segment_.header();
+  // Relaxed: observers (bulkheadctl, clients' staleness checks) read each on
+  // its own.
+  h.heartbeat.store(heartbeat_, std::memory_order_relaxed);
+  h.heartbeat_ns.store(now_ns, std::memory_order_relaxed);
+}
+
+void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
+  const shm::DependencyCounters now = shm::read_counters(segment_, d.index);
+  const shm::DependencyCounters delta = now.since(d.last);
+  d.last = now;
+  add_into(d.open, delta);
+  const shm::WindowExtremes e = shm::take_window_extremes(segment_, d.index);
+  d.extremes.rtt_min_ns = std::min(d.extremes.rtt_min_ns, e.rtt_min_ns);
+  d.extremes.rtt_max_ns = std::max(d.extremes.rtt_max_ns, e.rtt_max_ns);
+  d.extremes.max_inflight = std::max(d.extremes.max_inflight, e.max_inflight);
+
+  if (d.metrics != nullptr) {
+    d.metrics->success->Increment(static_cast<double>(delta.ok));
+    d.metrics->dropped->Increment(static_cast<double>(delta.dropped));
+    d.metrics->ignored->Increment(static_cast<double>(delta.ignored));
+    d.metrics->rejected->Increment(static_cast<double>(delta.rejected));
+    metrics_->observe_latency(*d.metrics, delta.histogram, delta.rtt_sum_ns);
+  }
+
+  const std::uint64_t samples = d.open.ok + d.open.dropped;
+  const std::uint64_t age_ns = now_ns - d.window_start_ns;
+  const auto max_age_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(d.config.window_max_age).count());
+  if (samples >= d.config.window_min_samples || (age_ns >= max_age_ns && samples > 0)) {
+    close_window(d, now_ns);
+  } else if (age_ns >= max_age_ns) {
+    // Idle: nothing to learn from. Keep the limit; start afresh.
+    d.open = {};
+    d.extremes = {};
+    d.window_start_ns = now_ns;
+  }
+
+  if (d.metrics != nullptr) {
+    const shm::DependencySlot& slot = segment_.dependency(d.index);
+    d.metrics->limit->Set(slot.control.limit.load(std::memory_order_relaxed));
+    d.metrics->inflight->Set(
+        shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed)));
+  }
+}
+
+void ControlLoop::close_window(Dependency& d, std::uint64_t now_ns) {
+  const shm::DependencySlot& slot = segment_.dependency(d.index);
+  policies::Window w;
+  w.ok = d.open.ok;
+  w.dropped = d.open.dropped;
+  w.ignored = d.open.ignored;
+  w.rejected = d.open.rejected;
+  w.rtt_sum_ns = d.open.rtt_sum_ns;
+  if (w.ok > 0) {
+    w.rtt_min_ns = d.extremes.rtt_min_ns == UINT64_MAX ? 0 : d.extremes.rtt_min_ns;
+    w.rtt_max_ns = d.extremes.rtt_max_ns;
+    w.rtt_p50_ns = shm::histogram_quantile_ns(d.open.histogram, 0.50);
+    w.rtt_p90_ns = shm::histogram_quantile_ns(d.open.histogram, 0.90);
+    w.rtt_p99_ns = shm::histogram_quantile_ns(d.open.histogram, 0.99);
+  }
+  // Clients write max_inflight; the daemon does not trust it past what the
+  // admission word can hold at the published limit.
+  w.limit = slot.control.limit.load(std::memory_order_relaxed);
+  w.max_inflight = std::min(d.extremes.max_inflight, std::max<std::uint32_t>(w.limit, 1));
+  w.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
+  w.duration_ns = now_ns - d.window_start_ns;
+
+  publish_limit(d, d.policy->update(w));
+  ++d.windows;
+  d.open = {};
+  d.extremes = {};
+  d.window_start_ns = now_ns;
+}
+
+void ControlLoop::publish_limit(Dependency& d, double limit) {
+  const policies::Bounds& b = d.config.bounds;
+  double clamped = std::isfinite(limit) ? limit : b.min;
+  clamped = std::clamp(clamped, b.min, b.max);
+  const auto published = static_cast<std::uint32_t>(std::max(1.0, std::floor(clamped)));
+  auto& slot_limit = segment_.dependency(d.index).control.limit;
+  // Relaxed: the limit is a lone value that clients read with a relaxed
+  // load in bh_try_acquire(); nothing else is published with it.
+  if (slot_limit.exchange(published, std::memory_order_relaxed) != published) {
+    spdlog::debug("dependency {}: limit {}", d.name, published);
+  }
+}
+
+void ControlLoop::reclaim_dead_processes() {
+  const std::uint32_t processes = segment_.header().max_processes;
+  const std::uint32_t capacity = segment_.header().max_dependencies;
+  const std::uint64_t patience = abandon_after_ticks(config_);
+  for (std::uint32_t p = 0; p < processes; ++p) {
+    shm::ProcessIdentity& id = segment_.process(p).identity;
+    // Pairs with the release store of kSlotReady in claim_process_slot().
+    const std::uint32_t state = id.state.load(std::memory_order_acquire);
+    if (state == shm::kSlotFree) continue;
+    if (state == shm::kSlotClaiming) {
+      // Nothing is held yet in a slot being claimed; free it if the claim
+      // never finishes.
+      auto [it, fresh] = process_claiming_since_.try_emplace(p, heartbeat_);
+      if (!fresh && heartbeat_ - it->second >= patience) {
+        process_claiming_since_.erase(it);
+        shm::release_process_slot(segment_, p);
+      }
+      continue;
+    }
+    process_claiming_since_.erase(p);
+    if (state != shm::kSlotReady) continue;
+    const std::int32_t pid = id.pid.load(std::memory_order_relaxed);
+    if (process_alive(pid, id.start_time.load(std::memory_order_relaxed))) continue;
+    std::uint64_t total = 0;
+    for (std::uint32_t d = 0; d < capacity; ++d) {
+      // Acquire pairs with the release adds of held in bh_try_acquire() and
+      // give_back(): the shared word's matching update is visible.
+      const std::uint32_t held = segment_.held(p, d).exchange(0, std::memory_order_acquire);
+      if (held == 0) continue;
+      auto& word = segment_.dependency(d).admission.word;
+      // Never take back more than the word holds (a client may have written
+      // garbage into its held count).
+      std::uint64_t w = word.load(std::memory_order_relaxed);
+      std::uint32_t take;
+      do {
+        take = std::min(held, shm::admission_inflight(w));
+      } while (!word.compare_exchange_weak(w, w - take, std::memory_order_relaxed));
+      total += take;
+      auto it = dependencies_.find(d);
+      const std::string name = it != dependencies_.end() ? it->second.name : std::to_string(d);
+      spdlog::warn("process {} died holding {} permit(s) of {}: given back", pid, take, name);
+      if (metrics_ != nullptr) metrics_->count_reclaimed(name, take);
+    }
+    permits_reclaimed_ += total;
+    shm::release_process_slot(segment_, p);
+  }
+}
+
+std::vector<ControlLoop::View> ControlLoop::view() const {
+  std::vector<View> out;
+  for (const auto& [index, d] : dependencies_) {
+    const shm::DependencySlot& slot = segment_.dependency(index);
+    out.push_back({d.name, d.config.policy, slot.control.limit.load(std::memory_order_relaxed),
+                   shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed)),
+                   d.windows});
+  }
+  return out;
+}
+
+}  // namespace bulkhead::daemon

@@ -1,0 +1,98 @@
+// The daemon's control loop: once per tick, turn what every process recorded
+// into new limits, and keep the segment healthy.
+//
+// Algorithm, per tick:
+//   1. Adopt dependency slots that clients claimed since the last tick (and
+//      abandon claims that never finished).
+//   2. Per dependency: read the counters, add the deltas since the last tick
+//      to the open window. When the window holds window_min_samples samples,
+//      or is window_max_age old and holds any, hand it to the policy, clamp
+//      the answer to [min_limit, max_limit] and publish it; then open a new
+//      window. Small windows are carried over, not discarded, so that a
+//      dependency called once a second still adapts.
+//   3. Give back the permits of processes that died holding them.
+//   4. Advance the heartbeat; update metrics.
+//
+// Sampling: the counters only grow; the loop keeps the last reading per
+// dependency and never writes a counter. A reading is not a snapshot: calls
+// completing during the read may appear in one counter and not yet in
+// another, which the next delta corrects.
+//
+// Locking: none. One thread (main's) calls everything here; clients touch
+// only atomics in the segment. Time is passed in, never read, so tests drive
+// the loop with a fake clock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/config.hpp"
+#include "daemon/metrics.hpp"
+#include "policies/policy.hpp"
+#include "shm/segment.hpp"
+#include "shm/stats.hpp"
+
+namespace bulkhead::daemon {
+
+class ControlLoop {
+ public:
+  // The segment must outlive the loop; metrics may be null (metrics off).
+  ControlLoop(shm::Segment& segment, const Config& config, Metrics* metrics);
+
+  // Switches to a validated config: registers its dependencies, rebuilds the
+  // policies whose settings changed (continuing from the published limit),
+  // and bumps the segment's config generation.
+  void apply(const Config& config);
+
+  // One tick at `now_ns` on CLOCK_MONOTONIC (or a test's clock).
+  void tick(std::uint64_t now_ns);
+
+  // How the loop sees one dependency (tests, logs).
+  struct View {
+    std::string name;
+    std::string policy;
+    std::uint32_t limit;
+    std::uint32_t inflight;
+    std::uint64_t windows;  // windows handed to the policy so far
+  };
+  std::vector<View> view() const;
+
+  std::uint64_t permits_reclaimed() const { return permits_reclaimed_; }
+
+ private:
+  struct Dependency {
+    std::uint32_t index = 0;
+    std::string name;
+    DependencyConfig config;
+    std::unique_ptr<policies::Policy> policy;
+    shm::DependencyCounters last;  // reading at the previous tick
+    shm::DependencyCounters open;  // deltas of the open window
+    shm::WindowExtremes extremes;  // of the open window
+    std::uint64_t window_start_ns = 0;
+    std::uint64_t windows = 0;
+    Metrics::Dependency* metrics = nullptr;
+  };
+
+  void adopt_new_slots(std::uint64_t now_ns);
+  void track(std::uint32_t index, std::uint64_t now_ns);
+  void configure(Dependency& d, DependencyConfig config);
+  void update(Dependency& d, std::uint64_t now_ns);
+  void close_window(Dependency& d, std::uint64_t now_ns);
+  void reclaim_dead_processes();
+  void publish_limit(Dependency& d, double limit);
+
+  shm::Segment& segment_;
+  Config config_;
+  Metrics* metrics_;
+  std::map<std::uint32_t, Dependency> dependencies_;  // by slot index
+  // Slots seen mid-claim, with the heartbeat at which they were first seen.
+  std::map<std::uint32_t, std::uint64_t> claiming_since_;
+  std::map<std::uint32_t, std::uint64_t> process_claiming_since_;
+  std::uint64_t heartbeat_ = 0;
+  std::uint64_t permits_reclaimed_ = 0;
+};
+
+}  // namespace bulkhead::daemon

@@ -1,0 +1,251 @@
+// bulkheadd: learns a concurrency limit per dependency from what every
+// process on the host observes, and publishes the limits in shared memory.
+//
+// main owns the order: config, logging, segment, metrics, control loop,
+// then the tick loop; on exit the same in reverse. Signals are blocked and
+// taken synchronously with sigtimedwait() between ticks, so no handler runs
+// inside the loop: SIGTERM/SIGINT stop, SIGHUP reloads.
+#include <grp.h>
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <optional>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/config.hpp"
+#include "daemon/control_loop.hpp"
+#include "daemon/metrics.hpp"
+#include "shm/segment.hpp"
+
+namespace {
+
+using bulkhead::daemon::Config;
+using bulkhead::daemon::ConfigError;
+namespace shm = bulkhead::shm;
+
+struct Options {
+  std::string config_path;
+  std::string check_path;
+  std::optional<std::string> segment;
+  std::optional<std::string> metrics_listen;
+  bool recreate_segment = false;
+};
+
+std::uint64_t monotonic_ns() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+Config load(const Options& options) {
+  Config config = options.config_path.empty()
+                      ? bulkhead::daemon::parse_config(bulkhead::daemon::embedded_default_config(),
+                                                       "<embedded default>")
+                      : bulkhead::daemon::load_config_file(options.config_path);
+  if (options.segment) {
+    if (const char* why = shm::check_dependency_name(*options.segment)) {
+      throw ConfigError("--segment: '" + *options.segment + "' " + why);
+    }
+    config.daemon.segment = *options.segment;
+  }
+  if (options.metrics_listen) config.daemon.metrics_listen = *options.metrics_listen;
+  return config;
+}
+
+void set_log_level(const std::string& level) {
+  spdlog::set_level(spdlog::level::from_str(level));
+}
+
+std::optional<gid_t> segment_group(const Config& config) {
+  if (config.daemon.segment_group.empty()) return std::nullopt;
+  const group* g = ::getgrnam(config.daemon.segment_group.c_str());
+  if (g == nullptr) {
+    throw ConfigError(config.source + ": daemon.segment_group: no group named '" +
+                      config.daemon.segment_group + "'");
+  }
+  return g->gr_gid;
+}
+
+// Creates the segment, or adopts the one a previous daemon left after
+// checking that it is sound, has the configured capacities and that no
+// other daemon runs on it.
+shm::Segment open_segment(const Config& config, bool recreate) {
+  const std::string& name = config.daemon.segment;
+  const shm::Capacities wanted{config.daemon.max_dependencies, config.daemon.max_processes,
+                               config.daemon.stats_stripes};
+  const shm::CreateOptions create{wanted, config.daemon.segment_mode, segment_group(config)};
+  try {
+    shm::Segment segment = shm::Segment::attach(name, shm::Access::kReadWrite);
+    const shm::Header& h = segment.header();
+    const std::int32_t pid = h.daemon_pid.load(std::memory_order_relaxed);
+    const auto start = pid > 0 ? shm::process_start_time(pid) : std::nullopt;
+    if (pid > 0 && pid != ::getpid() && start &&
+        *start == h.daemon_start_time.load(std::memory_order_relaxed)) {
+      throw std::runtime_error("segment /dev/shm/" + name + ": another bulkheadd (pid " +
+                               std::to_string(pid) + ") is running on it");
+    }
+    if (segment.capacities() == wanted) {
+      spdlog::info("adopted segment /dev/shm/{} left by pid {} (heartbeat {})", name, pid,
+                   h.heartbeat.load(std::memory_order_relaxed));
+      return segment;
+    }
+    if (!recreate) {
+      throw std::runtime_error(
+          "segment /dev/shm/" + name + " has other capacities than the config (" +
+          std::to_string(h.max_dependencies) + " dependencies, " + std::to_string(h.max_processes) +
+          " processes, " + std::to_string(h.stats_stripes) +
+          " stripes): stop its clients and run with --recreate-segment");
+    }
+  } catch (const shm::SegmentError& e) {
+    if (e.code() == ENOENT) return shm::Segment::create(name, create);
+    if (!recreate) {
+      throw std::runtime_error(std::string(e.what()) +
+                               "; not touching it (run with --recreate-segment to replace it)");
+    }
+  }
+  spdlog::warn("replacing segment /dev/shm/{} (--recreate-segment)", name);
+  shm::Segment::remove(name);
+  return shm::Segment::create(name, create);
+}
+
+int run(const Options& options) {
+  Config config = load(options);
+  set_log_level(config.daemon.log_level);
+
+  // Block the signals we take synchronously before any thread starts (the
+  // metrics server's threads inherit the mask).
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&signals, s);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  shm::Segment segment = open_segment(config, options.recreate_segment);
+  shm::Header& header = segment.header();
+  header.daemon_pid.store(::getpid(), std::memory_order_relaxed);
+  header.daemon_start_time.store(shm::process_start_time(::getpid()).value_or(0),
+                                 std::memory_order_relaxed);
+
+  std::unique_ptr<bulkhead::daemon::Metrics> metrics;
+  if (!config.daemon.metrics_listen.empty()) {
+    try {
+      metrics = std::make_unique<bulkhead::daemon::Metrics>(config.daemon.metrics_listen);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("metrics: cannot listen on " + config.daemon.metrics_listen + ": " +
+                               e.what());
+    }
+    header.metrics_port.store(metrics->port(), std::memory_order_relaxed);
+    spdlog::info("metrics on http://{}:{}/metrics",
+                 config.daemon.metrics_listen.substr(0, config.daemon.metrics_listen.rfind(':')),
+                 metrics->port());
+  } else {
+    header.metrics_port.store(0, std::memory_order_relaxed);
+  }
+
+  bulkhead::daemon::ControlLoop loop(segment, config, metrics.get());
+  spdlog::info("bulkheadd {} on /dev/shm/{}: {} configured dependencies, tick {} ms", BULKHEAD_VERSION,
+               config.daemon.segment, config.dependencies.size(), config.daemon.tick.count());
+  sd_notifyf(0, "READY=1\nSTATUS=publishing limits on /dev/shm/%s", config.daemon.segment.c_str());
+
+  std::uint64_t next_tick = monotonic_ns();
+  for (;;) {
+    const std::uint64_t now = monotonic_ns();
+    if (now >= next_tick) {
+      loop.tick(now);
+      const std::uint64_t spent = monotonic_ns() - now;
+      if (metrics) metrics->observe_tick(static_cast<double>(spent) / 1e9);
+      sd_notify(0, "WATCHDOG=1");
+      const auto tick_ns = static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(config.daemon.tick).count());
+      next_tick += tick_ns;
+      if (next_tick <= now) next_tick = now + tick_ns;  // fell behind: do not burst
+      continue;
+    }
+    const std::uint64_t wait = next_tick - now;
+    const timespec timeout{static_cast<time_t>(wait / 1'000'000'000u),
+                           static_cast<long>(wait % 1'000'000'000u)};
+    const int sig = sigtimedwait(&signals, nullptr, &timeout);
+    if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("{}: stopping", strsignal(sig));
+      break;
+    }
+    if (sig == SIGHUP) {
+      sd_notify(0, "RELOADING=1");
+      try {
+        Config next = load(options);
+        // The segment and the metrics endpoint live as long as the process.
+        next.daemon.segment = config.daemon.segment;
+        next.daemon.max_dependencies = config.daemon.max_dependencies;
+        next.daemon.max_processes = config.daemon.max_processes;
+        next.daemon.stats_stripes = config.daemon.stats_stripes;
+        next.daemon.segment_group = config.daemon.segment_group;
+        next.daemon.segment_mode = config.daemon.segment_mode;
+        next.daemon.metrics_listen = config.daemon.metrics_listen;
+        loop.apply(next);
+        config = std::move(next);
+        set_log_level(config.daemon.log_level);
+        if (metrics) metrics->count_reload(true);
+        spdlog::info("reloaded {} (generation {})", config.source,
+                     header.config_generation.load(std::memory_order_relaxed));
+      } catch (const std::exception& e) {
+        if (metrics) metrics->count_reload(false);
+        spdlog::error("reload rejected, keeping the running config: {}", e.what());
+      }
+      sd_notify(0, "READY=1");
+    }
+  }
+
+  sd_notify(0, "STOPPING=1");
+  header.daemon_pid.store(0, std::memory_order_relaxed);
+  // The segment stays: clients keep the last limits, and the next daemon
+  // adopts it.
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bulkheadd: host-wide adaptive concurrency limits"};
+  Options options;
+  app.add_option("--config,-c", options.config_path, "TOML config file (default: the embedded one)");
+  app.add_option("--check-config", options.check_path, "validate a config file and exit");
+  app.add_option("--segment", options.segment, "segment name, overriding daemon.segment");
+  app.add_option("--metrics-listen", options.metrics_listen,
+                 "host:port for /metrics, overriding daemon.metrics_listen (\"\" turns it off)");
+  app.add_flag("--recreate-segment", options.recreate_segment,
+               "replace a segment that cannot be adopted (corrupt, other ABI or capacities)");
+  app.set_version_flag("--version", BULKHEAD_VERSION);
+  CLI11_PARSE(app, argc, argv);
+
+  auto logger = spdlog::stderr_color_mt("bulkheadd");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  if (!options.check_path.empty()) {
+    try {
+      const Config c = bulkhead::daemon::load_config_file(options.check_path);
+      std::cout << c.source << ": ok (" << c.dependencies.size() << " dependencies)\n";
+      return 0;
+    } catch (const ConfigError& e) {
+      std::cerr << e.what() << "\n";
+      return 1;
+    }
+  }
+  try {
+    return run(options);
+  } catch (const ConfigError& e) {
+    spdlog::critical("{}", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    spdlog::critical("{}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,109 @@
+#include "daemon/metrics.hpp"
+
+#include <vector>
+
+namespace bulkhead::daemon {
+
+namespace {
+
+// Seconds. Segment buckets are at most 12.5% wide, so a sample lands at
+// most one Prometheus bucket above where it belongs.
+const prometheus::Histogram::BucketBoundaries& latency_bounds() {
+  static const prometheus::Histogram::BucketBoundaries bounds{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+      0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,     10};
+  return bounds;
+}
+
+}  // namespace
+
+Metrics::Metrics(const std::string& listen)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      limit_(prometheus::BuildGauge()
+                 .Name("bulkhead_limit")
+                 .Help("Concurrency limit published for the dependency, in calls.")
+                 .Register(*registry_)),
+      inflight_(prometheus::BuildGauge()
+                    .Name("bulkhead_inflight")
+                    .Help("Calls to the dependency in flight host-wide at the last tick.")
+                    .Register(*registry_)),
+      requests_(prometheus::BuildCounter()
+                    .Name("bulkhead_requests_total")
+                    .Help("Calls by outcome: success, dropped, ignored, or rejected at admission.")
+                    .Register(*registry_)),
+      latency_(prometheus::BuildHistogram()
+                   .Name("bulkhead_latency_seconds")
+                   .Help("Latency of successful calls, admission to release.")
+                   .Register(*registry_)),
+      tick_(prometheus::BuildHistogram()
+                .Name("bulkhead_daemon_tick_seconds")
+                .Help("Time the daemon spent in one control-loop tick.")
+                .Register(*registry_)),
+      reloads_(prometheus::BuildCounter()
+                   .Name("bulkhead_config_reloads_total")
+                   .Help("Configuration reloads by result: applied or rejected.")
+                   .Register(*registry_)),
+      reclaimed_(prometheus::BuildCounter()
+                     .Name("bulkhead_permits_reclaimed_total")
+                     .Help("Permits given back on behalf of processes that died holding them.")
+                     .Register(*registry_)),
+      tick_seconds_(tick_.Add({}, prometheus::Histogram::BucketBoundaries{
+                                      0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05})),
+      reloads_ok_(reloads_.Add({{"result", "applied"}})),
+      reloads_failed_(reloads_.Add({{"result", "rejected"}})) {
+  const auto& bounds = latency_bounds();
+  for (std::uint32_t b = 0; b < shm::kHistogramBuckets; ++b) {
+    const double upper_s = static_cast<double>(shm::histogram_bucket_upper_ns(b)) / 1e9;
+    std::uint8_t p = 0;
+    while (p < bounds.size() && bounds[p] < upper_s) ++p;
+    bucket_map_[b] = p;  // == bounds.size(): the +Inf bucket
+  }
+  exposer_ = std::make_unique<prometheus::Exposer>(listen);
+  exposer_->RegisterCollectable(registry_);
+}
+
+Metrics::~Metrics() {
+  exposer_.reset();  // stop serving before the registry goes
+}
+
+std::uint16_t Metrics::port() const {
+  const auto ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : static_cast<std::uint16_t>(ports.front());
+}
+
+Metrics::Dependency& Metrics::dependency(const std::string& name) {
+  auto it = dependencies_.find(name);
+  if (it != dependencies_.end()) return it->second;
+  const prometheus::Labels labels{{"dependency", name}};
+  auto with = [&](const char* outcome) {
+    prometheus::Labels l = labels;
+    l.emplace("outcome", outcome);
+    return &requests_.Add(l);
+  };
+  Dependency d{&limit_.Add(labels),    &inflight_.Add(labels), with("success"), with("dropped"),
+               with("ignored"),        with("rejected"),       &latency_.Add(labels, latency_bounds())};
+  return dependencies_.emplace(name, d).first->second;
+}
+
+void Metrics::observe_latency(Dependency& d,
+                              const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
+                              std::uint64_t sum_ns) {
+  std::vector<double> increments(latency_bounds().size() + 1, 0.0);
+  bool any = false;
+  for (std::uint32_t b = 0; b < counts.size(); ++b) {
+    if (counts[b] == 0) continue;
+    increments[bucket_map_[b]] += static_cast<double>(counts[b]);
+    any = true;
+  }
+  if (any) d.latency->ObserveMultiple(increments, static_cast<double>(sum_ns) / 1e9);
+}
+
+void Metrics::observe_tick(double seconds) { tick_seconds_.Observe(seconds); }
+
+void Metrics::count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).Increment(); }
+
+void Metrics::count_reclaimed(const std::string& dependency, std::uint64_t permits) {
+  reclaimed_.Add({{"dependency", dependency}}).Increment(static_cast<double>(permits));
+}
+
+}  // namespace bulkhead::daemon

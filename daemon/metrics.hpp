@@ -1,0 +1,76 @@
+// bulkheadd's Prometheus endpoint (prometheus-cpp).
+//
+// Thread safety: prometheus-cpp's metric objects are safe to update from
+// the control loop while the exposer's thread serves scrapes; this class's
+// own methods are called by the control loop only.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "shm/histogram.hpp"
+
+namespace bulkhead::daemon {
+
+class Metrics {
+ public:
+  struct Dependency {
+    prometheus::Gauge* limit;
+    prometheus::Gauge* inflight;
+    prometheus::Counter* success;
+    prometheus::Counter* dropped;
+    prometheus::Counter* ignored;
+    prometheus::Counter* rejected;
+    prometheus::Histogram* latency;
+  };
+
+  // Listens on `listen` ("host:port"; port 0 picks a free one). Throws
+  // std::runtime_error when it cannot bind.
+  explicit Metrics(const std::string& listen);
+  ~Metrics();
+
+  // The port actually bound.
+  std::uint16_t port() const;
+
+  // The metrics of one dependency, created on first use.
+  Dependency& dependency(const std::string& name);
+  // Adds a window's ok calls by segment histogram bucket (deltas) and their
+  // latency sum to the dependency's Prometheus histogram.
+  void observe_latency(Dependency& d, const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
+                       std::uint64_t sum_ns);
+
+  void observe_tick(double seconds);
+  void count_reload(bool ok);
+  void count_reclaimed(const std::string& dependency, std::uint64_t permits);
+
+ private:
+  // Created before the exposer and destroyed after it (see ECOSYSTEM.md).
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Gauge>& limit_;
+  prometheus::Family<prometheus::Gauge>& inflight_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Family<prometheus::Histogram>& tick_;
+  prometheus::Family<prometheus::Counter>& reloads_;
+  prometheus::Family<prometheus::Counter>& reclaimed_;
+  prometheus::Histogram& tick_seconds_;
+  prometheus::Counter& reloads_ok_;
+  prometheus::Counter& reloads_failed_;
+  std::map<std::string, Dependency> dependencies_;
+  // Segment bucket -> Prometheus bucket (the first whose bound is at or
+  // above the segment bucket's upper edge).
+  std::array<std::uint8_t, shm::kHistogramBuckets> bucket_map_{};
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace bulkhead::daemon

@@ -1,0 +1,514 @@
+// daemon/config: the embedded default, inheritance from [defaults], and every
+// way a config file can be wrong, each reported with file, line, key and
+// reason.
+#include "daemon/config.hpp"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+namespace bulkhead::daemon {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The message of the ConfigError that `load` throws, or a note that it threw
+// none (or something else).
+std::string error_of(const std::function<void()>& load) {
+  try {
+    load();
+  } catch (const ConfigError& error) {
+    return error.what();
+  } catch (const std::exception& error) {
+    return std::string("not a ConfigError: ") + error.what();
+  }
+  return "<no error>";
+}
+
+// A fresh directory per test for config files, removed afterwards.
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                          "/bulkhead-config-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << "mkdtemp " << pattern;
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  std::string path_of(std::string_view name) const { return dir_ + "/" + std::string(name); }
+
+  std::string write_file(std::string_view name, std::string_view text) const {
+    const std::string path = path_of(name);
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    EXPECT_TRUE(out.good()) << "writing " << path;
+    return path;
+  }
+
+  Config load_text(std::string_view text) const {
+    return load_config_file(write_file("bulkhead.toml", text));
+  }
+
+  std::string dir_;
+};
+
+void expect_default_daemon(const DaemonConfig& d) {
+  const DaemonConfig want;
+  EXPECT_EQ(d.segment, want.segment);
+  EXPECT_EQ(d.tick, want.tick);
+  EXPECT_EQ(d.metrics_listen, want.metrics_listen);
+  EXPECT_EQ(d.strict, want.strict);
+  EXPECT_EQ(d.max_dependencies, want.max_dependencies);
+  EXPECT_EQ(d.max_processes, want.max_processes);
+  EXPECT_EQ(d.stats_stripes, want.stats_stripes);
+  EXPECT_EQ(d.segment_group, want.segment_group);
+  EXPECT_EQ(d.segment_mode, want.segment_mode);
+  EXPECT_EQ(d.log_level, want.log_level);
+}
+
+void expect_default_dependency(const DependencyConfig& dep) {
+  const DependencyConfig want;
+  EXPECT_EQ(dep.name, want.name);
+  EXPECT_EQ(dep.policy, want.policy);
+  EXPECT_EQ(dep.bounds.min, want.bounds.min);
+  EXPECT_EQ(dep.bounds.max, want.bounds.max);
+  EXPECT_EQ(dep.bounds.initial, want.bounds.initial);
+  EXPECT_EQ(dep.params, want.params);
+  EXPECT_EQ(dep.window_min_samples, want.window_min_samples);
+  EXPECT_EQ(dep.window_max_age, want.window_max_age);
+}
+
+// ---------------------------------------------------------------------------
+// The embedded default
+
+TEST(EmbeddedDefaultConfig, ParsesToTheStructDefaults) {
+  const Config config = parse_config(embedded_default_config(), "<embedded default>");
+  EXPECT_EQ(config.source, "<embedded default>");
+  expect_default_daemon(config.daemon);
+  expect_default_dependency(config.defaults);
+  EXPECT_TRUE(config.dependencies.empty());
+}
+
+TEST(EmbeddedDefaultConfig, ShowsEveryKeyWithItsValue) {
+  const std::string_view text = embedded_default_config();
+  for (std::string_view line :
+       {"[daemon]\n", "\nsegment = \"bulkhead\"\n", "\ntick_ms = 100\n",
+        "\nmetrics_listen = \"127.0.0.1:9477\"\n", "\nstrict = false\n", "\nmax_dependencies = 256 ",
+        "\nmax_processes = 256 ", "\nstats_stripes = 8 ", "\nsegment_group = \"\"\n",
+        "\nsegment_mode = 0o660\n", "\nlog_level = \"info\"\n", "\n[defaults]\n",
+        "\npolicy = \"gradient2\"\n", "\nmin_limit = 1\n", "\nmax_limit = 1000\n",
+        "\ninitial_limit = 20\n", "\nwindow_min_samples = 10\n", "\nwindow_max_ms = 1000\n",
+        "\n# [dependency.payments-db]\n"}) {
+    EXPECT_NE(text.find(line), std::string_view::npos) << "missing: " << line;
+  }
+}
+
+// The build embeds the checked-in file, not a stale copy of it.
+TEST(EmbeddedDefaultConfig, IsTheCheckedInFile) {
+  const std::filesystem::path file =
+      std::filesystem::path(__FILE__).parent_path() / "../../daemon/default_config.toml";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) GTEST_SKIP() << "source tree not found at " << file;
+  std::ostringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(embedded_default_config(), text.str());
+}
+
+// Its commented example is a valid dependency table once uncommented.
+TEST(EmbeddedDefaultConfig, ExampleDependencyIsValid) {
+  std::string text(embedded_default_config());
+  const std::string marker = "# [dependency.payments-db]";
+  const std::size_t at = text.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  std::string example = text.substr(at);
+  std::string uncommented;
+  std::istringstream lines(example);
+  for (std::string line; std::getline(lines, line);) {
+    uncommented += (line.rfind("# ", 0) == 0 ? line.substr(2) : line) + "\n";
+  }
+  const Config config = parse_config(text.substr(0, at) + uncommented, "example");
+  ASSERT_EQ(config.dependencies.size(), 1u);
+  const DependencyConfig& dep = config.dependencies[0];
+  EXPECT_EQ(dep.name, "payments-db");
+  EXPECT_EQ(dep.policy, "aimd");
+  EXPECT_EQ(dep.params, (policies::ParamMap{{"backoff", 0.8}}));
+  EXPECT_EQ(dep.bounds.max, 200);
+}
+
+TEST(ParseConfig, EmptyTextIsTheStructDefaults) {
+  const Config config = parse_config("", "empty.toml");
+  expect_default_daemon(config.daemon);
+  expect_default_dependency(config.defaults);
+  EXPECT_TRUE(config.dependencies.empty());
+}
+
+// ---------------------------------------------------------------------------
+// A realistic config
+
+constexpr std::string_view kRealistic = R"(# production host
+[daemon]
+segment = "bulkhead-prod"
+tick_ms = 50
+metrics_listen = "[::1]:9100"
+strict = true
+max_dependencies = 8
+max_processes = 512
+stats_stripes = 16
+segment_group = "bulkhead"
+segment_mode = 0o640
+log_level = "warn"
+
+[defaults]
+policy = "gradient2"
+min_limit = 2
+max_limit = 500
+initial_limit = 40
+window_min_samples = 20
+window_max_ms = 2000
+smoothing = 0.3
+queue_size = 2
+
+# A different policy: none of [defaults]' gradient2 parameters.
+[dependency.payments-db]
+policy = "aimd"
+backoff = 0.8
+max_limit = 100
+
+# Same policy as [defaults], named or not: its parameters carry over.
+[dependency.recs-api]
+max_limit = 200
+tolerance = 2
+
+[dependency."search.v2"]
+policy = "gradient2"
+smoothing = 0.5
+window_max_ms = 500
+
+[dependency.cache]
+policy = "fixed"
+initial_limit = 64
+)";
+
+TEST_F(ConfigFileTest, RealisticConfigParses) {
+  const Config config = load_text(kRealistic);
+  EXPECT_EQ(config.source, path_of("bulkhead.toml"));
+
+  const DaemonConfig& d = config.daemon;
+  EXPECT_EQ(d.segment, "bulkhead-prod");
+  EXPECT_EQ(d.tick, milliseconds(50));
+  EXPECT_EQ(d.metrics_listen, "[::1]:9100");
+  EXPECT_TRUE(d.strict);
+  EXPECT_EQ(d.max_dependencies, 8u);
+  EXPECT_EQ(d.max_processes, 512u);
+  EXPECT_EQ(d.stats_stripes, 16u);
+  EXPECT_EQ(d.segment_group, "bulkhead");
+  EXPECT_EQ(d.segment_mode, 0640u);
+  EXPECT_EQ(d.log_level, "warn");
+
+  const DependencyConfig& defaults = config.defaults;
+  EXPECT_EQ(defaults.name, "");
+  EXPECT_EQ(defaults.policy, "gradient2");
+  EXPECT_EQ(defaults.bounds.min, 2);
+  EXPECT_EQ(defaults.bounds.max, 500);
+  EXPECT_EQ(defaults.bounds.initial, 40);
+  EXPECT_EQ(defaults.window_min_samples, 20u);
+  EXPECT_EQ(defaults.window_max_age, milliseconds(2000));
+  EXPECT_EQ(defaults.params, (policies::ParamMap{{"queue_size", 2}, {"smoothing", 0.3}}));
+
+  // Sorted by name, whatever the file order.
+  ASSERT_EQ(config.dependencies.size(), 4u);
+  EXPECT_EQ(config.dependencies[0].name, "cache");
+  EXPECT_EQ(config.dependencies[1].name, "payments-db");
+  EXPECT_EQ(config.dependencies[2].name, "recs-api");
+  EXPECT_EQ(config.dependencies[3].name, "search.v2");
+}
+
+TEST_F(ConfigFileTest, DependencyWithAnotherPolicyStartsFromItsDefaults) {
+  const Config config = load_text(kRealistic);
+  const DependencyConfig* payments = config.find("payments-db");
+  ASSERT_NE(payments, nullptr);
+  EXPECT_EQ(payments->policy, "aimd");
+  EXPECT_EQ(payments->params, (policies::ParamMap{{"backoff", 0.8}}));
+  // General keys still come from [defaults].
+  EXPECT_EQ(payments->bounds.min, 2);
+  EXPECT_EQ(payments->bounds.max, 100);
+  EXPECT_EQ(payments->bounds.initial, 40);
+  EXPECT_EQ(payments->window_min_samples, 20u);
+  EXPECT_EQ(payments->window_max_age, milliseconds(2000));
+
+  const DependencyConfig* cache = config.find("cache");
+  ASSERT_NE(cache, nullptr);
+  EXPECT_EQ(cache->policy, "fixed");
+  EXPECT_TRUE(cache->params.empty());
+  EXPECT_EQ(cache->bounds.initial, 64);
+}
+
+TEST_F(ConfigFileTest, DependencyWithTheSamePolicyInheritsItsParameters) {
+  const Config config = load_text(kRealistic);
+  const DependencyConfig* recs = config.find("recs-api");
+  ASSERT_NE(recs, nullptr);
+  EXPECT_EQ(recs->policy, "gradient2");  // inherited
+  EXPECT_EQ(recs->params,
+            (policies::ParamMap{{"queue_size", 2}, {"smoothing", 0.3}, {"tolerance", 2}}));
+  EXPECT_EQ(recs->bounds.min, 2);
+  EXPECT_EQ(recs->bounds.max, 200);
+  EXPECT_EQ(recs->bounds.initial, 40);
+
+  const DependencyConfig* search = config.find("search.v2");
+  ASSERT_NE(search, nullptr);
+  EXPECT_EQ(search->policy, "gradient2");  // named, and the same
+  EXPECT_EQ(search->params, (policies::ParamMap{{"queue_size", 2}, {"smoothing", 0.5}}));
+  EXPECT_EQ(search->window_max_age, milliseconds(500));
+  EXPECT_EQ(search->window_min_samples, 20u);
+}
+
+TEST_F(ConfigFileTest, EffectiveFallsBackToDefaultsUnderTheName) {
+  const Config config = load_text(kRealistic);
+  EXPECT_EQ(config.find("unknown"), nullptr);
+  EXPECT_EQ(config.find(""), nullptr);
+  EXPECT_EQ(config.find("payments"), nullptr);  // no prefix match
+
+  const DependencyConfig unknown = config.effective("unknown");
+  EXPECT_EQ(unknown.name, "unknown");
+  EXPECT_EQ(unknown.policy, "gradient2");
+  EXPECT_EQ(unknown.params, config.defaults.params);
+  EXPECT_EQ(unknown.bounds.max, 500);
+
+  const DependencyConfig payments = config.effective("payments-db");
+  EXPECT_EQ(payments.name, "payments-db");
+  EXPECT_EQ(payments.policy, "aimd");
+}
+
+TEST(ParseConfig, DefaultsPolicyCarriesToDependencies) {
+  const Config config = parse_config(
+      "[defaults]\npolicy = \"aimd\"\nbackoff = 0.7\n\n[dependency.db]\nmax_limit = 50\n", "t.toml");
+  const DependencyConfig* db = config.find("db");
+  ASSERT_NE(db, nullptr);
+  EXPECT_EQ(db->policy, "aimd");
+  EXPECT_EQ(db->params, (policies::ParamMap{{"backoff", 0.7}}));
+}
+
+TEST(ParseConfig, IntegerPolicyParametersBecomeDoubles) {
+  const Config config = parse_config("[defaults]\nlong_window = 100\ntolerance = 2\n", "t.toml");
+  EXPECT_EQ(config.defaults.params, (policies::ParamMap{{"long_window", 100.0}, {"tolerance", 2.0}}));
+}
+
+TEST(ParseConfig, MetricsCanBeTurnedOff) {
+  EXPECT_EQ(parse_config("[daemon]\nmetrics_listen = \"\"\n", "t.toml").daemon.metrics_listen, "");
+  EXPECT_EQ(parse_config("[daemon]\nmetrics_listen = \"0.0.0.0:0\"\n", "t.toml").daemon.metrics_listen,
+            "0.0.0.0:0");
+}
+
+TEST(ParseConfig, ErrorsNameTheGivenSource) {
+  EXPECT_EQ(error_of([] { parse_config("[daemon]\ntick_ms = 1\n", "<stdin>"); }),
+            "<stdin>:2: daemon.tick_ms: must be in [10, 60000]");
+  EXPECT_EQ(error_of([] { parse_config("[daemon\n", "<stdin>"); }).rfind("<stdin>:1:", 0), 0u);
+}
+
+// ---------------------------------------------------------------------------
+// Broken configs: each one loaded from a file and refused with exactly this
+// message (the directory comes first; syntax errors are checked up to the
+// column, after which toml++ words them).
+
+enum class Kind { kFile, kMissing, kDirectory };
+
+struct BadConfig {
+  const char* name;      // the test's name
+  const char* text;      // written to bad.toml
+  const char* expected;  // the message starts with the directory, then this
+  Kind kind = Kind::kFile;
+};
+
+void PrintTo(const BadConfig& c, std::ostream* out) { *out << c.name; }
+
+const BadConfig kBadConfigs[] = {
+    // Syntax: FILE:LINE:COL.
+    {"SyntaxMissingValue", "[daemon]\ntick_ms =\n", "bad.toml:2:10: syntax error: "},
+    {"SyntaxDuplicateKey", "[daemon]\ntick_ms = 100\ntick_ms = 200\n", "bad.toml:3:"},
+    {"SyntaxDuplicateTable", "[daemon]\n\n[daemon]\n", "bad.toml:3:"},
+    {"SyntaxNotUtf8", "[daemon]\nsegment = \"\xff\"\n", "bad.toml:2:"},
+
+    // Tables and keys nobody knows.
+    {"UnknownTable", "[daemon]\ntick_ms = 100\n\n[deamon]\n", "bad.toml:4: deamon: unknown table"},
+    {"UnknownTopLevelKey", "verbose = true\n", "bad.toml:1: verbose: unknown key"},
+    {"DaemonNotATable", "daemon = \"on\"\n", "bad.toml:1: daemon: must be a table"},
+    {"UnknownDaemonKey", "[daemon]\ntick = 100\n", "bad.toml:2: daemon.tick: unknown key"},
+    {"UnknownDaemonTable", "[daemon]\n[daemon.limits]\nx = 1\n",
+     "bad.toml:2: daemon.limits: unknown table"},
+    {"UnknownDefaultsKey", "[defaults]\npolcy = \"aimd\"\n",
+     "bad.toml:2: defaults.polcy: unknown key (policy parameters are numbers)"},
+    {"UnknownDefaultsTable", "[defaults.aimd]\nbackoff = 0.8\n",
+     "bad.toml:1: defaults.aimd: unknown table"},
+    {"UnknownDependencyKey", "[dependency.payments-db]\npolicy = \"aimd\"\nmode = \"fast\"\n",
+     "bad.toml:3: dependency.payments-db.mode: unknown key (policy parameters are numbers)"},
+    {"DependencyNotATable", "[dependency]\npayments-db = 5\n",
+     "bad.toml:2: dependency.payments-db: must be a table: [dependency.NAME]"},
+    {"DottedNameNotQuoted", "[dependency.search.v2]\nmax_limit = 50\n",
+     "bad.toml:1: dependency.search.v2: unknown table (a dependency name with a dot must be "
+     "quoted: [dependency.\"NAME.WITH.DOTS\"])"},
+
+    // Types.
+    {"TickNotAnInteger", "[daemon]\ntick_ms = \"100\"\n",
+     "bad.toml:2: daemon.tick_ms: must be an integer"},
+    {"TickFraction", "[daemon]\ntick_ms = 99.5\n", "bad.toml:2: daemon.tick_ms: must be an integer"},
+    {"StrictNotABoolean", "[daemon]\nstrict = \"yes\"\n",
+     "bad.toml:2: daemon.strict: must be a boolean (true or false)"},
+    {"SegmentNotAString", "[daemon]\nsegment = 5\n", "bad.toml:2: daemon.segment: must be a string"},
+    {"ModeNotAnInteger", "[daemon]\nsegment_mode = \"0660\"\n",
+     "bad.toml:2: daemon.segment_mode: must be an integer, e.g. 0o660"},
+    {"MinLimitFraction", "[defaults]\nmin_limit = 1.5\n",
+     "bad.toml:2: defaults.min_limit: must be an integer (a number of calls)"},
+    {"MaxLimitFraction", "[dependency.db]\nmax_limit = 99.9\n",
+     "bad.toml:2: dependency.db.max_limit: must be an integer (a number of calls)"},
+    {"PolicyNotAString", "[dependency.db]\npolicy = 2\n",
+     "bad.toml:2: dependency.db.policy: must be a string"},
+    {"ParamNotANumber", "[defaults]\nsmoothing = \"0.2\"\n",
+     "bad.toml:2: defaults.smoothing: unknown key (policy parameters are numbers)"},
+    {"ParamNotFinite", "[defaults]\nsmoothing = nan\n",
+     "bad.toml:2: defaults.smoothing: must be a finite number"},
+
+    // Ranges.
+    {"TickTooShort", "# ticks\n[daemon]\ntick_ms = 5\n",
+     "bad.toml:3: daemon.tick_ms: must be in [10, 60000]"},
+    {"TickTooLong", "[daemon]\ntick_ms = 60001\n", "bad.toml:2: daemon.tick_ms: must be in [10, 60000]"},
+    {"MaxDependenciesZero", "[daemon]\nmax_dependencies = 0\n",
+     "bad.toml:2: daemon.max_dependencies: must be in [1, 16384]"},
+    {"MaxProcessesTooMany", "[daemon]\nmax_processes = 4097\n",
+     "bad.toml:2: daemon.max_processes: must be in [1, 4096]"},
+    {"StatsStripesTooMany", "[daemon]\nstats_stripes = 65\n",
+     "bad.toml:2: daemon.stats_stripes: must be in [1, 64]"},
+    {"WindowMinSamplesZero", "[defaults]\nwindow_min_samples = 0\n",
+     "bad.toml:2: defaults.window_min_samples: must be in [1, 1000000]"},
+    {"WindowMaxMsTooLong", "[dependency.db]\nwindow_max_ms = 600001\n",
+     "bad.toml:2: dependency.db.window_max_ms: must be in [1, 600000]"},
+    {"MinLimitZero", "[defaults]\nmin_limit = 0\n",
+     "bad.toml:2: defaults.min_limit: must be in [1, 1000000]"},
+    {"MaxLimitHuge", "[defaults]\nmax_limit = 2000000\n",
+     "bad.toml:2: defaults.max_limit: must be in [1, 1000000]"},
+    {"ModeWorldWritable", "[daemon]\nsegment_mode = 0o666\n",
+     "bad.toml:2: daemon.segment_mode: must not give others any access (o+rwx), got 0o666: the "
+     "segment is never world-accessible"},
+    {"ModeWorldReadable", "[daemon]\nsegment_mode = 0o604\n",
+     "bad.toml:2: daemon.segment_mode: must not give others any access (o+rwx), got 0o604"},
+    {"ModeOwnerCannotWrite", "[daemon]\nsegment_mode = 0o460\n",
+     "bad.toml:2: daemon.segment_mode: must give the owner read and write (0o600), got 0o460"},
+    {"ModeWrittenInDecimal", "[daemon]\nsegment_mode = 660\n",
+     "bad.toml:2: daemon.segment_mode: must be permission bits in [0o000, 0o777], got 0o1224 "
+     "(write it in octal, e.g. 0o660)"},
+    {"MetricsWithoutPort", "[daemon]\nmetrics_listen = \"localhost\"\n",
+     "bad.toml:2: daemon.metrics_listen: must be \"host:port\", or \"\" to turn metrics off"},
+    {"MetricsPortTooHigh", "[daemon]\nmetrics_listen = \"127.0.0.1:65536\"\n",
+     "bad.toml:2: daemon.metrics_listen: port must be a number in [0, 65535]"},
+    {"MetricsIpv6WithoutBrackets", "[daemon]\nmetrics_listen = \"::1:9477\"\n",
+     "bad.toml:2: daemon.metrics_listen: an IPv6 host must be in brackets, e.g. \"[::1]:9477\""},
+    {"LogLevelUnknown", "[daemon]\nlog_level = \"verbose\"\n",
+     "bad.toml:2: daemon.log_level: must be one of trace, debug, info, warn, error"},
+    {"GroupWithSpace", "[daemon]\nsegment_group = \"bulk head\"\n",
+     "bad.toml:2: daemon.segment_group: must be a group name: no spaces, ':', ',' or '/'"},
+
+    // Names.
+    {"SegmentWithSlash", "[daemon]\nsegment = \"bulk/head\"\n",
+     "bad.toml:2: daemon.segment: name has a character other than A-Z a-z 0-9 . _ -"},
+    {"SegmentDotDot", "[daemon]\nsegment = \"..\"\n",
+     "bad.toml:2: daemon.segment: name must not be \".\" or \"..\""},
+    {"SegmentEmpty", "[daemon]\nsegment = \"\"\n", "bad.toml:2: daemon.segment: name is empty"},
+    {"DependencyNameWithSpace", "[dependency.\"payments db\"]\n",
+     "bad.toml:1: dependency.\"payments db\": name has a character other than A-Z a-z 0-9 . _ -"},
+    {"DependencyNameTooLong", "\n[dependency.a23456789012345678901234567890123456789012345678]\n",
+     "bad.toml:2: dependency.a23456789012345678901234567890123456789012345678: name is longer "
+     "than 47 bytes"},
+
+    // Policies: the factory's reason, at the key it names.
+    {"UnknownPolicyInDefaults", "[defaults]\npolicy = \"vegas\"\n",
+     "bad.toml:2: defaults.policy: unknown policy \"vegas\" (known: aimd, fixed, gradient2)"},
+    {"UnknownPolicyInDependency", "[dependency.db]\nmax_limit = 10\npolicy = \"Aimd\"\n",
+     "bad.toml:3: dependency.db.policy: unknown policy \"Aimd\" (known: aimd, fixed, gradient2)"},
+    {"UnknownPolicyInline", "dependency = { db = { policy = \"vegas\" } }\n",
+     "bad.toml:1: dependency.db.policy: unknown policy \"vegas\""},
+    {"UnknownParamInDefaults", "[defaults]\nsmoothing = 0.3\nbogus = 1\n",
+     "bad.toml:3: defaults.bogus: unknown parameter 'bogus' for policy 'gradient2' (known: "
+     "long_window, queue_size, smoothing, tolerance)"},
+    {"ParamOfAnotherPolicy",
+     "[defaults]\nsmoothing = 0.3\n\n[dependency.payments-db]\npolicy = \"aimd\"\nsmoothing = 0.5\n",
+     "bad.toml:6: dependency.payments-db.smoothing: unknown parameter 'smoothing' for policy 'aimd'"},
+    {"FixedTakesNoParams", "[dependency.cache]\npolicy = \"fixed\"\ninitial_limit = 50\nbackoff = 0.9\n",
+     "bad.toml:4: dependency.cache.backoff: unknown parameter 'backoff' for policy 'fixed'"},
+    {"BackoffOutOfRange", "[dependency.payments-db]\npolicy = \"aimd\"\nbackoff = 1.5\n",
+     "bad.toml:3: dependency.payments-db.backoff: policy aimd: must be in [0.5, 1)"},
+    {"LongWindowFraction", "[defaults]\nlong_window = 2.5\n",
+     "bad.toml:2: defaults.long_window: policy gradient2: must be an integer >= 1"},
+    {"QuotedNameInKeyPath", "[dependency.\"search.v2\"]\nsmoothing = 0\n",
+     "bad.toml:2: dependency.\"search.v2\".smoothing: policy gradient2: must be in (0, 1]"},
+
+    // Limits in order, told at the key this table set.
+    {"MinAboveMax", "[defaults]\nmin_limit = 50\nmax_limit = 10\ninitial_limit = 10\n",
+     "bad.toml:3: defaults.max_limit: must be >= min_limit (50)"},
+    {"MinAboveBuiltinMax", "[defaults]\nmin_limit = 2000\n",
+     "bad.toml:2: defaults.min_limit: must be <= max_limit (1000, the default)"},
+    {"MinAboveInheritedMax", "[defaults]\nmax_limit = 100\n\n[dependency.db]\nmin_limit = 200\n",
+     "bad.toml:5: dependency.db.min_limit: must be <= max_limit (100, from [defaults])"},
+    {"InitialAboveMax", "[defaults]\ninitial_limit = 5000\n",
+     "bad.toml:2: defaults.initial_limit: must be in [min_limit, max_limit] = [1, 1000]"},
+    {"InitialBelowMin", "[dependency.db]\nmin_limit = 10\ninitial_limit = 5\n",
+     "bad.toml:3: dependency.db.initial_limit: must be in [min_limit, max_limit] = [10, 1000]"},
+    {"InheritedInitialAboveMax", "[dependency.db]\nmax_limit = 10\n",
+     "bad.toml:2: dependency.db.max_limit: must be >= initial_limit (20, from [defaults])"},
+    {"InheritedInitialBelowMin", "[dependency.db]\nmin_limit = 30\n",
+     "bad.toml:2: dependency.db.min_limit: must be <= initial_limit (20, from [defaults])"},
+
+    // Whole-file checks.
+    {"TooManyDependencies",
+     "[daemon]\nmax_dependencies = 2\n\n[dependency.c]\n[dependency.a]\n[dependency.b]\n",
+     "bad.toml:6: dependency.b: 3 dependencies configured, more than daemon.max_dependencies (2)"},
+    {"FirstErrorInFileOrder", "[daemon]\ntick_ms = 1\nmax_processes = 0\n",
+     "bad.toml:2: daemon.tick_ms: must be in [10, 60000]"},
+    {"FirstTableInFileOrder", "[dependency.b]\nmin_limit = 0\n[dependency.a]\nmin_limit = 0\n",
+     "bad.toml:2: dependency.b.min_limit: must be in [1, 1000000]"},
+
+    // Files.
+    {"MissingFile", nullptr, "missing.toml: cannot read: No such file or directory", Kind::kMissing},
+    {"Directory", nullptr, "bad.toml: cannot read: Is a directory", Kind::kDirectory},
+};
+
+class BadConfigTest : public ConfigFileTest, public ::testing::WithParamInterface<BadConfig> {};
+
+TEST_P(BadConfigTest, IsRefusedWithFileLineKeyAndReason) {
+  const BadConfig& c = GetParam();
+  std::string path;
+  switch (c.kind) {
+    case Kind::kFile:
+      path = write_file("bad.toml", c.text);
+      break;
+    case Kind::kMissing:
+      path = path_of("missing.toml");
+      break;
+    case Kind::kDirectory:
+      path = path_of("bad.toml");
+      ASSERT_EQ(::mkdir(path.c_str(), 0700), 0);
+      break;
+  }
+  const std::string message = error_of([&] { load_config_file(path); });
+  const std::string expected = dir_ + "/" + c.expected;
+  EXPECT_EQ(message.substr(0, expected.size()), expected) << "whole message: " << message;
+}
+
+INSTANTIATE_TEST_SUITE_P(ConfigErrors, BadConfigTest, ::testing::ValuesIn(kBadConfigs),
+                         [](const ::testing::TestParamInfo<BadConfig>& info) {
+                           return std::string(info.param.name);
+                         });
+
+}  // namespace
+}  // namespace bulkhead::daemon

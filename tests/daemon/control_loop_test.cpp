@@ -1,0 +1,205 @@
+// The control loop on a real segment with a fake clock: clients record
+// through the library, the test advances time tick by tick.
+#include "daemon/control_loop.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "bulkhead/client.hpp"
+#include "tests/support/temp_segment.hpp"
+
+namespace bulkhead::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TempSegmentName;
+
+constexpr std::uint64_t kTickNs = 100'000'000;  // 100 ms, the default tick
+
+class ControlLoopTest : public ::testing::Test {
+ protected:
+  void start(const std::string& toml) {
+    config_ = parse_config("[daemon]\nsegment = \"" + name_.str() +
+                               "\"\nmax_dependencies = 16\nmax_processes = 8\nstats_stripes = 2\n" + toml,
+                           "test.toml");
+    segment_.emplace(shm::Segment::create(name_, testing::small_segment(16, 8, 2)));
+    loop_.emplace(*segment_, config_, nullptr);
+    client_.emplace(name_.str());
+  }
+  void advance_ticks(int n) {
+    for (int i = 0; i < n; ++i) loop_->tick(now_ns_ += kTickNs);
+  }
+  // `n` completed calls of `latency` with `outcome`, admitted one at a time.
+  void feed_calls(Dependency& dep, int n, std::chrono::nanoseconds latency, Outcome outcome = Outcome::kSuccess) {
+    for (int i = 0; i < n; ++i) {
+      Permit p = dep.try_acquire();
+      ASSERT_TRUE(p);
+      p.release(outcome, latency);
+    }
+  }
+  // `n` calls that overlap: all admitted, then all released.
+  void feed_concurrent_calls(Dependency& dep, int n, std::chrono::nanoseconds latency) {
+    std::vector<Permit> permits;
+    for (int i = 0; i < n; ++i) permits.push_back(dep.try_acquire());
+    for (Permit& p : permits) p.release(Outcome::kSuccess, latency);
+  }
+  ControlLoop::View view_of(const std::string& name) {
+    for (const auto& v : loop_->view()) {
+      if (v.name == name) return v;
+    }
+    ADD_FAILURE() << "no dependency " << name;
+    return {};
+  }
+
+  TempSegmentName name_{"loop"};
+  Config config_;
+  std::optional<shm::Segment> segment_;
+  std::optional<ControlLoop> loop_;
+  std::optional<Client> client_;
+  std::uint64_t now_ns_ = 1'000'000'000;
+};
+
+TEST_F(ControlLoopTest, ConfiguredDependenciesArePublishedAtStart) {
+  start("[dependency.payments]\npolicy = \"fixed\"\ninitial_limit = 12\n");
+  Dependency dep = client_->dependency("payments");
+  EXPECT_EQ(dep.limit(), 12);
+  EXPECT_EQ(segment_->header().config_generation.load(), 1u);
+}
+
+TEST_F(ControlLoopTest, NewNamesStartWithTheDefaultsAndAreAdopted) {
+  start("[defaults]\npolicy = \"aimd\"\nmin_limit = 1\ninitial_limit = 30\n");
+  Dependency dep = client_->dependency("brand-new");
+  EXPECT_EQ(dep.limit(), 30);
+  advance_ticks(1);
+  EXPECT_EQ(view_of("brand-new").policy, "aimd");
+}
+
+TEST_F(ControlLoopTest, SmallWindowsCarryOverUntilTheyHaveEnoughSamples) {
+  start("[defaults]\npolicy = \"aimd\"\nmin_limit = 1\ninitial_limit = 10\nwindow_min_samples = 10\n"
+        "window_max_ms = 5000\n");
+  Dependency dep = client_->dependency("slow-trickle");
+  advance_ticks(1);
+  for (int tick = 0; tick < 3; ++tick) {
+    feed_calls(dep, 3, 1ms, Outcome::kDropped);
+    advance_ticks(1);
+  }
+  // 9 samples over three ticks: not yet a window.
+  EXPECT_EQ(view_of("slow-trickle").windows, 0u);
+  EXPECT_EQ(dep.limit(), 10);
+  feed_calls(dep, 1, 1ms, Outcome::kDropped);
+  advance_ticks(1);
+  // The tenth makes one window of drops: AIMD backs off, 10 * 0.9 = 9.
+  EXPECT_EQ(view_of("slow-trickle").windows, 1u);
+  EXPECT_EQ(dep.limit(), 9);
+}
+
+TEST_F(ControlLoopTest, AnOldWindowGoesToThePolicyWithFewSamples) {
+  start("[defaults]\npolicy = \"aimd\"\nmin_limit = 1\ninitial_limit = 10\nwindow_min_samples = 100\n"
+        "window_max_ms = 1000\n");
+  Dependency dep = client_->dependency("quiet");
+  advance_ticks(1);
+  feed_calls(dep, 1, 1ms, Outcome::kDropped);
+  advance_ticks(9);
+  EXPECT_EQ(dep.limit(), 10);
+  advance_ticks(1);  // the window is 1 s old
+  EXPECT_EQ(dep.limit(), 9);
+}
+
+TEST_F(ControlLoopTest, IdleWindowsLeaveTheLimitAlone) {
+  start("[defaults]\npolicy = \"aimd\"\nmin_limit = 1\ninitial_limit = 10\nwindow_max_ms = 200\n");
+  Dependency dep = client_->dependency("idle");
+  advance_ticks(50);
+  EXPECT_EQ(dep.limit(), 10);
+  EXPECT_EQ(view_of("idle").windows, 0u);
+}
+
+TEST_F(ControlLoopTest, PublishedLimitIsClampedToTheBounds) {
+  start("[defaults]\npolicy = \"aimd\"\nmin_limit = 8\nmax_limit = 12\ninitial_limit = 10\n"
+        "window_min_samples = 1\n");
+  Dependency dep = client_->dependency("bounded");
+  advance_ticks(1);
+  for (int i = 0; i < 20; ++i) {
+    feed_calls(dep, 1, 1ms, Outcome::kDropped);
+    advance_ticks(1);
+  }
+  EXPECT_EQ(dep.limit(), 8);
+  for (int i = 0; i < 20; ++i) {
+    feed_concurrent_calls(dep, static_cast<int>(dep.limit()), 1ms);  // the limit is used
+    advance_ticks(1);
+  }
+  EXPECT_EQ(dep.limit(), 12);
+}
+
+TEST_F(ControlLoopTest, ReloadContinuesFromThePublishedLimit) {
+  start("[defaults]\npolicy = \"aimd\"\nmin_limit = 1\ninitial_limit = 40\nwindow_min_samples = 1\n");
+  Dependency dep = client_->dependency("svc");
+  advance_ticks(1);
+  for (int i = 0; i < 5; ++i) {
+    feed_calls(dep, 1, 1ms, Outcome::kDropped);
+    advance_ticks(1);
+  }
+  const long before = dep.limit();
+  EXPECT_LT(before, 40);
+  Config next = parse_config("[daemon]\nsegment = \"" + name_.str() +
+                                 "\"\nmax_dependencies = 16\nmax_processes = 8\nstats_stripes = 2\n"
+                                 "[defaults]\npolicy = \"gradient2\"\nmin_limit = 1\ninitial_limit = 40\n",
+                             "next.toml");
+  loop_->apply(next);
+  EXPECT_EQ(view_of("svc").policy, "gradient2");
+  EXPECT_EQ(dep.limit(), before);  // not reset to 40
+  EXPECT_EQ(segment_->header().config_generation.load(), 2u);
+}
+
+TEST_F(ControlLoopTest, PermitsOfADeadProcessAreGivenBack) {
+  start("");
+  Dependency dep = client_->dependency("orders");
+  Permit mine = dep.try_acquire();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Permit a = dep.try_acquire(), b = dep.try_acquire();
+    std::_Exit(a && b ? 0 : 1);  // dies holding two permits
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(dep.inflight(), 3);
+  advance_ticks(1);
+  EXPECT_EQ(dep.inflight(), 1);
+  EXPECT_EQ(loop_->permits_reclaimed(), 2u);
+  mine.success();
+  EXPECT_EQ(dep.inflight(), 0);
+}
+
+TEST_F(ControlLoopTest, GarbageHeldCountsNeverTakeMoreThanIsInFlight) {
+  start("");
+  Dependency dep = client_->dependency("orders");
+  Permit mine = dep.try_acquire();
+  // A dead process's slot claims it held a billion permits.
+  const std::uint32_t p = shm::claim_process_slot(*segment_);
+  segment_->process(p).identity.pid.store(0);
+  segment_->held(p, *shm::find_dependency(*segment_, "orders")).store(1'000'000'000);
+  advance_ticks(1);
+  EXPECT_EQ(dep.inflight(), 0);  // clamped at what was in flight, never below
+  EXPECT_EQ(segment_->process(p).identity.state.load(), shm::kSlotFree);
+}
+
+TEST_F(ControlLoopTest, StuckClaimsAreAbandoned) {
+  start("");
+  const std::uint64_t hash = shm::dependency_name_hash("stuck");
+  auto& tag = segment_->dependency(3).identity.tag;
+  tag.store((hash << 8) | shm::kSlotClaiming);
+  advance_ticks(25);  // over 2 s of 100 ms ticks
+  EXPECT_EQ(tag.load() & 0xff, shm::kSlotAbandoned);
+}
+
+TEST_F(ControlLoopTest, HeartbeatAdvancesEveryTick) {
+  start("");
+  advance_ticks(3);
+  EXPECT_EQ(segment_->header().heartbeat.load(), 3u);
+  EXPECT_EQ(segment_->header().heartbeat_ns.load(), now_ns_);
+}
+
+}  // namespace
+}  // namespace bulkhead::daemon
