@@ -1,0 +1,233 @@
+// The whole loop with the real bulkheadd binary: clients record, the daemon
+// learns, publishes, serves /metrics, reloads, gives back permits of dead
+// processes, and exits cleanly.
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "bulkhead/client.hpp"
+#include "tests/support/daemon_process.hpp"
+#include "tests/support/temp_segment.hpp"
+
+namespace bulkhead {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::DaemonProcess;
+using testing::TempSegmentName;
+
+class DaemonIntegration : public ::testing::Test {
+ protected:
+  std::string config(const std::string& extra = "") const {
+    return "[daemon]\nsegment = \"" + segment_.str() +
+           "\"\ntick_ms = 20\nmetrics_listen = \"127.0.0.1:0\"\nmax_dependencies = 16\n"
+           "max_processes = 16\nstats_stripes = 2\n\n[defaults]\npolicy = \"gradient2\"\n"
+           "min_limit = 2\nmax_limit = 200\ninitial_limit = 20\n" + extra;
+  }
+
+  TempSegmentName segment_{"it"};
+  std::string dir_ = testing::make_temp_dir();
+};
+
+// Closed-loop callers of one dependency whose latency is `base` times the
+// current factor: the workload a test makes slow and heals.
+class Workload {
+ public:
+  Workload(Dependency dep, int threads, std::chrono::microseconds base) : dep_(dep), base_(base) {
+    for (int t = 0; t < threads; ++t) threads_.emplace_back([this] { run(); });
+  }
+  ~Workload() {
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+  }
+  void set_factor(int f) { factor_ = f; }
+
+ private:
+  void run() {
+    while (!stop_) {
+      Permit p = dep_.try_acquire();
+      if (!p) {
+        std::this_thread::sleep_for(1ms);
+        continue;
+      }
+      std::this_thread::sleep_for(base_ * factor_.load());
+      p.success();
+    }
+  }
+  Dependency dep_;
+  std::chrono::microseconds base_;
+  std::atomic<int> factor_{1};
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+// The highest and lowest limit seen while sampling for `duration`.
+std::pair<long, long> limit_range(const Dependency& dep, std::chrono::milliseconds duration) {
+  long lo = dep.limit(), hi = lo;
+  for (auto end = std::chrono::steady_clock::now() + duration; std::chrono::steady_clock::now() < end;) {
+    std::this_thread::sleep_for(20ms);
+    lo = std::min(lo, dep.limit());
+    hi = std::max(hi, dep.limit());
+  }
+  return {lo, hi};
+}
+
+TEST_F(DaemonIntegration, LimitFallsWhenLatencyJumpsAndRecoversWhenItHeals) {
+  // More callers than max_limit, so that the limit is always in use
+  // (gradient2 holds still while a dependency is app-limited).
+  DaemonProcess daemon(BULKHEADD_PATH, dir_, config("\n[dependency.checkout]\nmax_limit = 24\n"));
+  auto seg = daemon.wait_ready(segment_);
+  ASSERT_TRUE(seg) << daemon.log();
+
+  Client client(segment_.str());
+  ASSERT_EQ(client.mode(), Client::Mode::kShared);
+  Dependency dep = client.dependency("checkout");
+  Workload load(dep, 32, 2ms);
+
+  const auto [warm_lo, before] = limit_range(dep, 3s);
+  load.set_factor(5);
+  const auto [slow_lo, slow_hi] = limit_range(dep, 4s);
+  load.set_factor(1);
+  const auto [healed_lo, healed] = limit_range(dep, 6s);
+  SCOPED_TRACE("limits: warm-up max " + std::to_string(before) + ", slow min " + std::to_string(slow_lo) +
+               ", healed max " + std::to_string(healed));
+  EXPECT_LT(slow_lo, before * 6 / 10);  // fell by more than 40%
+  EXPECT_GT(healed, slow_lo * 3 / 2);   // and climbed back
+  EXPECT_GE(healed, before * 8 / 10);
+  (void)warm_lo;
+  (void)slow_hi;
+  (void)healed_lo;
+
+  // The daemon serves the dependency's metrics over HTTP.
+  const std::uint16_t port = static_cast<std::uint16_t>(seg->header().metrics_port.load());
+  ASSERT_NE(port, 0);
+  const std::string metrics = testing::http_get(port, "/metrics");
+  EXPECT_NE(metrics.find("200 OK"), std::string::npos) << metrics.substr(0, 200);
+  EXPECT_NE(metrics.find("bulkhead_limit{dependency=\"checkout\"}"), std::string::npos);
+  EXPECT_NE(metrics.find("bulkhead_requests_total{dependency=\"checkout\",outcome=\"success\"}"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("bulkhead_latency_seconds_bucket{dependency=\"checkout\""), std::string::npos);
+  EXPECT_NE(metrics.find("bulkhead_daemon_tick_seconds_count"), std::string::npos);
+}
+
+TEST_F(DaemonIntegration, GivesBackThePermitsOfAProcessThatDied) {
+  DaemonProcess daemon(BULKHEADD_PATH, dir_, config());
+  ASSERT_TRUE(daemon.wait_ready(segment_)) << daemon.log();
+  Client client(segment_.str());
+  Dependency dep = client.dependency("orders");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Permit a = dep.try_acquire(), b = dep.try_acquire(), c = dep.try_acquire();
+    const char ok = (a && b && c) ? 'y' : 'n';
+    (void)!::write(ready[1], &ok, 1);
+    ::pause();
+    std::_Exit(0);
+  }
+  char ok = 0;
+  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
+  ASSERT_EQ(ok, 'y');
+  Permit mine = dep.try_acquire();
+  ASSERT_TRUE(mine);
+  EXPECT_EQ(dep.inflight(), 4);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  // Within a few 20 ms ticks; the wait is generous for a loaded machine.
+  for (int i = 0; i < 500 && dep.inflight() != 1; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(dep.inflight(), 1);  // only this process's permit remains
+  EXPECT_NE(daemon.log().find("died holding 3 permit(s) of orders"), std::string::npos) << daemon.log();
+  mine.success();
+  EXPECT_EQ(dep.inflight(), 0);
+}
+
+TEST_F(DaemonIntegration, BadReloadKeepsTheRunningConfig) {
+  DaemonProcess daemon(BULKHEADD_PATH, dir_, config("\n[dependency.fixed-one]\npolicy = \"fixed\"\ninitial_limit = 7\n"));
+  auto seg = daemon.wait_ready(segment_);
+  ASSERT_TRUE(seg) << daemon.log();
+  Client client(segment_.str());
+  Dependency fixed = client.dependency("fixed-one");
+  EXPECT_EQ(fixed.limit(), 7);
+  const auto generation = seg->header().config_generation.load();
+
+  testing::write_file(daemon.config_path(), config("\n[dependency.fixed-one]\npolicy = \"fixed\"\ninitial_limit = 7\nbogus = 1\n"));
+  daemon.signal(SIGHUP);
+  for (int i = 0; i < 500 && daemon.log().find("reload rejected") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_NE(daemon.log().find("reload rejected"), std::string::npos) << daemon.log();
+  EXPECT_NE(daemon.log().find("bulkhead.toml:18: dependency.fixed-one.bogus"), std::string::npos)
+      << daemon.log();
+  EXPECT_EQ(seg->header().config_generation.load(), generation);
+  EXPECT_EQ(fixed.limit(), 7);
+
+  // A good reload applies.
+  testing::write_file(daemon.config_path(), config("\n[dependency.fixed-one]\npolicy = \"fixed\"\ninitial_limit = 9\nmin_limit = 9\n"));
+  daemon.signal(SIGHUP);
+  for (int i = 0; i < 500 && fixed.limit() != 9; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(fixed.limit(), 9);
+  EXPECT_EQ(seg->header().config_generation.load(), generation + 1);
+
+  daemon.signal(SIGTERM);
+  ASSERT_TRUE(daemon.wait_exit(10s));
+  EXPECT_EQ(daemon.exit_code(), 0);
+  // The segment stays for clients and the next daemon; the pid is cleared.
+  EXPECT_EQ(seg->header().daemon_pid.load(), 0);
+  EXPECT_EQ(fixed.limit(), 9);
+}
+
+TEST_F(DaemonIntegration, ARestartedDaemonAdoptsTheSegmentAndItsLimits) {
+  const std::string with_fixed = config("\n[dependency.kept]\npolicy = \"fixed\"\ninitial_limit = 11\n");
+  {
+    DaemonProcess first(BULKHEADD_PATH, dir_, with_fixed);
+    ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
+  }
+  Client client(segment_.str());
+  Dependency kept = client.dependency("kept");
+  Permit held = kept.try_acquire();
+  ASSERT_TRUE(held);
+  DaemonProcess second(BULKHEADD_PATH, dir_, with_fixed);
+  ASSERT_TRUE(second.wait_ready(segment_)) << second.log();
+  EXPECT_NE(second.log().find("adopted segment"), std::string::npos) << second.log();
+  EXPECT_EQ(kept.limit(), 11);
+  EXPECT_EQ(kept.inflight(), 1);  // the in-flight count survived
+}
+
+TEST_F(DaemonIntegration, BadConfigAtStartExitsNonZeroNamingFileAndLine) {
+  DaemonProcess daemon(BULKHEADD_PATH, dir_, config("\n[dependency.x]\npolicy = \"nonesuch\"\n"));
+  ASSERT_TRUE(daemon.wait_exit(20s));
+  EXPECT_NE(daemon.exit_code(), 0);
+  EXPECT_NE(daemon.log().find("bulkhead.toml:16: dependency.x.policy"), std::string::npos) << daemon.log();
+}
+
+TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
+  const std::string good = dir_ + "/good.toml", bad = dir_ + "/bad.toml";
+  testing::write_file(good, config());
+  testing::write_file(bad, "[daemon]\ntick_ms = 1\n");
+  const auto ok = testing::run_command({BULKHEADD_PATH, "--check-config", good}, dir_);
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  const auto fail = testing::run_command({BULKHEADD_PATH, "--check-config", bad}, dir_);
+  EXPECT_EQ(fail.exit_code, 1);
+  EXPECT_NE(fail.output.find("bad.toml:2: daemon.tick_ms"), std::string::npos) << fail.output;
+  // Nothing was created.
+  EXPECT_THROW(shm::Segment::attach(segment_, shm::Access::kReadOnly), shm::SegmentError);
+}
+
+TEST_F(DaemonIntegration, RefusesAForeignSegment) {
+  shm::Segment foreign = shm::Segment::create(segment_, testing::small_segment());
+  foreign.header().abi_major = 99;
+  DaemonProcess daemon(BULKHEADD_PATH, dir_, config());
+  ASSERT_TRUE(daemon.wait_exit(20s));
+  EXPECT_NE(daemon.exit_code(), 0);
+  EXPECT_NE(daemon.log().find("ABI major 99"), std::string::npos) << daemon.log();
+  EXPECT_EQ(foreign.header().abi_major, 99);  // not written into
+}
+
+}  // namespace
+}  // namespace bulkhead

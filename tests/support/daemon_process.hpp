@@ -1,0 +1,163 @@
+// Runs the real bulkheadd binary for a test: a config file of the test's
+// own, a unique segment, metrics on an ephemeral loopback port, its log in
+// a file; stopped (SIGTERM, then SIGKILL) when the test ends.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shm/segment.hpp"
+
+namespace bulkhead::testing {
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+// A fresh directory under $TMPDIR for one test.
+inline std::string make_temp_dir() {
+  std::string pattern = (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + std::string("/bhtest-XXXXXX");
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return pattern;
+}
+
+struct RunResult {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+// Runs `argv` to completion, capturing its output.
+inline RunResult run_command(const std::vector<std::string>& argv, const std::string& dir) {
+  const std::string out = dir + "/command.out";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::_Exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_file(out)};
+}
+
+class DaemonProcess {
+ public:
+  // Starts bulkheadd with `config_text` written to DIR/bulkhead.toml.
+  DaemonProcess(const std::string& binary, const std::string& dir, const std::string& config_text)
+      : dir_(dir), config_path_(dir + "/bulkhead.toml"), log_path_(dir + "/bulkheadd.log") {
+    write_file(config_path_, config_text);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::execl(binary.c_str(), binary.c_str(), "--config", config_path_.c_str(), nullptr);
+      std::_Exit(127);
+    }
+  }
+  ~DaemonProcess() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGTERM);
+      if (!wait_exit(std::chrono::seconds(5))) {
+        ::kill(pid_, SIGKILL);
+        wait_exit(std::chrono::seconds(5));
+      }
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::string& config_path() const { return config_path_; }
+  std::string log() const { return read_file(log_path_); }
+  void signal(int sig) const { ::kill(pid_, sig); }
+
+  // Attaches to the daemon's segment once it has published it with its pid
+  // and made a first tick. nullopt if that does not happen within `patience`.
+  std::optional<shm::Segment> wait_ready(const std::string& segment,
+                                         std::chrono::seconds patience = std::chrono::seconds(20)) {
+    const auto give_up = std::chrono::steady_clock::now() + patience;
+    while (std::chrono::steady_clock::now() < give_up && !exited_) {
+      try {
+        shm::Segment s = shm::Segment::attach(segment, shm::Access::kReadOnly);
+        if (s.header().daemon_pid.load() == pid_ && s.header().heartbeat.load() > 0) return s;
+      } catch (const shm::SegmentError&) {
+      }
+      poll_exit();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::nullopt;
+  }
+
+  // Waits for the daemon to exit; true and its exit code in exit_code().
+  bool wait_exit(std::chrono::seconds patience) {
+    const auto give_up = std::chrono::steady_clock::now() + patience;
+    while (!exited_ && std::chrono::steady_clock::now() < give_up) {
+      poll_exit();
+      if (!exited_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return exited_;
+  }
+  int exit_code() const { return exit_code_; }
+
+ private:
+  void poll_exit() {
+    int status = 0;
+    if (!exited_ && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+  }
+
+  std::string dir_, config_path_, log_path_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int exit_code_ = -1;
+};
+
+// GET http://127.0.0.1:PORT/PATH; the whole response, headers included.
+inline std::string http_get(std::uint16_t port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return {};
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  (void)!::write(fd, request.data(), request.size());
+  std::string response;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) response.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return response;
+}
+
+}  // namespace bulkhead::testing
