@@ -117,6 +117,22 @@ shm::Segment open_segment(const Config& config, bool recreate) {
   return shm::Segment::create(name, create);
 }
 
+// The segment and the metrics endpoint live as long as the process: a
+// reload keeps their running settings, and says so when it asked for others.
+void keep_process_lifetime_settings(const Config& running, Config& next) {
+  auto keep = [](const char* key, auto& wanted, const auto& current) {
+    if (wanted != current) spdlog::warn("reload: daemon.{} changes only on restart; keeping the running value", key);
+    wanted = current;
+  };
+  keep("segment", next.daemon.segment, running.daemon.segment);
+  keep("max_dependencies", next.daemon.max_dependencies, running.daemon.max_dependencies);
+  keep("max_processes", next.daemon.max_processes, running.daemon.max_processes);
+  keep("stats_stripes", next.daemon.stats_stripes, running.daemon.stats_stripes);
+  keep("segment_group", next.daemon.segment_group, running.daemon.segment_group);
+  keep("segment_mode", next.daemon.segment_mode, running.daemon.segment_mode);
+  keep("metrics_listen", next.daemon.metrics_listen, running.daemon.metrics_listen);
+}
+
 int run(const Options& options) {
   Config config = load(options);
   set_log_level(config.daemon.log_level);
@@ -181,14 +197,7 @@ int run(const Options& options) {
       sd_notify(0, "RELOADING=1");
       try {
         Config next = load(options);
-        // The segment and the metrics endpoint live as long as the process.
-        next.daemon.segment = config.daemon.segment;
-        next.daemon.max_dependencies = config.daemon.max_dependencies;
-        next.daemon.max_processes = config.daemon.max_processes;
-        next.daemon.stats_stripes = config.daemon.stats_stripes;
-        next.daemon.segment_group = config.daemon.segment_group;
-        next.daemon.segment_mode = config.daemon.segment_mode;
-        next.daemon.metrics_listen = config.daemon.metrics_listen;
+        keep_process_lifetime_settings(config, next);
         loop.apply(next);
         config = std::move(next);
         set_log_level(config.daemon.log_level);

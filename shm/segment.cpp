@@ -41,6 +41,9 @@ void check_name(const std::string& name) {
   if (const char* why = check_dependency_name(name)) {
     throw SegmentError(EINVAL, "segment name '" + name + "' " + why);
   }
+  if (name == "." || name == "..") {
+    throw SegmentError(EINVAL, "segment name '" + name + "' names a directory");
+  }
 }
 
 }  // namespace
