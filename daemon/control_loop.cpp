@@ -30,12 +30,16 @@ bool same_policy_settings(const DependencyConfig& a, const DependencyConfig& b) 
          a.bounds.max == b.bounds.max;
 }
 
+// False only when the process is certainly gone: no such pid, or a pid
+// that lives with another start time (reused). When the start time cannot
+// be read (hidepid, a /proc the sandbox hides) the process counts as alive:
+// giving back the permits of a live process would admit over the limit.
 bool process_alive(std::int32_t pid, std::uint64_t start_time) {
   if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno != EPERM) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
   const auto now_start = shm::process_start_time(pid);
-  // A pid that lives with another start time was reused: ours is dead.
-  return now_start && (start_time == 0 || *now_start == start_time);
+  if (!now_start || start_time == 0) return true;
+  return *now_start == start_time;
 }
 
 void add_into(shm::DependencyCounters& into, const shm::DependencyCounters& delta) {

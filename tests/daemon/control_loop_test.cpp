@@ -185,6 +185,26 @@ TEST_F(ControlLoopTest, GarbageHeldCountsNeverTakeMoreThanIsInFlight) {
   EXPECT_EQ(segment_->process(p).identity.state.load(), shm::kSlotFree);
 }
 
+TEST_F(ControlLoopTest, APidReusedByAnotherProcessCountsAsDead) {
+  start("");
+  Dependency dep = client_->dependency("orders");
+  advance_ticks(1);
+  // A slot recorded for a process with this test's pid but another start
+  // time: the pid was reused, the process that held the permit is gone.
+  const std::uint32_t p = shm::claim_process_slot(*segment_);
+  segment_->process(p).identity.start_time.fetch_add(12345);
+  const std::uint32_t slot = *shm::find_dependency(*segment_, "orders");
+  segment_->dependency(slot).admission.word.fetch_add(shm::kAdmissionAcquire);
+  segment_->held(p, slot).store(1);
+  EXPECT_EQ(dep.inflight(), 1);
+  advance_ticks(1);
+  EXPECT_EQ(dep.inflight(), 0);
+  // This process's own slot, with the right start time, is left alone.
+  Permit mine = dep.try_acquire();
+  advance_ticks(1);
+  EXPECT_EQ(dep.inflight(), 1);
+}
+
 TEST_F(ControlLoopTest, StuckClaimsAreAbandoned) {
   start("");
   const std::uint64_t hash = shm::dependency_name_hash("stuck");
