@@ -14,6 +14,7 @@
 #include "bulkhead/client.hpp"
 #include "shm/segment.hpp"
 #include "shm/stats.hpp"
+#include "tests/support/children.hpp"
 #include "tests/support/temp_segment.hpp"
 
 namespace bulkhead {
@@ -170,28 +171,18 @@ TEST_F(AdmissionTest, FourProcessesNeverExceedTheLimit) {
       ::mmap(nullptr, sizeof(Occupancy), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(occupancy, MAP_FAILED);
   new (occupancy) Occupancy();
-  std::vector<pid_t> children;
-  for (int c = 0; c < 4; ++c) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      bh_client* client = nullptr;
-      bh_dep* dep = nullptr;
-      if (bh_client_open(name_.c_str(), &client) != 0 || bh_dependency(client, "payments", &dep) != 0) {
-        std::_Exit(2);
-      }
-      std::thread second(hammer, dep, occupancy, 50'000);
-      hammer(dep, occupancy, 50'000);
-      second.join();
-      bh_client_close(client);
-      std::_Exit(0);
+  testing::run_children(4, [&](int) {
+    bh_client* client = nullptr;
+    bh_dep* dep = nullptr;
+    if (bh_client_open(name_.c_str(), &client) != 0 || bh_dependency(client, "payments", &dep) != 0) {
+      return 2;
     }
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
+    std::thread second(hammer, dep, occupancy, 50'000);
+    hammer(dep, occupancy, 50'000);
+    second.join();
+    bh_client_close(client);
+    return 0;
+  });
   EXPECT_LE(occupancy->peak.load(), 3);
   EXPECT_GT(occupancy->admitted.load(), 0);
   const std::uint32_t slot = slot_of("payments");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "shm/stats.hpp"
+#include "tests/support/children.hpp"
 #include "tests/support/temp_segment.hpp"
 
 namespace bulkhead::shm {
@@ -213,21 +214,11 @@ TEST(DependencyTable, ThreadsRacingForOneNewNameMeetOnOneSlot) {
 TEST(DependencyTable, ProcessesRacingForOneNewNameMeetOnOneSlot) {
   TempSegmentName name;
   Segment s = Segment::create(name, small_segment(64));
-  std::vector<pid_t> children;
-  for (int c = 0; c < 4; ++c) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      Segment mine = Segment::attach(name, Access::kReadWrite);
-      for (int i = 0; i < 40; ++i) find_or_claim_dependency(mine, "shared-" + std::to_string(i), 1, 0);
-      std::_Exit(0);
-    }
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
+  testing::run_children(4, [&](int) {
+    Segment mine = Segment::attach(name, Access::kReadWrite);
+    for (int i = 0; i < 40; ++i) find_or_claim_dependency(mine, "shared-" + std::to_string(i), 1, 0);
+    return 0;
+  });
   int ready = 0;
   for (std::uint32_t i = 0; i < 64; ++i) {
     ready += (s.dependency(i).identity.tag.load() & 0xff) == kSlotReady;
