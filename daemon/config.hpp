@@ -14,22 +14,14 @@
 #include <string_view>
 #include <vector>
 
-#include "policies/policy.hpp"
+#include "control/controller.hpp"
 
 namespace bulkhead::daemon {
 
 // How one dependency's limit is learned. [defaults] and every
 // [dependency.NAME] table have these keys.
-struct DependencyConfig {
-  std::string name;                      // empty for [defaults]
-  std::string policy = "gradient2";      // a name in the policy registry
-  policies::Bounds bounds{1, 1000, 20};  // min_limit, max_limit, initial_limit (calls)
-  policies::ParamMap params;             // the policy's own keys
-  // A window goes to the policy once it holds this many samples (ok +
-  // dropped completions) ...
-  std::uint32_t window_min_samples = 10;
-  // ... or once it is this old and holds at least one sample.
-  std::chrono::milliseconds window_max_age{1000};
+struct DependencyConfig : control::LimitSettings {
+  std::string name;  // empty for [defaults]
 };
 
 struct DaemonConfig {

@@ -4,11 +4,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 
 #include <spdlog/spdlog.h>
 
-#include "shm/histogram.hpp"
 
 namespace bulkhead::daemon {
 
@@ -25,11 +23,6 @@ std::uint64_t abandon_after_ticks(const Config& config) {
   return std::max<std::uint64_t>(2, kAbandonAfterNs / std::max<std::uint64_t>(tick_ns, 1));
 }
 
-bool same_policy_settings(const DependencyConfig& a, const DependencyConfig& b) {
-  return a.policy == b.policy && a.params == b.params && a.bounds.min == b.bounds.min &&
-         a.bounds.max == b.bounds.max;
-}
-
 // False only when the process is certainly gone: no such pid, or a pid
 // that lives with another start time (reused). When the start time cannot
 // be read (hidepid, a /proc the sandbox hides) the process counts as alive:
@@ -40,15 +33,6 @@ bool process_alive(std::int32_t pid, std::uint64_t start_time) {
   const auto now_start = shm::process_start_time(pid);
   if (!now_start || start_time == 0) return true;
   return *now_start == start_time;
-}
-
-void add_into(shm::DependencyCounters& into, const shm::DependencyCounters& delta) {
-  into.ok += delta.ok;
-  into.dropped += delta.dropped;
-  into.ignored += delta.ignored;
-  into.rejected += delta.rejected;
-  into.rtt_sum_ns += delta.rtt_sum_ns;
-  for (std::size_t b = 0; b < into.histogram.size(); ++b) into.histogram[b] += delta.histogram[b];
 }
 
 }  // namespace
@@ -79,7 +63,11 @@ void ControlLoop::apply(const Config& config) {
     }
   }
   for (auto& [index, d] : dependencies_) {
-    configure(d, config_.effective(d.name));
+    if (d.controller->reconfigure(config_.effective(d.name))) {
+      spdlog::info("dependency {}: policy {}, continuing from limit {}", d.name,
+                   d.controller->settings().policy, d.controller->limit());
+    }
+    publish_limit(d);
     if (config_.find(d.name) == nullptr) {
       segment_.dependency(index).control.flags.fetch_and(~shm::kDependencyConfigured,
                                                          std::memory_order_relaxed);
@@ -88,35 +76,26 @@ void ControlLoop::apply(const Config& config) {
   }
 }
 
-void ControlLoop::configure(Dependency& d, DependencyConfig config) {
-  const bool rebuild = !d.policy || !same_policy_settings(d.config, config);
-  d.config = std::move(config);
-  if (!rebuild) return;
-  // Continue from the limit in force (a restart or reload does not reset
-  // it), within the new bounds.
-  const double current = segment_.dependency(d.index).control.limit.load(std::memory_order_relaxed);
-  policies::Bounds bounds = d.config.bounds;
-  bounds.initial = std::clamp(current > 0 ? current : bounds.initial, bounds.min, bounds.max);
-  d.policy = policies::builtin_registry().create(d.config.policy, bounds, d.config.params);
-  publish_limit(d, d.policy->limit());
-  spdlog::info("dependency {}: policy {}, limit {} in [{}, {}]", d.name, d.config.policy,
-               bounds.initial, bounds.min, bounds.max);
-}
-
 void ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
-  const shm::DependencySlot& slot = segment_.dependency(index);
+  shm::DependencySlot& slot = segment_.dependency(index);
   Dependency d;
   d.index = index;
   d.name.assign(slot.identity.name, std::min<std::uint32_t>(slot.identity.name_length,
                                                             shm::kMaxNameLength));
   // Start counting from now: an adopted segment's history is not a window.
   d.last = shm::read_counters(segment_, index);
-  d.window_start_ns = now_ns;
+  // Continue from the limit in force (set by a client's claim, the config,
+  // or a previous daemon), not from initial_limit.
+  const DependencyConfig settings = config_.effective(d.name);
+  d.controller = std::make_unique<control::Controller>(
+      settings, slot.control.limit.load(std::memory_order_relaxed), now_ns);
   if (metrics_ != nullptr) d.metrics = &metrics_->dependency(d.name);
-  Dependency& tracked = dependencies_.emplace(index, std::move(d)).first->second;
-  configure(tracked, config_.effective(tracked.name));
-  segment_.dependency(index).control.generation.store(
-      segment_.header().config_generation.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  spdlog::info("dependency {}: policy {}, limit {} in [{}, {}]", d.name, settings.policy,
+               d.controller->limit(), settings.bounds.min, settings.bounds.max);
+  publish_limit(d);
+  slot.control.generation.store(segment_.header().config_generation.load(std::memory_order_relaxed),
+                                std::memory_order_relaxed);
+  dependencies_.emplace(index, std::move(d));
 }
 
 void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
@@ -157,83 +136,32 @@ void ControlLoop::tick(std::uint64_t now_ns) {
 }
 
 void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
-  const shm::DependencyCounters now = shm::read_counters(segment_, d.index);
-  const shm::DependencyCounters delta = now.since(d.last);
-  d.last = now;
-  add_into(d.open, delta);
-  const shm::WindowExtremes e = shm::take_window_extremes(segment_, d.index);
-  d.extremes.rtt_min_ns = std::min(d.extremes.rtt_min_ns, e.rtt_min_ns);
-  d.extremes.rtt_max_ns = std::max(d.extremes.rtt_max_ns, e.rtt_max_ns);
-  d.extremes.max_inflight = std::max(d.extremes.max_inflight, e.max_inflight);
-
-  if (d.metrics != nullptr) {
-    d.metrics->success->Increment(static_cast<double>(delta.ok));
-    d.metrics->dropped->Increment(static_cast<double>(delta.dropped));
-    d.metrics->ignored->Increment(static_cast<double>(delta.ignored));
-    d.metrics->rejected->Increment(static_cast<double>(delta.rejected));
-    metrics_->observe_latency(*d.metrics, delta.histogram, delta.rtt_sum_ns);
-  }
-
-  const std::uint64_t samples = d.open.ok + d.open.dropped;
-  const std::uint64_t age_ns = now_ns - d.window_start_ns;
-  const auto max_age_ns = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(d.config.window_max_age).count());
-  if (samples >= d.config.window_min_samples || (age_ns >= max_age_ns && samples > 0)) {
-    close_window(d, now_ns);
-  } else if (age_ns >= max_age_ns) {
-    // Idle: nothing to learn from. Keep the limit; start afresh.
-    d.open = {};
-    d.extremes = {};
-    d.window_start_ns = now_ns;
-  }
-
-  if (d.metrics != nullptr) {
-    const shm::DependencySlot& slot = segment_.dependency(d.index);
-    d.metrics->limit->Set(slot.control.limit.load(std::memory_order_relaxed));
-    d.metrics->inflight->Set(
-        shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed)));
-  }
-}
-
-void ControlLoop::close_window(Dependency& d, std::uint64_t now_ns) {
   const shm::DependencySlot& slot = segment_.dependency(d.index);
-  policies::Window w;
-  w.ok = d.open.ok;
-  w.dropped = d.open.dropped;
-  w.ignored = d.open.ignored;
-  w.rejected = d.open.rejected;
-  w.rtt_sum_ns = d.open.rtt_sum_ns;
-  if (w.ok > 0) {
-    w.rtt_min_ns = d.extremes.rtt_min_ns == UINT64_MAX ? 0 : d.extremes.rtt_min_ns;
-    w.rtt_max_ns = d.extremes.rtt_max_ns;
-    w.rtt_p50_ns = shm::histogram_quantile_ns(d.open.histogram, 0.50);
-    w.rtt_p90_ns = shm::histogram_quantile_ns(d.open.histogram, 0.90);
-    w.rtt_p99_ns = shm::histogram_quantile_ns(d.open.histogram, 0.99);
-  }
-  // Clients write max_inflight; the daemon does not trust it past what the
-  // admission word can hold at the published limit.
-  w.limit = slot.control.limit.load(std::memory_order_relaxed);
-  w.max_inflight = std::min(d.extremes.max_inflight, std::max<std::uint32_t>(w.limit, 1));
-  w.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
-  w.duration_ns = now_ns - d.window_start_ns;
+  control::TickObservation o;
+  const shm::DependencyCounters now = shm::read_counters(segment_, d.index);
+  o.delta = now.since(d.last);
+  d.last = now;
+  o.extremes = shm::take_window_extremes(segment_, d.index);
+  o.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
+  if (d.controller->observe(o, now_ns)) publish_limit(d);
 
-  publish_limit(d, d.policy->update(w));
-  ++d.windows;
-  d.open = {};
-  d.extremes = {};
-  d.window_start_ns = now_ns;
+  if (d.metrics != nullptr) {
+    d.metrics->success->Increment(static_cast<double>(o.delta.ok));
+    d.metrics->dropped->Increment(static_cast<double>(o.delta.dropped));
+    d.metrics->ignored->Increment(static_cast<double>(o.delta.ignored));
+    d.metrics->rejected->Increment(static_cast<double>(o.delta.rejected));
+    metrics_->observe_latency(*d.metrics, o.delta.histogram, o.delta.rtt_sum_ns);
+    d.metrics->limit->Set(d.controller->limit());
+    d.metrics->inflight->Set(o.inflight);
+  }
 }
 
-void ControlLoop::publish_limit(Dependency& d, double limit) {
-  const policies::Bounds& b = d.config.bounds;
-  double clamped = std::isfinite(limit) ? limit : b.min;
-  clamped = std::clamp(clamped, b.min, b.max);
-  const auto published = static_cast<std::uint32_t>(std::max(1.0, std::floor(clamped)));
-  auto& slot_limit = segment_.dependency(d.index).control.limit;
+void ControlLoop::publish_limit(const Dependency& d) {
+  auto& limit = segment_.dependency(d.index).control.limit;
   // Relaxed: the limit is a lone value that clients read with a relaxed
   // load in bh_try_acquire(); nothing else is published with it.
-  if (slot_limit.exchange(published, std::memory_order_relaxed) != published) {
-    spdlog::debug("dependency {}: limit {}", d.name, published);
+  if (limit.exchange(d.controller->limit(), std::memory_order_relaxed) != d.controller->limit()) {
+    spdlog::debug("dependency {}: limit {}", d.name, d.controller->limit());
   }
 }
 
@@ -289,9 +217,9 @@ std::vector<ControlLoop::View> ControlLoop::view() const {
   std::vector<View> out;
   for (const auto& [index, d] : dependencies_) {
     const shm::DependencySlot& slot = segment_.dependency(index);
-    out.push_back({d.name, d.config.policy, slot.control.limit.load(std::memory_order_relaxed),
+    out.push_back({d.name, d.controller->settings().policy, d.controller->limit(),
                    shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed)),
-                   d.windows});
+                   d.controller->windows()});
   }
   return out;
 }

@@ -4,12 +4,9 @@
 // Algorithm, per tick:
 //   1. Adopt dependency slots that clients claimed since the last tick (and
 //      abandon claims that never finished).
-//   2. Per dependency: read the counters, add the deltas since the last tick
-//      to the open window. When the window holds window_min_samples samples,
-//      or is window_max_age old and holds any, hand it to the policy, clamp
-//      the answer to [min_limit, max_limit] and publish it; then open a new
-//      window. Small windows are carried over, not discarded, so that a
-//      dependency called once a second still adapts.
+//   2. Per dependency: read the counters and hand the deltas since the last
+//      tick to its control::Controller (window carry-over, policy, clamp);
+//      publish the limit it answers.
 //   3. Give back the permits of processes that died holding them.
 //   4. Advance the heartbeat; update metrics.
 //
@@ -29,9 +26,9 @@
 #include <string>
 #include <vector>
 
+#include "control/controller.hpp"
 #include "daemon/config.hpp"
 #include "daemon/metrics.hpp"
-#include "policies/policy.hpp"
 #include "shm/segment.hpp"
 #include "shm/stats.hpp"
 
@@ -66,23 +63,16 @@ class ControlLoop {
   struct Dependency {
     std::uint32_t index = 0;
     std::string name;
-    DependencyConfig config;
-    std::unique_ptr<policies::Policy> policy;
+    std::unique_ptr<control::Controller> controller;
     shm::DependencyCounters last;  // reading at the previous tick
-    shm::DependencyCounters open;  // deltas of the open window
-    shm::WindowExtremes extremes;  // of the open window
-    std::uint64_t window_start_ns = 0;
-    std::uint64_t windows = 0;
     Metrics::Dependency* metrics = nullptr;
   };
 
   void adopt_new_slots(std::uint64_t now_ns);
   void track(std::uint32_t index, std::uint64_t now_ns);
-  void configure(Dependency& d, DependencyConfig config);
   void update(Dependency& d, std::uint64_t now_ns);
-  void close_window(Dependency& d, std::uint64_t now_ns);
   void reclaim_dead_processes();
-  void publish_limit(Dependency& d, double limit);
+  void publish_limit(const Dependency& d);
 
   shm::Segment& segment_;
   Config config_;

@@ -22,9 +22,11 @@ check() {
 check policies ""
 check shm ""
 check client "shm bulkhead"
-check daemon "shm policies"
+check control "shm policies"
+check daemon "shm policies control"
+check tools "shm policies control"
 # Nothing outside tests/ may include from daemon/ but daemon/ itself.
-if grep -rlE '^#include "daemon/' "$root"/{shm,client,policies,examples} 2>/dev/null; then
+if grep -rlE '^#include "daemon/' "$root"/{shm,client,policies,control,tools,examples} 2>/dev/null; then
   echo "only daemon/ and tests/ may include daemon/ headers"
   status=1
 fi

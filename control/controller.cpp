@@ -1,0 +1,111 @@
+#include "control/controller.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "shm/histogram.hpp"
+
+namespace bulkhead::control {
+
+namespace {
+
+void add_into(shm::DependencyCounters& into, const shm::DependencyCounters& delta) {
+  into.ok += delta.ok;
+  into.dropped += delta.dropped;
+  into.ignored += delta.ignored;
+  into.rejected += delta.rejected;
+  into.rtt_sum_ns += delta.rtt_sum_ns;
+  for (std::size_t b = 0; b < into.histogram.size(); ++b) into.histogram[b] += delta.histogram[b];
+}
+
+void merge_into(shm::WindowExtremes& into, const shm::WindowExtremes& e) {
+  into.rtt_min_ns = std::min(into.rtt_min_ns, e.rtt_min_ns);
+  into.rtt_max_ns = std::max(into.rtt_max_ns, e.rtt_max_ns);
+  into.max_inflight = std::max(into.max_inflight, e.max_inflight);
+}
+
+bool same_policy(const LimitSettings& a, const LimitSettings& b) {
+  return a.policy == b.policy && a.params == b.params && a.bounds.min == b.bounds.min &&
+         a.bounds.max == b.bounds.max;
+}
+
+std::uint64_t to_ns(std::chrono::milliseconds ms) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(ms).count());
+}
+
+}  // namespace
+
+Controller::Controller(const LimitSettings& settings, std::uint32_t current_limit, std::uint64_t now_ns)
+    : settings_(settings), limit_(current_limit), window_start_ns_(now_ns) {
+  rebuild_policy();
+}
+
+bool Controller::reconfigure(const LimitSettings& settings) {
+  const bool rebuild = !same_policy(settings_, settings);
+  settings_ = settings;
+  if (rebuild) rebuild_policy();
+  return rebuild;
+}
+
+void Controller::rebuild_policy() {
+  policies::Bounds bounds = settings_.bounds;
+  // Continue from the limit in force, within the new bounds.
+  bounds.initial = std::clamp(limit_ > 0 ? static_cast<double>(limit_) : bounds.initial, bounds.min,
+                              bounds.max);
+  policy_ = policies::builtin_registry().create(settings_.policy, bounds, settings_.params);
+  set_limit(policy_->limit());
+}
+
+void Controller::set_limit(double limit) {
+  const policies::Bounds& b = settings_.bounds;
+  const double clamped = std::clamp(std::isfinite(limit) ? limit : b.min, b.min, b.max);
+  limit_ = static_cast<std::uint32_t>(std::max(1.0, std::floor(clamped)));
+}
+
+bool Controller::observe(const TickObservation& o, std::uint64_t now_ns) {
+  add_into(open_, o.delta);
+  merge_into(extremes_, o.extremes);
+  const std::uint64_t samples = open_.ok + open_.dropped;
+  const std::uint64_t age_ns = now_ns - window_start_ns_;
+  const std::uint64_t max_age_ns = to_ns(settings_.window_max_age);
+  if (samples >= settings_.window_min_samples || (age_ns >= max_age_ns && samples > 0)) {
+    close_window(o.inflight, now_ns);
+    return true;
+  }
+  if (age_ns >= max_age_ns) {
+    open_ = {};
+    extremes_ = {};
+    window_start_ns_ = now_ns;
+  }
+  return false;
+}
+
+void Controller::close_window(std::uint32_t inflight, std::uint64_t now_ns) {
+  policies::Window w;
+  w.ok = open_.ok;
+  w.dropped = open_.dropped;
+  w.ignored = open_.ignored;
+  w.rejected = open_.rejected;
+  w.rtt_sum_ns = open_.rtt_sum_ns;
+  if (w.ok > 0) {
+    w.rtt_min_ns = extremes_.rtt_min_ns == UINT64_MAX ? 0 : extremes_.rtt_min_ns;
+    w.rtt_max_ns = extremes_.rtt_max_ns;
+    w.rtt_p50_ns = shm::histogram_quantile_ns(open_.histogram, 0.50);
+    w.rtt_p90_ns = shm::histogram_quantile_ns(open_.histogram, 0.90);
+    w.rtt_p99_ns = shm::histogram_quantile_ns(open_.histogram, 0.99);
+  }
+  w.limit = limit_;
+  // Clients write the peak; trust it no further than the limit allows.
+  w.max_inflight = std::min(extremes_.max_inflight, std::max<std::uint32_t>(limit_, 1));
+  w.inflight = inflight;
+  w.duration_ns = now_ns - window_start_ns_;
+
+  set_limit(policy_->update(w));
+  last_window_ = w;
+  ++windows_;
+  open_ = {};
+  extremes_ = {};
+  window_start_ns_ = now_ns;
+}
+
+}  // namespace bulkhead::control
