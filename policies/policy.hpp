@@ -70,7 +70,8 @@ class Registry {
   std::map<std::string, Factory, std::less<>> factories_;
 };
 
-// The registry with every built-in policy: fixed, aimd, gradient2.
+// The registry with every built-in policy: fixed, aimd, gradient2, vegas,
+// gradient.
 const Registry& builtin_registry();
 
 }  // namespace bulkhead::policies

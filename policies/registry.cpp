@@ -7,9 +7,11 @@
 
 #include "policies/aimd.hpp"
 #include "policies/fixed.hpp"
+#include "policies/gradient.hpp"
 #include "policies/gradient2.hpp"
 #include "policies/params.hpp"
 #include "policies/policy.hpp"
+#include "policies/vegas.hpp"
 
 namespace bulkhead::policies {
 
@@ -58,6 +60,8 @@ const Registry& builtin_registry() {
     r.add(std::string(FixedPolicy::kName), &FixedPolicy::create);  // the fallback: always here
     r.add(std::string(AimdPolicy::kName), &AimdPolicy::create);
     r.add(std::string(Gradient2Policy::kName), &Gradient2Policy::create);
+    r.add(std::string(VegasPolicy::kName), &VegasPolicy::create);
+    r.add(std::string(GradientPolicy::kName), &GradientPolicy::create);
     return r;
   }();
   return registry;

@@ -431,12 +431,14 @@ const BadConfig kBadConfigs[] = {
      "than 47 bytes"},
 
     // Policies: the factory's reason, at the key it names.
-    {"UnknownPolicyInDefaults", "[defaults]\npolicy = \"vegas\"\n",
-     "bad.toml:2: defaults.policy: unknown policy \"vegas\" (known: aimd, fixed, gradient2)"},
+    {"UnknownPolicyInDefaults", "[defaults]\npolicy = \"bbr\"\n",
+     "bad.toml:2: defaults.policy: unknown policy \"bbr\" (known: aimd, fixed, gradient, gradient2, "
+     "vegas)"},
     {"UnknownPolicyInDependency", "[dependency.db]\nmax_limit = 10\npolicy = \"Aimd\"\n",
-     "bad.toml:3: dependency.db.policy: unknown policy \"Aimd\" (known: aimd, fixed, gradient2)"},
-    {"UnknownPolicyInline", "dependency = { db = { policy = \"vegas\" } }\n",
-     "bad.toml:1: dependency.db.policy: unknown policy \"vegas\""},
+     "bad.toml:3: dependency.db.policy: unknown policy \"Aimd\" (known: aimd, fixed, gradient, "
+     "gradient2, vegas)"},
+    {"UnknownPolicyInline", "dependency = { db = { policy = \"bbr\" } }\n",
+     "bad.toml:1: dependency.db.policy: unknown policy \"bbr\""},
     {"UnknownParamInDefaults", "[defaults]\nsmoothing = 0.3\nbogus = 1\n",
      "bad.toml:3: defaults.bogus: unknown parameter 'bogus' for policy 'gradient2' (known: "
      "long_window, queue_size, smoothing, tolerance)"},

@@ -72,7 +72,8 @@ TEST(Registry, ListsNamesSorted) {
 
 TEST(Registry, BuiltinHasEveryPolicyAndAlwaysFixed) {
   const Registry& registry = builtin_registry();
-  EXPECT_EQ(registry.names(), (std::vector<std::string>{"aimd", "fixed", "gradient2"}));
+  EXPECT_EQ(registry.names(),
+            (std::vector<std::string>{"aimd", "fixed", "gradient", "gradient2", "vegas"}));
   EXPECT_TRUE(registry.contains("fixed"));
   EXPECT_EQ(&registry, &builtin_registry());  // one instance
   for (const std::string& name : registry.names()) {
@@ -81,8 +82,8 @@ TEST(Registry, BuiltinHasEveryPolicyAndAlwaysFixed) {
 }
 
 TEST(Registry, NamesKnownPoliciesForUnknownOne) {
-  EXPECT_EQ(param_error_of([] { builtin_registry().create("vegas", kBounds, {}); }),
-            "unknown policy 'vegas' (known: aimd, fixed, gradient2)");
+  EXPECT_EQ(param_error_of([] { builtin_registry().create("bbr", kBounds, {}); }),
+            "unknown policy 'bbr' (known: aimd, fixed, gradient, gradient2, vegas)");
 }
 
 TEST(Registry, NamesKnownParametersForUnknownOne) {
