@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "policies/aimd.hpp"
+#include "policies/balance.hpp"
 #include "policies/fixed.hpp"
 #include "policies/gradient.hpp"
 #include "policies/gradient2.hpp"
@@ -62,6 +63,7 @@ const Registry& builtin_registry() {
     r.add(std::string(Gradient2Policy::kName), &Gradient2Policy::create);
     r.add(std::string(VegasPolicy::kName), &VegasPolicy::create);
     r.add(std::string(GradientPolicy::kName), &GradientPolicy::create);
+    r.add(std::string(BalancePolicy::kName), &BalancePolicy::create);
     return r;
   }();
   return registry;

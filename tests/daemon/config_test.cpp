@@ -432,11 +432,11 @@ const BadConfig kBadConfigs[] = {
 
     // Policies: the factory's reason, at the key it names.
     {"UnknownPolicyInDefaults", "[defaults]\npolicy = \"bbr\"\n",
-     "bad.toml:2: defaults.policy: unknown policy \"bbr\" (known: aimd, fixed, gradient, gradient2, "
-     "vegas)"},
-    {"UnknownPolicyInDependency", "[dependency.db]\nmax_limit = 10\npolicy = \"Aimd\"\n",
-     "bad.toml:3: dependency.db.policy: unknown policy \"Aimd\" (known: aimd, fixed, gradient, "
+     "bad.toml:2: defaults.policy: unknown policy \"bbr\" (known: aimd, balance, fixed, gradient, "
      "gradient2, vegas)"},
+    {"UnknownPolicyInDependency", "[dependency.db]\nmax_limit = 10\npolicy = \"Aimd\"\n",
+     "bad.toml:3: dependency.db.policy: unknown policy \"Aimd\" (known: aimd, balance, fixed, "
+     "gradient, gradient2, vegas)"},
     {"UnknownPolicyInline", "dependency = { db = { policy = \"bbr\" } }\n",
      "bad.toml:1: dependency.db.policy: unknown policy \"bbr\""},
     {"UnknownParamInDefaults", "[defaults]\nsmoothing = 0.3\nbogus = 1\n",

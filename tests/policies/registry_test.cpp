@@ -73,7 +73,7 @@ TEST(Registry, ListsNamesSorted) {
 TEST(Registry, BuiltinHasEveryPolicyAndAlwaysFixed) {
   const Registry& registry = builtin_registry();
   EXPECT_EQ(registry.names(),
-            (std::vector<std::string>{"aimd", "fixed", "gradient", "gradient2", "vegas"}));
+            (std::vector<std::string>{"aimd", "balance", "fixed", "gradient", "gradient2", "vegas"}));
   EXPECT_TRUE(registry.contains("fixed"));
   EXPECT_EQ(&registry, &builtin_registry());  // one instance
   for (const std::string& name : registry.names()) {
@@ -83,7 +83,7 @@ TEST(Registry, BuiltinHasEveryPolicyAndAlwaysFixed) {
 
 TEST(Registry, NamesKnownPoliciesForUnknownOne) {
   EXPECT_EQ(param_error_of([] { builtin_registry().create("bbr", kBounds, {}); }),
-            "unknown policy 'bbr' (known: aimd, fixed, gradient, gradient2, vegas)");
+            "unknown policy 'bbr' (known: aimd, balance, fixed, gradient, gradient2, vegas)");
 }
 
 TEST(Registry, NamesKnownParametersForUnknownOne) {

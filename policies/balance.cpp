@@ -1,0 +1,117 @@
+#include "policies/balance.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "policies/params.hpp"
+
+namespace bulkhead::policies {
+namespace {
+
+constexpr std::array<ParamSpec<BalancePolicy::Params>, 7> kParamSpecs{{
+    {"tolerance", &BalancePolicy::Params::tolerance, Range::open_closed(0, 2)},
+    {"drop_threshold", &BalancePolicy::Params::drop_threshold, Range::open_closed(0, 1)},
+    {"backoff", &BalancePolicy::Params::backoff, Range::closed_open(0.5, 1)},
+    {"growth", &BalancePolicy::Params::growth, Range::open_closed(0, 1)},
+    {"baseline_follow", &BalancePolicy::Params::baseline_follow, Range::closed(0, 1)},
+    {"probe_interval_ms", &BalancePolicy::Params::probe_interval_ms, Range::at_least(0)},
+    {"probe_factor", &BalancePolicy::Params::probe_factor, Range::open_closed(0, 0.99)},
+}};
+
+// A probe lasts at least this many windows: the first still sees calls
+// admitted before it.
+constexpr int kProbeMinWindows = 2;
+// The limit counts as used when the peak in-flight reaches this share of it.
+constexpr double kUsedShare = 0.9;
+
+}  // namespace
+
+BalancePolicy::BalancePolicy(const Bounds& bounds) : BalancePolicy(bounds, Params{}) {}
+
+BalancePolicy::BalancePolicy(const Bounds& bounds, const Params& params)
+    : bounds_(bounds), params_(params), limit_(bounds.initial) {
+  validate_bounds(bounds_);
+  check_params(params_, kParamSpecs);
+}
+
+std::unique_ptr<Policy> BalancePolicy::create(const Bounds& bounds, const ParamMap& params) {
+  return std::make_unique<BalancePolicy>(bounds, parse_params(params));
+}
+
+BalancePolicy::Params BalancePolicy::parse_params(const ParamMap& params) {
+  return read_params(kName, params, kParamSpecs);
+}
+
+double BalancePolicy::clamp(double limit) const { return std::clamp(limit, bounds_.min, bounds_.max); }
+
+double BalancePolicy::update(const Window& w) {
+  if (w.samples() == 0) return limit_;
+  const double p50 = static_cast<double>(w.rtt_p50_ns);
+  if (w.ok > 0 && baseline_ns_ == 0) baseline_ns_ = p50;
+  return probing_ ? probe_update(w, p50) : steady_update(w, p50);
+}
+
+double BalancePolicy::steady_update(const Window& w, double p50) {
+  const double tolerance = 1 + params_.tolerance;
+  const double drop_ratio = static_cast<double>(w.dropped) / static_cast<double>(w.samples());
+  const bool used = w.rejected > 0 || w.max_inflight >= kUsedShare * limit_;
+  since_probe_ns_ += static_cast<double>(w.duration_ns);
+
+  if (drop_ratio >= params_.drop_threshold) {
+    limit_ = clamp(std::floor(limit_ * params_.backoff));
+    return limit_;
+  }
+  if (w.ok == 0) return limit_;
+
+  // The baseline falls at once, halfway, to a lower p50; while the limit is
+  // not used it follows the p50 both ways.
+  if (p50 < baseline_ns_) {
+    baseline_ns_ -= (baseline_ns_ - p50) / 2;
+  } else if (!used) {
+    baseline_ns_ += params_.baseline_follow * (p50 - baseline_ns_);
+  }
+
+  const double r = p50 / std::max(baseline_ns_, 1.0);
+  if (r > tolerance) {
+    limit_ = clamp(limit_ * std::max(0.5, tolerance / r));
+  } else if (used) {
+    // 1 with no queue, 0 at the target; at least one call per window when
+    // there is no queue, so that a collapsed limit climbs back.
+    const double room = (tolerance - r) / (tolerance - 1);
+    limit_ = clamp(limit_ + room * std::max(1.0, limit_ * params_.growth));
+  }
+
+  if (used && params_.probe_interval_ms > 0 && since_probe_ns_ >= params_.probe_interval_ms * 1e6) {
+    probing_ = true;
+    probe_elapsed_ns_ = 0;
+    probe_windows_ = 0;
+    // Long enough for calls admitted before the drain to finish.
+    probe_needed_ns_ = 2 * p50;
+    limit_before_probe_ = limit_;
+    limit_ = clamp(std::floor(limit_ * params_.probe_factor));
+  }
+  return limit_;
+}
+
+double BalancePolicy::probe_update(const Window& w, double p50) {
+  const double drop_ratio = static_cast<double>(w.dropped) / static_cast<double>(w.samples());
+  probe_elapsed_ns_ += static_cast<double>(w.duration_ns);
+  ++probe_windows_;
+  const bool drained = probe_windows_ >= kProbeMinWindows && probe_elapsed_ns_ >= probe_needed_ns_;
+  if (drop_ratio >= params_.drop_threshold) {
+    // The dependency is failing, not draining: end the probe and back off.
+    probing_ = false;
+    since_probe_ns_ = 0;
+    limit_ = clamp(std::floor(limit_before_probe_ * params_.backoff));
+    return limit_;
+  }
+  if (!drained) return limit_;
+  probing_ = false;
+  since_probe_ns_ = 0;
+  if (w.ok > 0) baseline_ns_ = p50;
+  limit_ = limit_before_probe_;
+  return limit_;
+}
+
+}  // namespace bulkhead::policies

@@ -1,0 +1,113 @@
+// balance: bulkhead's own limit policy.
+//
+// Source: ours. It takes the latency-ratio target of Envoy's gradient
+// controller, the "grow only while the limit is used" rule of Netflix's
+// AIMD and Gradient2, the drop back-off of AIMD, and the periodic drain of
+// BBR's ProbeRTT, and arranges them to avoid the failures that users of
+// those algorithms report (../shared/ALGORITHMS.md).
+//
+// Model: past the dependency's capacity, every extra call in flight waits
+// in a queue, so latency grows in proportion to the limit:
+//     rtt ≈ base × max(1, L / W)          (W: the calls it serves at once)
+// Keeping r = p50 / base at a target T = 1 + tolerance holds the limit at
+// L* = T × W: a small standing queue (every worker busy, full goodput) and
+// latency no more than T times the no-load latency.
+//
+// Rule, once per window:
+//   drop ratio ≥ drop_threshold:        L ← L × backoff        (overload)
+//   r > T:                              L ← L × max(½, T / r)   (one step to L*)
+//   limit used, r ≤ T:                  L ← L + (T − r)/(T − 1) × max(1, L × growth)
+//   otherwise (app-limited):            hold
+// "Used" means a call was rejected or the peak in-flight reached 90% of L.
+// The decrease lands on L* in one window when the model holds, which is
+// what settles a 4x capacity drop within a tick or two; the increase is
+// fast when there is no queue (r ≈ 1) and fades to nothing at the target,
+// so there is one fixed point and no creep.
+//
+// The baseline (base, the no-load p50) is where the reference algorithms
+// fail: a minimum drifts up under sustained load (Netflix 165, Envoy 11579)
+// and the limit ratchets up; a baseline that never rises mistakes a slower
+// dependency for queueing and collapses the limit. balance keeps it honest
+// three ways:
+//   - it falls at once, halfway, to any window p50 below it;
+//   - while the limit is not used (no queue the limit causes), it follows
+//     the p50 with an EMA (weight baseline_follow), so slow drift in the
+//     dependency is tracked without load;
+//   - while the limit is used, every probe_interval_ms it drains: the limit
+//     drops to probe_factor × L for probe windows of at least twice the
+//     p50, and the last probe window's p50 becomes the baseline, up or
+//     down. At L* = 1.2 W a 0.75 probe runs at 0.9 W: no queue, true base.
+// A probe costs (1 − probe_factor) of one window's admissions every
+// probe_interval_ms (about 0.5% of goodput at the defaults) and pins the
+// one host-wide limit: every process on the host sees it at once.
+//
+// Where it differs from its sources: no smoothing (the decrease is already
+// proportional), drops count only as a ratio (one timeout in a thousand is
+// not overload), and windows are those of the daemon's controller.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "policies/policy.hpp"
+
+namespace bulkhead::policies {
+
+class BalancePolicy : public Policy {
+ public:
+  static constexpr std::string_view kName = "balance";
+
+  struct Params {
+    // Standing latency ratio p50 / no-load p50 the limit aims at, minus 1;
+    // dimensionless, (0, 2]. 0.2: 20% queueing delay at the target.
+    double tolerance = 0.2;
+    // Share of dropped samples (timeouts, back-pressure) in a window that
+    // counts as overload; (0, 1].
+    double drop_threshold = 0.01;
+    // Factor applied to the limit on overload drops; [0.5, 1). As AIMD.
+    double backoff = 0.9;
+    // Largest relative increase per window, with no queue; (0, 1].
+    double growth = 0.1;
+    // Weight of each window's p50 in the baseline while the limit is not
+    // used; [0, 1].
+    double baseline_follow = 0.2;
+    // Time between drains while the limit is used, in milliseconds of
+    // window time (the sum of window durations); >= 0, 0: never.
+    double probe_interval_ms = 5000;
+    // Limit during a drain, as a fraction of the limit before it; (0, 0.99].
+    double probe_factor = 0.75;
+  };
+
+  explicit BalancePolicy(const Bounds& bounds);
+  BalancePolicy(const Bounds& bounds, const Params& params);
+  // The registry's factory.
+  static std::unique_ptr<Policy> create(const Bounds& bounds, const ParamMap& params);
+  static Params parse_params(const ParamMap& params);
+
+  std::string_view name() const override { return kName; }
+  double update(const Window& window) override;
+  double limit() const override { return limit_; }
+  const Params& params() const { return params_; }
+  // The no-load p50 estimate, in nanoseconds (0 before any ok window).
+  double baseline_ns() const { return baseline_ns_; }
+  bool probing() const { return probing_; }
+
+ private:
+  double steady_update(const Window& w, double p50);
+  double probe_update(const Window& w, double p50);
+  double clamp(double limit) const;
+
+  Bounds bounds_;
+  Params params_;
+  double limit_;
+  double baseline_ns_ = 0;
+  // Window time since the last drain ended, and within the current one.
+  double since_probe_ns_ = 0;
+  bool probing_ = false;
+  double probe_elapsed_ns_ = 0;
+  double probe_needed_ns_ = 0;
+  int probe_windows_ = 0;
+  double limit_before_probe_ = 0;
+};
+
+}  // namespace bulkhead::policies
