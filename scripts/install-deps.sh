@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build pkg-config g++ make
   libboost-dev prometheus-cpp-dev libtomlplusplus-dev libspdlog-dev libfmt-dev
-  libgtest-dev libbenchmark-dev libsystemd-dev libcli11-dev
+  libgtest-dev libbenchmark-dev libsystemd-dev libcli11-dev gnuplot-nox
 )
 
 missing=()

@@ -1,0 +1,185 @@
+// The event model on its own: queueing sanity, Little's law, timeouts,
+// arrivals, and that runs do not disturb each other's random numbers.
+#include "tools/sim/model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+namespace bulkhead::sim {
+namespace {
+
+// 16 workers x 20 ms exponential: capacity 800 calls/s.
+Scenario overload(double rate, const std::string& clients_extra = "", double timeout_ms = 500) {
+  return parse_scenario("duration_s = 60\nseed = 11\n[dependency]\nworkers = 16\nbase_latency_ms = 20\n"
+                        "[clients]\ntimeout_ms = " +
+                            std::to_string(timeout_ms) + "\nrate = " + std::to_string(rate) + "\n" +
+                            clients_extra,
+                        "m.toml");
+}
+
+RunSpec no_limit() { return {"none", false, {}}; }
+
+RunSpec fixed(const Scenario& s, std::uint32_t limit) {
+  control::LimitSettings settings = s.settings_for("fixed");
+  settings.bounds = {1, static_cast<double>(limit), static_cast<double>(limit)};
+  return {"fixed", true, settings};
+}
+
+struct Simulated {
+  Scenario scenario;
+  Timeline timeline;
+  Workload workload;
+  RunResult result;
+};
+
+Simulated run(const Scenario& s, const RunSpec& spec) {
+  Timeline t(s);
+  Workload w = make_workload(s, t);
+  RunResult r = simulate(s, t, w, spec);
+  return {s, t, std::move(w), std::move(r)};
+}
+
+double per_s(std::uint64_t count, const Simulated& r) { return static_cast<double>(count) / r.timeline.duration_s(); }
+
+TEST(SimModel, NoLimiterAtThreeTimesOverloadCollapses) {
+  const Simulated r = run(overload(2400), no_limit());
+  // The queue grows until every call waits out its timeout: the workers are
+  // busy all along, almost only on calls whose callers have given up.
+  EXPECT_LT(per_s(r.result.ok, r), 0.1 * 800);
+  EXPECT_GT(r.result.timed_out, r.result.admitted * 9 / 10);
+  EXPECT_GT(r.result.wasted, 0u);
+  EXPECT_EQ(r.result.rejected, 0u);
+  EXPECT_NEAR(r.result.busy_integral / static_cast<double>(r.result.duration_ns), 16, 0.2);
+}
+
+TEST(SimModel, StaticLimitAtTheWorkersKeepsGoodputNearCapacity) {
+  const Scenario s = overload(2400);
+  const Simulated r = run(s, fixed(s, 16));
+  EXPECT_GT(per_s(r.result.ok, r), 0.94 * 800);
+  EXPECT_LT(per_s(r.result.ok, r), 1.03 * 800);
+  EXPECT_EQ(r.result.timed_out, 0u);
+  EXPECT_GT(r.result.rejected, r.result.arrivals / 2);
+  // Nothing ever waits for a worker, so latency is the service time alone.
+  for (const TickRow& row : r.result.series) ASSERT_EQ(row.queue, 0u);
+  for (const TickRow& row : r.result.series) ASSERT_LE(row.inflight, 16u);
+}
+
+TEST(SimModel, LittlesLawHolds) {
+  // 70% load, no limiter, a timeout no call reaches.
+  const Scenario s = overload(560, "", 60000);
+  const Simulated r = run(s, no_limit());
+  const double duration_s = r.timeline.duration_s();
+  // In service: mean busy workers = completions/s x mean service time.
+  const double busy = r.result.busy_integral / static_cast<double>(r.result.duration_ns);
+  const double throughput = static_cast<double>(r.result.served) / duration_s;
+  EXPECT_NEAR(busy, throughput * 0.020, 0.03 * busy);
+  EXPECT_NEAR(busy, 0.7 * 16, 0.03 * 16);
+  // In the system (queue + service): L = lambda W with W the measured latency.
+  const double in_system = r.result.in_system_integral / static_cast<double>(r.result.duration_ns);
+  const double mean_latency_s =
+      std::accumulate(r.result.latencies_ns.begin(), r.result.latencies_ns.end(), 0.0) /
+      static_cast<double>(r.result.latencies_ns.size()) / kNsPerS;
+  EXPECT_NEAR(in_system, static_cast<double>(r.result.ok) / duration_s * mean_latency_s, 0.03 * in_system);
+}
+
+TEST(SimModel, ArrivalsFollowTheRateProfile) {
+  const Scenario s = parse_scenario(
+      "duration_s = 100\n[dependency]\nworkers = 1\nbase_latency_ms = 1\n[clients]\nprocesses = 4\n"
+      "rate = 1000\n[[clients.change]]\nat_s = 40\nrate = 100\n[[clients.change]]\nat_s = 60\nrate = 3000\n"
+      "ramp_s = 20\n",
+      "a.toml");
+  const Timeline t(s);
+  const Workload w = make_workload(s, t);
+  const auto count_between = [&](double a, double b) {
+    std::size_t n = 0;
+    for (std::uint64_t at : w.arrival_ns) n += at >= to_ns(a) && at < to_ns(b);
+    return static_cast<double>(n);
+  };
+  EXPECT_NEAR(count_between(0, 40), 40'000, 3 * 200);          // 3 sigma of Poisson
+  EXPECT_NEAR(count_between(40, 60), 2'000, 3 * 45);
+  EXPECT_NEAR(count_between(60, 80), 20 * (100 + 3000) / 2.0, 3 * 180);  // the ramp's mean
+  EXPECT_NEAR(count_between(80, 100), 60'000, 3 * 245);
+  EXPECT_TRUE(std::is_sorted(w.arrival_ns.begin(), w.arrival_ns.end()));
+  // Every process group makes a quarter of the calls.
+  for (std::uint32_t p = 0; p < 4; ++p) {
+    const auto n = static_cast<double>(std::count(w.process.begin(), w.process.end(), p));
+    EXPECT_NEAR(n / static_cast<double>(w.process.size()), 0.25, 0.01);
+  }
+  // The work of a call has mean 1 (exponential).
+  const double mean_size = std::accumulate(w.size.begin(), w.size.end(), 0.0) / static_cast<double>(w.size.size());
+  EXPECT_NEAR(mean_size, 1.0, 0.01);
+}
+
+TEST(SimModel, LognormalWorkHasMeanOneAndItsShape) {
+  const Scenario s = parse_scenario(
+      "duration_s = 100\n[dependency]\nworkers = 1\nbase_latency_ms = 1\nservice = \"lognormal\"\nsigma = 1\n"
+      "[clients]\nrate = 2000\n",
+      "l.toml");
+  const Workload w = make_workload(s, Timeline(s));
+  std::vector<double> sizes = w.size;
+  EXPECT_NEAR(std::accumulate(sizes.begin(), sizes.end(), 0.0) / static_cast<double>(sizes.size()), 1.0, 0.02);
+  std::sort(sizes.begin(), sizes.end());
+  // Median exp(-1/2), p99 exp(2.326 - 1/2).
+  EXPECT_NEAR(sizes[sizes.size() / 2], std::exp(-0.5), 0.01);
+  EXPECT_NEAR(sizes[sizes.size() * 99 / 100], std::exp(2.3263 - 0.5), 0.15);
+}
+
+TEST(SimModel, QueueLimitFailsCallsAtOnce) {
+  const Scenario s = parse_scenario(
+      "duration_s = 20\n[dependency]\nworkers = 4\nbase_latency_ms = 10\nqueue_limit = 0\n[clients]\nrate = 1000\n",
+      "q.toml");
+  const Simulated r = run(s, no_limit());
+  EXPECT_GT(r.result.errors, r.result.arrivals / 2);
+  EXPECT_EQ(r.result.timed_out, 0u);
+  for (const TickRow& row : r.result.series) ASSERT_EQ(row.queue, 0u);
+}
+
+TEST(SimModel, RetriesAreNewAttemptsAfterTheDelay) {
+  const Scenario s = overload(2400, "retries = 2\nretry_delay_ms = 10\n");
+  const Simulated r = run(s, fixed(s, 16));
+  EXPECT_GT(r.result.retries, 0u);
+  EXPECT_EQ(r.result.attempts, r.result.arrivals + r.result.retries);
+  // Every rejected or timed-out original is retried (until the end).
+  EXPECT_LE(r.result.retries, r.result.rejected + r.result.timed_out);
+}
+
+TEST(SimModel, PerProcessLimitersAddUp) {
+  const Scenario s = overload(2400, "processes = 4\nlimiter = \"per-process\"\n");
+  const Simulated r = run(s, fixed(s, 3));
+  EXPECT_EQ(r.result.initial_limit, 12);
+  for (const TickRow& row : r.result.series) ASSERT_LE(row.inflight, 12u);
+  EXPECT_EQ(r.result.series.front().limit, 12);
+}
+
+TEST(SimModel, EveryRunMeetsTheSameCalls) {
+  const Scenario s = overload(2400);
+  const Timeline t(s);
+  const Workload a = make_workload(s, t);
+  const Workload b = make_workload(s, t);
+  EXPECT_EQ(a.arrival_ns, b.arrival_ns);
+  EXPECT_EQ(a.size, b.size);
+  // A run's numbers do not depend on which other runs happened before it.
+  const RunResult first = simulate(s, t, a, fixed(s, 16));
+  (void)simulate(s, t, a, no_limit());
+  const RunResult again = simulate(s, t, a, fixed(s, 16));
+  EXPECT_EQ(first.latencies_ns, again.latencies_ns);
+  EXPECT_EQ(first.rejected, again.rejected);
+}
+
+TEST(SimModel, TheLimitComesFromTheControllerEveryTick) {
+  Scenario s = overload(2400);
+  const Simulated r = run(s, {"aimd", true, s.settings_for("aimd")});
+  ASSERT_EQ(r.result.series.size(), 600u);  // 60 s of 100 ms ticks
+  EXPECT_EQ(r.result.initial_limit, 20);
+  // Under overload every window uses the limit, so AIMD grows it by one per
+  // window until drops come.
+  EXPECT_EQ(r.result.series[0].limit, 21);
+  EXPECT_EQ(r.result.series[1].limit, 22);
+}
+
+}  // namespace
+}  // namespace bulkhead::sim

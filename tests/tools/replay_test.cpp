@@ -1,0 +1,80 @@
+// Replay: hand-worked windows through AIMD, and the errors.
+#include "tools/sim/replay.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "policies/params.hpp"
+
+namespace bulkhead::sim {
+namespace {
+
+std::string replay_text(const std::string& csv, ReplayOptions options) {
+  std::istringstream in(csv);
+  std::ostringstream out;
+  replay(in, out, options);
+  return out.str();
+}
+
+ReplayOptions aimd() {
+  ReplayOptions o;
+  o.policy = "aimd";  // backoff 0.9, timeout 5000 ms; bounds 1..1000, from 20
+  return o;
+}
+
+TEST(SimReplay, AimdByHand) {
+  const std::string csv =
+      "rtt_ns,inflight,dropped\n"
+      "1000000,20,0\n"     // limit used (2 x 20 >= 20): 20 + 1 = 21
+      "1000000,5,0\n"      // 2 x 5 < 21: hold 21
+      "1000000,21,1\n"     // a drop: floor(21 x 0.9) = 18
+      "1000000,18,0\n"     // 19
+      "6000000000,19,0\n"  // mean rtt 6 s > timeout 5 s: floor(19 x 0.9) = 17
+      "\n"                 // blank lines and comments are skipped
+      "# a comment\n"
+      "1000000,17,3\n";    // floor(17 x 0.9) = 15
+  EXPECT_EQ(replay_text(csv, aimd()), "21\n21\n18\n19\n17\n15\n");
+}
+
+TEST(SimReplay, ParamsAndBoundsApply) {
+  ReplayOptions o = aimd();
+  o.params["backoff"] = 0.5;
+  o.bounds = {8, 22, 20};
+  // 20 -> 21 -> 22 (the max) -> 11 -> 8 (the min) -> 8.
+  EXPECT_EQ(replay_text("1,20,0\n1,21,0\n1,22,0\n1,22,1\n1,11,1\n1,8,1\n", o), "21\n22\n22\n11\n8\n8\n");
+}
+
+TEST(SimReplay, EveryPolicyReplays) {
+  for (const std::string& name : policies::builtin_registry().names()) {
+    ReplayOptions o;
+    o.policy = name;
+    const std::string out = replay_text("2000000,20,0\n2000000,20,0\n4000000,20,1\n", o);
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << name;
+  }
+}
+
+TEST(SimReplay, BadLinesNameTheirNumber) {
+  const char* bad[] = {"1,2\n", "1,2,3,4\n", "x,2,3\n", "1,-2,3\n", "1,2,3.5\n", ",2,3\n"};
+  for (const char* line : bad) {
+    try {
+      replay_text(std::string("5,5,0\n") + line, aimd());
+      ADD_FAILURE() << "accepted: " << line;
+    } catch (const ReplayError& e) {
+      EXPECT_EQ(std::string(e.what()).substr(0, 10), "<stdin>:2:") << e.what();
+    }
+  }
+}
+
+TEST(SimReplay, BadPolicyOrParamIsAParamError) {
+  ReplayOptions o = aimd();
+  o.params["backoff"] = 2;
+  EXPECT_THROW(replay_text("1,1,0\n", o), policies::ParamError);
+  o = aimd();
+  o.policy = "nope";
+  EXPECT_THROW(replay_text("1,1,0\n", o), policies::ParamError);
+}
+
+}  // namespace
+}  // namespace bulkhead::sim

@@ -1,0 +1,183 @@
+// Whole scenarios: the output is a function of the inputs alone, and the
+// metrics mean what docs/simulator.md says.
+#include "tools/sim/report.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+namespace bulkhead::sim {
+namespace {
+
+// Small but with everything in it: a worker ramp, a latency change, a
+// rate step, retries, several processes.
+Scenario busy_scenario(std::uint64_t seed, const char* limiter = "host") {
+  return parse_scenario("duration_s = 12\nseed = " + std::to_string(seed) +
+                            "\n[dependency]\nworkers = 8\nbase_latency_ms = 10\nservice = \"lognormal\"\n"
+                            "sigma = 0.8\n[[dependency.change]]\nat_s = 3\nworkers = 2\nramp_s = 1\n"
+                            "[[dependency.change]]\nat_s = 6\nworkers = 8\nbase_latency_ms = 15\n"
+                            "[clients]\nprocesses = 3\nlimiter = \"" +
+                            limiter +
+                            "\"\nrate = 900\ntimeout_ms = 200\nretries = 1\nretry_delay_ms = 20\n"
+                            "[[clients.change]]\nat_s = 9\nrate = 300\n",
+                        "busy.toml");
+}
+
+// Every byte the run command writes for one scenario.
+std::string everything(const ScenarioReport& r) {
+  return format_table(r) + format_csv(r) + format_json({r}) + gnuplot_script(r, "out.png");
+}
+
+TEST(SimReport, TwoRunsGiveTheSameBytes) {
+  for (const char* limiter : {"host", "per-process"}) {
+    const Scenario s = busy_scenario(42, limiter);
+    RunOptions one;
+    RunOptions two;
+    two.jobs = 2;  // threads change the order runs finish in, not the output
+    EXPECT_EQ(everything(run_scenario(s, one)), everything(run_scenario(s, two))) << limiter;
+  }
+}
+
+TEST(SimReport, AShippedScenarioGivesTheSameBytesTwice) {
+  const Scenario s = load_scenario_file(BULKHEAD_SOURCE_DIR "/scenarios/capacity-drop.toml");
+  RunOptions options;
+  options.jobs = 2;
+  EXPECT_EQ(everything(run_scenario(s, options)), everything(run_scenario(s, options)));
+}
+
+TEST(SimReport, DifferentSeedsGiveDifferentRuns) {
+  RunOptions options;
+  options.policies = {"aimd"};
+  const ScenarioReport a = run_scenario(busy_scenario(1), options);
+  const ScenarioReport b = run_scenario(busy_scenario(2), options);
+  EXPECT_NE(format_csv(a), format_csv(b));
+  EXPECT_NE(a.summaries[0].ok, b.summaries[0].ok);
+}
+
+TEST(SimReport, AddingAPolicyChangesNoOtherRun) {
+  const Scenario s = busy_scenario(5);
+  RunOptions alone;
+  alone.policies = {"gradient2"};
+  alone.references = false;
+  RunOptions with_others = alone;
+  with_others.policies = {"aimd", "gradient2"};
+  const ScenarioReport a = run_scenario(s, alone);
+  const ScenarioReport b = run_scenario(s, with_others);
+  ASSERT_EQ(a.runs.size(), 1u);
+  ASSERT_EQ(b.runs.size(), 2u);
+  EXPECT_EQ(a.summaries[0].ok, b.summaries[1].ok);
+  EXPECT_EQ(a.summaries[0].p99_ms, b.summaries[1].p99_ms);
+}
+
+TEST(SimReport, RunsArePoliciesThenTheTwoReferences) {
+  RunOptions options;
+  options.policies = {"aimd", "gradient2"};
+  const ScenarioReport r = run_scenario(busy_scenario(3), options);
+  ASSERT_EQ(r.summaries.size(), 4u);
+  EXPECT_EQ(r.summaries[0].label, "aimd");
+  EXPECT_EQ(r.summaries[1].label, "gradient2");
+  EXPECT_EQ(r.summaries[2].label, "none");
+  EXPECT_EQ(r.summaries[2].kind, "none");
+  EXPECT_FALSE(r.summaries[2].oscillation.has_value());
+  const Summary& best = r.summaries[3];
+  EXPECT_EQ(best.kind, "static-best");
+  ASSERT_TRUE(best.static_limit.has_value());
+  EXPECT_EQ(best.label, "static-best(L=" + std::to_string(*best.static_limit) + ")");
+  EXPECT_EQ(*best.oscillation, 0);
+  // The best is the lowest p99 among limits within 1% of the most goodput.
+  double most = 0;
+  for (const SweepPoint& p : r.sweep) most = std::max(most, p.goodput_per_s);
+  for (const SweepPoint& p : r.sweep) {
+    if (p.goodput_per_s >= 0.99 * most) {
+      EXPECT_GE(p.p99_ms, best.p99_ms) << "L=" << p.limit;
+    }
+  }
+  EXPECT_NE(format_table(r).find("static-best(L="), std::string::npos);
+}
+
+TEST(SimReport, SweepHasTheGridAndTheWorkerCounts) {
+  const Scenario s = busy_scenario(1);
+  const std::vector<std::uint32_t> limits = sweep_limits(s, Timeline(s));
+  for (std::uint32_t want : {1u, 2u, 8u, 16u, 64u}) {
+    EXPECT_NE(std::find(limits.begin(), limits.end(), want), limits.end()) << want;
+  }
+  EXPECT_EQ(limits.back(), 64u);  // 8 x the most workers
+  EXPECT_TRUE(std::is_sorted(limits.begin(), limits.end()));
+}
+
+// A hand-made run of a scenario with 16 workers at 3x overload and a drop
+// to 4 workers at 5 s: the ideal concurrency is 16, then 4.
+struct SimSettle : ::testing::Test {
+  Scenario s = parse_scenario(
+      "duration_s = 10\n[dependency]\nworkers = 16\nbase_latency_ms = 20\n[[dependency.change]]\n"
+      "at_s = 5\nworkers = 4\n[clients]\nrate = 2400\n",
+      "settle.toml");
+  Timeline timeline{s};
+  RunResult run;
+
+  SimSettle() {
+    run.label = "hand";
+    run.initial_limit = 20;
+    run.duration_ns = timeline.duration_ns();
+  }
+  // Ticks 1..100 (every 100 ms); `limit_at(k)` is the limit published at tick k.
+  template <typename F>
+  void publish(F limit_at) {
+    for (int k = 1; k <= 100; ++k) {
+      TickRow row;
+      row.t_ns = static_cast<std::uint64_t>(k) * 100'000'000;
+      row.limit = limit_at(k);
+      run.series.push_back(row);
+    }
+  }
+};
+
+TEST_F(SimSettle, SettleIsTheTimeUntilTheLimitStaysInBandForASecond) {
+  publish([](int k) { return k < 50 ? 16.0 : k < 60 ? 20.0 : 4.0; });
+  const Summary m = summarize(timeline, run);
+  ASSERT_EQ(m.settle_s.size(), 2u);
+  // 20 at the start is outside [12.8, 19.2]; 16 from the first tick on.
+  ASSERT_TRUE(m.settle_s[0].has_value());
+  EXPECT_DOUBLE_EQ(*m.settle_s[0], 0.1);
+  // After the drop at 5 s: 20 until 6 s, then 4 for good.
+  ASSERT_TRUE(m.settle_s[1].has_value());
+  EXPECT_NEAR(*m.settle_s[1], 1.0, 1e-9);
+}
+
+TEST_F(SimSettle, InBandForLessThanASecondIsNotSettled) {
+  // In band for 0.9 s after the drop, out again, then in band only from
+  // 9.5 s: too late to hold a second before the run ends.
+  publish([](int k) { return k < 50 ? 30.0 : k < 60 ? 4.0 : k < 95 ? 8.0 : 4.0; });
+  const Summary m = summarize(timeline, run);
+  EXPECT_FALSE(m.settle_s[0].has_value());
+  EXPECT_FALSE(m.settle_s[1].has_value());
+}
+
+TEST_F(SimSettle, OscillationIsMeanMoveOverMeanLimit) {
+  publish([](int k) { return k % 2 == 1 ? 20.0 : 10.0; });  // 20, 10, 20, ...
+  const Summary m = summarize(timeline, run);
+  // Moves: 0 from the initial 20, then 10 at each of the other 99 ticks;
+  // mean limit 15.
+  EXPECT_NEAR(*m.oscillation, (99 * 10.0 / 100) / 15, 1e-12);
+  EXPECT_NEAR(*m.mean_limit, 15, 1e-12);
+}
+
+TEST(SimReport, JsonAndCsvShapes) {
+  RunOptions options;
+  options.policies = {"aimd"};
+  const ScenarioReport r = run_scenario(busy_scenario(9), options);
+  const std::string csv = format_csv(r);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "t_s,policy,limit,inflight,queue,p50_ms,p99_ms,goodput_per_s,rejected_per_s,timeouts_per_s");
+  EXPECT_NE(csv.find("\n0.100,aimd,"), std::string::npos);
+  EXPECT_NE(csv.find(",none,inf,"), std::string::npos);
+  const std::string json = format_json({r});
+  EXPECT_EQ(json.front(), '{');
+  EXPECT_NE(json.find("\"name\": \"busy\""), std::string::npos);
+  EXPECT_NE(json.find("\"kind\": \"static-best\""), std::string::npos);
+  EXPECT_EQ(format_json({}), "{\n  \"scenarios\": []\n}\n");
+}
+
+}  // namespace
+}  // namespace bulkhead::sim

@@ -1,0 +1,191 @@
+// Scenario files: what they accept, and the error each mistake gives.
+#include "tools/sim/scenario.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+namespace bulkhead::sim {
+namespace {
+
+constexpr const char* kMinimal = R"(duration_s = 10
+[dependency]
+workers = 4
+base_latency_ms = 10
+[clients]
+rate = 100
+)";
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_scenario(text, "s.toml");
+  } catch (const ScenarioError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(SimScenario, MinimalFileTakesTheDefaults) {
+  const Scenario s = parse_scenario(kMinimal, "dir/s.toml");
+  EXPECT_EQ(s.name, "s");  // the file's stem
+  EXPECT_EQ(s.seed, 1u);
+  EXPECT_EQ(s.tick_ms, 100u);
+  EXPECT_EQ(s.service, ServiceKind::kExponential);
+  EXPECT_FALSE(s.queue_limit.has_value());
+  EXPECT_EQ(s.limiter, LimiterMode::kHost);
+  EXPECT_EQ(s.timeout_ms, 1000);
+  EXPECT_EQ(s.limits.bounds.initial, 20);
+  EXPECT_EQ(s.limits.window_min_samples, 10u);
+}
+
+TEST(SimScenario, ReadsEveryKey) {
+  const Scenario s = parse_scenario(R"(name = "x"
+description = "d"
+duration_s = 60.5
+seed = 9
+tick_ms = 50
+[dependency]
+workers = 8
+base_latency_ms = 2.5
+service = "lognormal"
+sigma = 0.5
+queue_limit = 0
+[[dependency.change]]
+at_s = 10
+workers = 2
+ramp_s = 5
+[[dependency.change]]
+at_s = 20
+base_latency_ms = 5
+[clients]
+processes = 3
+limiter = "per-process"
+rate = 10
+timeout_ms = 200
+retries = 2
+retry_delay_ms = 10
+[[clients.change]]
+at_s = 30
+rate = 20
+ramp_s = 1
+[limits]
+min_limit = 2
+max_limit = 50
+initial_limit = 4
+window_min_samples = 5
+window_max_ms = 500
+[policy.aimd]
+backoff = 0.5
+)",
+                                    "x.toml");
+  EXPECT_EQ(s.name, "x");
+  EXPECT_EQ(s.duration_s, 60.5);
+  EXPECT_EQ(s.seed, 9u);
+  EXPECT_EQ(s.service, ServiceKind::kLognormal);
+  EXPECT_EQ(s.sigma, 0.5);
+  ASSERT_TRUE(s.queue_limit.has_value());
+  EXPECT_EQ(*s.queue_limit, 0u);
+  ASSERT_EQ(s.dependency_changes.size(), 2u);
+  EXPECT_EQ(s.dependency_changes[0].workers, 2u);
+  EXPECT_EQ(s.dependency_changes[0].ramp_s, 5);
+  EXPECT_EQ(s.dependency_changes[1].base_latency_ms, 5);
+  EXPECT_EQ(s.limiter, LimiterMode::kPerProcess);
+  EXPECT_EQ(s.retries, 2u);
+  ASSERT_EQ(s.rate_changes.size(), 1u);
+  EXPECT_EQ(s.rate_changes[0].rate, 20);
+  EXPECT_EQ(s.limits.bounds.max, 50);
+  EXPECT_EQ(s.limits.window_max_age, std::chrono::milliseconds(500));
+  const control::LimitSettings aimd = s.settings_for("aimd");
+  EXPECT_EQ(aimd.policy, "aimd");
+  EXPECT_EQ(aimd.params.at("backoff"), 0.5);
+  EXPECT_TRUE(s.settings_for("gradient2").params.empty());
+}
+
+struct BadCase {
+  std::string text;
+  std::string error;
+};
+
+TEST(SimScenario, ErrorsNameFileLineKeyAndReason) {
+  const std::string deps = "[dependency]\nworkers = 4\nbase_latency_ms = 10\n";
+  const std::string clients = "[clients]\nrate = 100\n";
+  const std::string base = "duration_s = 10\n" + deps + clients;
+  const BadCase cases[] = {
+      {"duration_s = 10\nduratoin = 3\n", "s.toml:2: duratoin: unknown key"},
+      {"[bogus]\n", "s.toml:1: bogus: unknown table"},
+      {"duration_s = \"long\"\n", "s.toml:1: duration_s: must be a number"},
+      {"duration_s = 0\n", "s.toml:1: duration_s: must be in (0, 3600], got 0"},
+      {"duration_s = 10\nseed = 1.5\n", "s.toml:2: seed: must be an integer"},
+      {"duration_s = 10\ntick_ms = 5\n", "s.toml:2: tick_ms: must be in [10, 60000], got 5"},
+      {"name = \"a b\"\n", "s.toml:1: name: may hold only letters, digits, '-', '_' and '.'"},
+      {"duration_s = 10\n[dependency]\nworkers = 0\n",
+       "s.toml:3: dependency.workers: must be in [1, 100000], got 0"},
+      {"duration_s = 10\n[dependency]\nservice = \"gamma\"\n",
+       "s.toml:3: dependency.service: must be one of constant, exponential, lognormal"},
+      {"duration_s = 10\n[dependency]\nbase_latency_ms = -1\n",
+       "s.toml:3: dependency.base_latency_ms: must be in (0, 3600000], got -1"},
+      {"duration_s = 10\n[clients]\nlimiter = \"global\"\n",
+       "s.toml:3: clients.limiter: must be \"host\" or \"per-process\""},
+      {"duration_s = 10\n[clients]\nretries = 11\n", "s.toml:3: clients.retries: must be in [0, 10], got 11"},
+      {"duration_s = 10\n[clients]\nrate = 1\n[[clients.change]]\nat_s = 1\ntimeout_ms = 5\n",
+       "s.toml:6: clients.change#1.timeout_ms: unknown key"},
+      {"duration_s = 10\n[clients]\nchange = 3\n",
+       "s.toml:3: clients.change: must be an array of tables: [[clients.change]]"},
+      {"[policy.nope]\nx = 1\n", "s.toml:1: policy.nope: unknown policy \"nope\""},
+      {"[policy.aimd]\nbackoff = \"big\"\n",
+       "s.toml:2: policy.aimd.backoff: must be a number (policy parameters are numbers)"},
+      {"duration_s = 10\n= 3\n", "s.toml:2:1: syntax error"},
+      // Pass two: what needs the whole file.
+      {"[dependency]\nworkers = 4\n", "s.toml: duration_s: is required"},
+      {"duration_s = 10\n[dependency]\nworkers = 4\n[clients]\nrate = 1\n",
+       "s.toml:2: dependency.base_latency_ms: is required"},
+      {"duration_s = 10\n[dependency]\nworkers = 4\nbase_latency_ms = 1\n",
+       "s.toml: clients.rate: is required"},
+      {"duration_s = 10\n[dependency]\nworkers = 4\nbase_latency_ms = 1\nsigma = 1\n[clients]\nrate = 1\n",
+       "s.toml:5: dependency.sigma: only for service = \"lognormal\""},
+      {base + "[[dependency.change]]\nat_s = 12\nworkers = 2\n",
+       "s.toml:8: dependency.change#1.at_s: must be < duration_s (10), got 12"},
+      {base + "[[dependency.change]]\nat_s = 5\nworkers = 2\nramp_s = 2\n[[dependency.change]]\nat_s = 6\n"
+                  "workers = 3\n",
+       "s.toml:12: dependency.change#2.at_s: must be >= 7 (the previous change's at_s + ramp_s)"},
+      {base + "[[dependency.change]]\nat_s = 5\n",
+       "s.toml:7: dependency.change#1: sets neither workers nor base_latency_ms"},
+      {base + "[[clients.change]]\nrate = 5\n", "s.toml:7: clients.change#1: needs at_s"},
+      {base + "[[clients.change]]\nat_s = 8\nrate = 5\nramp_s = 3\n",
+       "s.toml:10: clients.change#1.ramp_s: the ramp must end by duration_s (10)"},
+      {base + "[limits]\nmax_limit = 10\n",
+       "s.toml:8: limits.max_limit: must be >= initial_limit (20, the default)"},
+      {base + "[limits]\nmin_limit = 30\n",
+       "s.toml:8: limits.min_limit: must be <= initial_limit (20, the default)"},
+      {base + "[limits]\nmin_limit = 30\nmax_limit = 20\n",
+       "s.toml:9: limits.max_limit: must be >= min_limit (30)"},
+      {base + "[limits]\ninitial_limit = 5\nmin_limit = 6\n",
+       "s.toml:8: limits.initial_limit: must be in [min_limit, max_limit] = [6, 1000]"},
+      {base + "[policy.aimd]\nbackoff = 1.5\n",
+       "s.toml:8: policy.aimd.backoff: backoff = 1.5: must be in [0.5, 1)"},
+      {base + "[policy.aimd]\nbackof = 0.5\n",
+       "s.toml:8: policy.aimd.backof: unknown parameter 'backof' for policy 'aimd'"},
+  };
+  for (const BadCase& c : cases) {
+    const std::string error = error_of(c.text);
+    EXPECT_EQ(error.substr(0, c.error.size()), c.error) << "for:\n" << c.text;
+  }
+}
+
+TEST(SimScenario, EveryShippedScenarioParses) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(BULKHEAD_SOURCE_DIR "/scenarios")) {
+    if (entry.path().extension() != ".toml") continue;
+    EXPECT_NO_THROW(load_scenario_file(entry.path().string())) << entry.path();
+    ++count;
+  }
+  EXPECT_GE(count, 7);
+}
+
+TEST(SimScenario, UnreadableFileIsAnError) {
+  EXPECT_THROW(load_scenario_file("/nonexistent/s.toml"), ScenarioError);
+}
+
+}  // namespace
+}  // namespace bulkhead::sim

@@ -1,0 +1,206 @@
+// bulkhead-sim: run scenarios through the policies, or replay a trace.
+//
+//   bulkhead-sim run SCENARIO.toml... [--policy NAME]... [--out DIR] [--json]
+//   bulkhead-sim replay --policy NAME [--param KEY=VALUE]... < windows.csv
+//
+// docs/simulator.md describes the model, the scenario keys and every
+// reported metric.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "policies/policy.hpp"
+#include "tools/sim/replay.hpp"
+#include "tools/sim/report.hpp"
+#include "tools/sim/scenario.hpp"
+
+extern char** environ;
+
+namespace {
+
+using bulkhead::sim::ScenarioReport;
+
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string known_policies() {
+  std::string out;
+  for (const std::string& n : bulkhead::policies::builtin_registry().names()) out += out.empty() ? n : ", " + n;
+  return out;
+}
+
+bool on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::string_view rest = path != nullptr ? path : "/usr/bin:/bin";
+  while (!rest.empty()) {
+    const std::size_t colon = rest.find(':');
+    const std::string dir(rest.substr(0, colon));
+    rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw Failure("cannot write " + path.string());
+}
+
+// Runs gnuplot on `script` in the script's directory: the script names its
+// PNG without a directory, so DIR can be moved and the script rerun there.
+void run_gnuplot(const std::filesystem::path& script) {
+  std::string arg0 = "gnuplot", arg1 = script.filename().string();
+  const std::string dir = script.has_parent_path() ? script.parent_path().string() : ".";
+  char* argv[] = {arg0.data(), arg1.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_addchdir_np(&actions, dir.c_str());
+  pid_t pid = 0;
+  const int rc = ::posix_spawnp(&pid, "gnuplot", &actions, nullptr, argv, environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw Failure("cannot run gnuplot: " + std::string(std::strerror(rc)));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) throw Failure("waitpid(gnuplot): " + std::string(std::strerror(errno)));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw Failure("gnuplot failed on " + script.string());
+  }
+}
+
+struct RunArgs {
+  std::vector<std::string> scenarios;
+  std::vector<std::string> policies;
+  std::string out_dir;
+  bool json = false;
+  bool no_plot = false;
+  unsigned jobs = 1;
+};
+
+int run(const RunArgs& args) {
+  for (const std::string& p : args.policies) {
+    if (!bulkhead::policies::builtin_registry().contains(p)) {
+      throw Failure("--policy " + p + ": unknown policy (known: " + known_policies() + ")");
+    }
+  }
+  std::vector<bulkhead::sim::Scenario> scenarios;
+  std::set<std::string> names;
+  for (const std::string& file : args.scenarios) {
+    scenarios.push_back(bulkhead::sim::load_scenario_file(file));
+    if (!names.insert(scenarios.back().name).second) {
+      throw Failure(file + ": name: \"" + scenarios.back().name +
+                    "\" is the name of another scenario given; output files would collide");
+    }
+  }
+  const bool plot = !args.out_dir.empty() && !args.no_plot;
+  if (plot && !on_path("gnuplot")) {
+    throw Failure("gnuplot not found on PATH; it draws the PNG plots: install Debian's package gnuplot-nox "
+                  "(apt-get install gnuplot-nox), or pass --no-plot");
+  }
+  const std::filesystem::path dir(args.out_dir);
+  if (!args.out_dir.empty()) std::filesystem::create_directories(dir);
+
+  bulkhead::sim::RunOptions options;
+  options.policies = args.policies;
+  options.jobs = args.jobs;
+  std::vector<ScenarioReport> reports;
+  for (std::size_t i = 0; i < scenarios.size(); ++i) {
+    reports.push_back(bulkhead::sim::run_scenario(scenarios[i], options));
+    const ScenarioReport& r = reports.back();
+    if (!args.json) std::cout << (i ? "\n" : "") << bulkhead::sim::format_table(r) << std::flush;
+    if (!args.out_dir.empty()) {
+      write_file(dir / (r.scenario.name + ".csv"), bulkhead::sim::format_csv(r));
+      if (plot) {
+        const std::filesystem::path script = dir / (r.scenario.name + ".gp");
+        write_file(script, bulkhead::sim::gnuplot_script(r, r.scenario.name + ".png"));
+        run_gnuplot(script);
+      }
+    }
+  }
+  const std::string json = bulkhead::sim::format_json(reports);
+  if (!args.out_dir.empty()) write_file(dir / "summary.json", json);
+  if (args.json) std::cout << json;
+  return 0;
+}
+
+struct ReplayArgs {
+  std::string policy;
+  std::vector<std::string> params;
+  double min_limit = 1, max_limit = 1000, initial_limit = 20;
+};
+
+int replay(const ReplayArgs& args) {
+  bulkhead::sim::ReplayOptions options;
+  options.policy = args.policy;
+  options.bounds = {args.min_limit, args.max_limit, args.initial_limit};
+  for (const std::string& p : args.params) {
+    const std::size_t eq = p.find('=');
+    double value = 0;
+    const char* first = eq == std::string::npos ? nullptr : p.data() + eq + 1;
+    const char* last = p.data() + p.size();
+    if (eq == std::string::npos || eq == 0 || first == last ||
+        std::from_chars(first, last, value).ptr != last) {
+      throw Failure("--param " + p + ": must be KEY=NUMBER, e.g. backoff=0.9");
+    }
+    options.params.insert_or_assign(p.substr(0, eq), value);
+  }
+  std::cout.sync_with_stdio(false);
+  bulkhead::sim::replay(std::cin, std::cout, options);
+  std::cout.flush();
+  return std::cout ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bulkhead-sim: simulate the limit policies on scenarios, or replay a trace through one"};
+  app.require_subcommand(1);
+
+  RunArgs run_args;
+  CLI::App* run_cmd = app.add_subcommand("run", "run scenarios for every policy and the two references");
+  run_cmd->add_option("scenarios", run_args.scenarios, "scenario TOML files")->required();
+  // One value per --policy: a greedy vector would take the scenario files.
+  run_cmd
+      ->add_option("--policy", run_args.policies,
+                   "a policy to run (repeatable; default: every registered policy but fixed)")
+      ->allow_extra_args(false);
+  run_cmd->add_option("--out", run_args.out_dir, "write DIR/<scenario>.csv, .gp, .png and DIR/summary.json");
+  run_cmd->add_flag("--json", run_args.json, "print the summary as JSON instead of tables");
+  run_cmd->add_flag("--no-plot", run_args.no_plot, "with --out: skip gnuplot (no .gp, no .png)");
+  run_cmd->add_option("--jobs,-j", run_args.jobs, "runs at once (threads); the output does not depend on it")
+      ->check(CLI::Range(1u, 64u));
+
+  ReplayArgs replay_args;
+  CLI::App* replay_cmd = app.add_subcommand(
+      "replay", "read windows as CSV rtt_ns,inflight,dropped on stdin; print the limit after each");
+  replay_cmd->add_option("--policy", replay_args.policy, "the policy")->required();
+  replay_cmd->add_option("--param", replay_args.params, "a policy parameter KEY=VALUE (repeatable)")
+      ->allow_extra_args(false);
+  replay_cmd->add_option("--min-limit", replay_args.min_limit, "lower bound (default 1)");
+  replay_cmd->add_option("--max-limit", replay_args.max_limit, "upper bound (default 1000)");
+  replay_cmd->add_option("--initial-limit", replay_args.initial_limit, "the limit before any window (default 20)");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (run_cmd->parsed()) return run(run_args);
+    return replay(replay_args);
+  } catch (const std::exception& e) {
+    std::cerr << "bulkhead-sim: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,72 @@
+#include "tools/sim/replay.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <istream>
+#include <memory>
+#include <ostream>
+#include <string_view>
+
+#include "policies/params.hpp"
+#include "policies/window.hpp"
+
+namespace bulkhead::sim {
+namespace {
+
+template <typename T>
+bool parse_field(std::string_view field, T& out) {
+  while (!field.empty() && (field.front() == ' ' || field.front() == '\t')) field.remove_prefix(1);
+  while (!field.empty() && (field.back() == ' ' || field.back() == '\t')) field.remove_suffix(1);
+  if (field.empty()) return false;
+  const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), out);
+  return ec == std::errc{} && end == field.data() + field.size();
+}
+
+}  // namespace
+
+std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& options,
+                   const std::string& source) {
+  const std::unique_ptr<policies::Policy> policy =
+      policies::builtin_registry().create(options.policy, options.bounds, options.params);
+  const policies::Bounds& b = options.bounds;
+  double limit = std::clamp(policy->limit(), b.min, b.max);
+  std::string line;
+  std::size_t number = 0, windows = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    std::string_view text = line;
+    if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
+    if (text.find_first_not_of(" \t") == std::string_view::npos || text.front() == '#') continue;
+    if (number == 1 && text == "rtt_ns,inflight,dropped") continue;
+
+    const std::size_t c1 = text.find(',');
+    const std::size_t c2 = c1 == std::string_view::npos ? c1 : text.find(',', c1 + 1);
+    std::uint64_t rtt_ns = 0, dropped = 0;
+    std::uint32_t inflight = 0;
+    if (c2 == std::string_view::npos || text.find(',', c2 + 1) != std::string_view::npos ||
+        !parse_field(text.substr(0, c1), rtt_ns) || !parse_field(text.substr(c1 + 1, c2 - c1 - 1), inflight) ||
+        !parse_field(text.substr(c2 + 1), dropped)) {
+      throw ReplayError(source + ":" + std::to_string(number) +
+                        ": expected rtt_ns,inflight,dropped (three unsigned integers), got \"" +
+                        std::string(text.substr(0, 80)) + "\"");
+    }
+
+    policies::Window w;
+    w.ok = 1;
+    w.dropped = dropped;
+    w.rtt_sum_ns = w.rtt_min_ns = w.rtt_max_ns = rtt_ns;
+    w.rtt_p50_ns = w.rtt_p90_ns = w.rtt_p99_ns = rtt_ns;
+    w.max_inflight = inflight;
+    w.inflight = inflight;
+    w.limit = static_cast<std::uint32_t>(std::max(1.0, std::floor(limit)));
+    const double answer = policy->update(w);
+    limit = std::clamp(std::isfinite(answer) ? answer : b.min, b.min, b.max);
+    out << policies::format_number(limit) << '\n';
+    ++windows;
+  }
+  if (in.bad()) throw ReplayError(source + ": read error");
+  return windows;
+}
+
+}  // namespace bulkhead::sim

@@ -1,0 +1,41 @@
+// Trace replay: windows from a CSV straight into one policy.
+//
+// Each line `rtt_ns,inflight,dropped` is one window, the triple Netflix's
+// windowed limits hand their algorithm: it becomes a policies::Window with
+// ok = 1, every latency field (sum, min, max, p50, p90, p99) = rtt_ns,
+// max_inflight = inflight = inflight, dropped = dropped, and goes to the
+// policy directly (no Controller: no carry-over, no minimum sample count).
+// The answer, clamped to the bounds, is printed one per line, so a policy
+// can be checked against a recorded trace or another implementation.
+//
+// Thread-safety: a call shares nothing with another.
+#pragma once
+
+#include <iosfwd>
+#include <stdexcept>
+#include <string>
+
+#include "policies/policy.hpp"
+
+namespace bulkhead::sim {
+
+struct ReplayOptions {
+  std::string policy;
+  policies::ParamMap params;
+  policies::Bounds bounds{1, 1000, 20};  // --min-limit, --max-limit, --initial-limit
+};
+
+// "SOURCE:LINE: reason" for a bad line; policies::ParamError for a bad
+// policy name, parameter or bounds.
+class ReplayError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Reads lines until the end of `in`. Empty lines, lines starting with '#'
+// and a first line "rtt_ns,inflight,dropped" are skipped. Returns the
+// number of windows replayed.
+std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& options,
+                   const std::string& source = "<stdin>");
+
+}  // namespace bulkhead::sim

@@ -1,0 +1,536 @@
+// Reading scenario files.
+//
+// As bulkheadd's config reader (daemon/config.cpp, which tools/ may not
+// include), in two passes so that the error reported is the first in the
+// file: every key on its own in file order (known, right type, in range),
+// then what needs the whole file (changes inside the run and in order,
+// required keys, limits and policy parameters as the registry checks them).
+#include "tools/sim/scenario.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <toml++/toml.h>
+#include <utility>
+
+#include "policies/params.hpp"
+
+namespace bulkhead::sim {
+
+control::LimitSettings Scenario::settings_for(std::string_view policy) const {
+  control::LimitSettings s = limits;
+  s.policy = std::string(policy);
+  const auto it = policy_params.find(policy);
+  s.params = it != policy_params.end() ? it->second : policies::ParamMap{};
+  return s;
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kMaxDurationS = 3600;
+constexpr std::int64_t kMaxLimit = 1'000'000;  // calls, as bulkheadd's config
+
+class Reporter {
+ public:
+  explicit Reporter(std::string_view source) : source_(source) {}
+
+  // "FILE:LINE: KEY: REASON"; LINE left out when 0.
+  [[noreturn]] void fail(std::uint32_t line, std::string_view key, std::string_view reason) const {
+    std::string message = source_;
+    if (line != 0) message += ":" + std::to_string(line);
+    message += ": ";
+    message += key;
+    message += ": ";
+    message += reason;
+    throw ScenarioError(message);
+  }
+
+ private:
+  std::string source_;
+};
+
+struct Entry {
+  std::string_view key;
+  const toml::node* node;
+  std::uint32_t line;
+  std::uint32_t column;
+};
+
+// A table's keys in the order they are written (toml++ sorts them by name).
+std::vector<Entry> in_file_order(const toml::table& table) {
+  std::vector<Entry> entries;
+  entries.reserve(table.size());
+  for (auto&& [key, node] : table) {
+    toml::source_position pos = key.source().begin;
+    if (pos.line == 0) pos = node.source().begin;
+    entries.push_back({key.str(), &node, pos.line, pos.column});
+  }
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::pair(a.line, a.column) < std::pair(b.line, b.column);
+  });
+  return entries;
+}
+
+std::string join(std::string_view parent, std::string_view key) {
+  std::string out(parent);
+  if (!out.empty()) out += '.';
+  out += key;
+  return out;
+}
+
+// As errors print a number: integers in full (3600000, not 3.6e+06), others
+// in their shortest exact form.
+std::string number(double v) {
+  if (std::trunc(v) == v && std::abs(v) < 1e15) return std::to_string(static_cast<std::int64_t>(v));
+  return policies::format_number(v);
+}
+
+// A real number (integer or float) in [lo, hi], or (lo, hi] when lo_open.
+double read_real(const Reporter& report, const Entry& e, const std::string& path, double lo,
+                 double hi, bool lo_open = false) {
+  double v = 0;
+  if (const auto* i = e.node->as_integer()) {
+    v = static_cast<double>(i->get());
+  } else if (const auto* f = e.node->as_floating_point()) {
+    v = f->get();
+  } else {
+    report.fail(e.line, path, "must be a number");
+  }
+  if (!std::isfinite(v)) report.fail(e.line, path, "must be a finite number");
+  const bool below = lo_open ? !(v > lo) : !(v >= lo);
+  if (below || v > hi) {
+    std::string rule;
+    if (hi == kInf) {
+      rule = (lo_open ? "> " : ">= ") + number(lo);
+    } else {
+      rule = std::string("in ") + (lo_open ? "(" : "[") + number(lo) + ", " + number(hi) + "]";
+    }
+    report.fail(e.line, path, "must be " + rule + ", got " + number(v));
+  }
+  return v;
+}
+
+std::int64_t read_integer(const Reporter& report, const Entry& e, const std::string& path,
+                          std::int64_t lo, std::int64_t hi) {
+  const auto* value = e.node->as_integer();
+  if (value == nullptr) report.fail(e.line, path, "must be an integer");
+  const std::int64_t v = value->get();
+  if (v < lo || v > hi) {
+    report.fail(e.line, path,
+                "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                    std::to_string(v));
+  }
+  return v;
+}
+
+const std::string& read_string(const Reporter& report, const Entry& e, const std::string& path) {
+  const auto* value = e.node->as_string();
+  if (value == nullptr) report.fail(e.line, path, "must be a string");
+  return value->get();
+}
+
+const toml::table& read_table(const Reporter& report, const Entry& e, const std::string& path) {
+  const auto* table = e.node->as_table();
+  if (table == nullptr) report.fail(e.line, path, "must be a table");
+  return *table;
+}
+
+[[noreturn]] void unknown(const Reporter& report, const Entry& e, const std::string& path) {
+  report.fail(e.line, path, e.node->is_table() ? "unknown table" : "unknown key");
+}
+
+// Output files are named after the scenario: keep the name to a safe set.
+const char* check_name(std::string_view name) {
+  if (name.empty()) return "must not be empty";
+  if (name.size() > 64) return "must be at most 64 characters";
+  if (name.front() == '.' || name.front() == '-') return "must not start with '.' or '-'";
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.';
+    if (!ok) return "may hold only letters, digits, '-', '_' and '.'";
+  }
+  return nullptr;
+}
+
+std::string stem_of(std::string_view source) {
+  const std::size_t slash = source.rfind('/');
+  std::string_view base = slash == std::string_view::npos ? source : source.substr(slash + 1);
+  if (base.size() > 5 && base.substr(base.size() - 5) == ".toml") base.remove_suffix(5);
+  return std::string(base);
+}
+
+// Where each key was written, for the checks of pass two.
+struct Lines {
+  std::uint32_t table = 0;  // the table's header
+  std::map<std::string, std::uint32_t, std::less<>> keys;
+
+  bool has(std::string_view key) const { return keys.find(key) != keys.end(); }
+  std::uint32_t of(std::string_view key) const {
+    const auto it = keys.find(key);
+    return it != keys.end() ? it->second : table;
+  }
+};
+
+// One [[...change]] element as written.
+struct RawChange {
+  std::string path;
+  Lines lines;
+};
+
+struct Raw {
+  Lines top, dependency, clients, limits;
+  std::vector<RawChange> dependency_changes, rate_changes;
+  std::map<std::string, Lines, std::less<>> policies;
+};
+
+std::vector<const toml::table*> read_change_array(const Reporter& report, const Entry& e,
+                                                  const std::string& path,
+                                                  std::vector<std::uint32_t>& lines) {
+  const auto* array = e.node->as_array();
+  if (array == nullptr || !array->is_array_of_tables()) {
+    report.fail(e.line, path, "must be an array of tables: [[" + path + "]]");
+  }
+  std::vector<const toml::table*> tables;
+  for (const toml::node& n : *array) {
+    tables.push_back(n.as_table());
+    lines.push_back(n.source().begin.line != 0 ? n.source().begin.line : e.line);
+  }
+  return tables;
+}
+
+void read_dependency(const Reporter& report, const toml::table& table, Scenario& s, Raw& raw) {
+  for (const Entry& e : in_file_order(table)) {
+    const std::string path = join("dependency", e.key);
+    raw.dependency.keys.emplace(std::string(e.key), e.line);
+    if (e.key == "workers") {
+      s.workers = static_cast<std::uint32_t>(read_integer(report, e, path, 1, 100'000));
+    } else if (e.key == "base_latency_ms") {
+      s.base_latency_ms = read_real(report, e, path, 0, 3'600'000, true);
+    } else if (e.key == "service") {
+      const std::string& kind = read_string(report, e, path);
+      if (kind == "constant") {
+        s.service = ServiceKind::kConstant;
+      } else if (kind == "exponential") {
+        s.service = ServiceKind::kExponential;
+      } else if (kind == "lognormal") {
+        s.service = ServiceKind::kLognormal;
+      } else {
+        report.fail(e.line, path, "must be one of constant, exponential, lognormal");
+      }
+    } else if (e.key == "sigma") {
+      s.sigma = read_real(report, e, path, 0, 4, true);
+    } else if (e.key == "queue_limit") {
+      s.queue_limit = static_cast<std::uint32_t>(read_integer(report, e, path, 0, 10'000'000));
+    } else if (e.key == "change") {
+      std::vector<std::uint32_t> lines;
+      const auto tables = read_change_array(report, e, path, lines);
+      for (std::size_t i = 0; i < tables.size(); ++i) {
+        RawChange rc{path + "#" + std::to_string(i + 1), {}};
+        rc.lines.table = lines[i];
+        DependencyChange c;
+        for (const Entry& k : in_file_order(*tables[i])) {
+          const std::string kp = join(rc.path, k.key);
+          rc.lines.keys.emplace(std::string(k.key), k.line);
+          if (k.key == "at_s") {
+            c.at_s = read_real(report, k, kp, 0, kMaxDurationS);
+          } else if (k.key == "workers") {
+            c.workers = static_cast<std::uint32_t>(read_integer(report, k, kp, 1, 100'000));
+          } else if (k.key == "base_latency_ms") {
+            c.base_latency_ms = read_real(report, k, kp, 0, 3'600'000, true);
+          } else if (k.key == "ramp_s") {
+            c.ramp_s = read_real(report, k, kp, 0, kMaxDurationS);
+          } else {
+            unknown(report, k, kp);
+          }
+        }
+        s.dependency_changes.push_back(c);
+        raw.dependency_changes.push_back(std::move(rc));
+      }
+    } else {
+      unknown(report, e, path);
+    }
+  }
+}
+
+void read_clients(const Reporter& report, const toml::table& table, Scenario& s, Raw& raw) {
+  for (const Entry& e : in_file_order(table)) {
+    const std::string path = join("clients", e.key);
+    raw.clients.keys.emplace(std::string(e.key), e.line);
+    if (e.key == "processes") {
+      s.processes = static_cast<std::uint32_t>(read_integer(report, e, path, 1, 1024));
+    } else if (e.key == "limiter") {
+      const std::string& mode = read_string(report, e, path);
+      if (mode == "host") {
+        s.limiter = LimiterMode::kHost;
+      } else if (mode == "per-process") {
+        s.limiter = LimiterMode::kPerProcess;
+      } else {
+        report.fail(e.line, path, "must be \"host\" or \"per-process\"");
+      }
+    } else if (e.key == "rate") {
+      s.rate = read_real(report, e, path, 0, 10'000'000);
+    } else if (e.key == "timeout_ms") {
+      s.timeout_ms = read_real(report, e, path, 0, 600'000, true);
+    } else if (e.key == "retries") {
+      s.retries = static_cast<std::uint32_t>(read_integer(report, e, path, 0, 10));
+    } else if (e.key == "retry_delay_ms") {
+      s.retry_delay_ms = read_real(report, e, path, 0, 600'000);
+    } else if (e.key == "change") {
+      std::vector<std::uint32_t> lines;
+      const auto tables = read_change_array(report, e, path, lines);
+      for (std::size_t i = 0; i < tables.size(); ++i) {
+        RawChange rc{path + "#" + std::to_string(i + 1), {}};
+        rc.lines.table = lines[i];
+        RateChange c;
+        for (const Entry& k : in_file_order(*tables[i])) {
+          const std::string kp = join(rc.path, k.key);
+          rc.lines.keys.emplace(std::string(k.key), k.line);
+          if (k.key == "at_s") {
+            c.at_s = read_real(report, k, kp, 0, kMaxDurationS);
+          } else if (k.key == "rate") {
+            c.rate = read_real(report, k, kp, 0, 10'000'000);
+          } else if (k.key == "ramp_s") {
+            c.ramp_s = read_real(report, k, kp, 0, kMaxDurationS);
+          } else {
+            unknown(report, k, kp);
+          }
+        }
+        s.rate_changes.push_back(c);
+        raw.rate_changes.push_back(std::move(rc));
+      }
+    } else {
+      unknown(report, e, path);
+    }
+  }
+}
+
+void read_limits(const Reporter& report, const toml::table& table, Scenario& s, Raw& raw) {
+  for (const Entry& e : in_file_order(table)) {
+    const std::string path = join("limits", e.key);
+    raw.limits.keys.emplace(std::string(e.key), e.line);
+    if (e.key == "min_limit") {
+      s.limits.bounds.min = static_cast<double>(read_integer(report, e, path, 1, kMaxLimit));
+    } else if (e.key == "max_limit") {
+      s.limits.bounds.max = static_cast<double>(read_integer(report, e, path, 1, kMaxLimit));
+    } else if (e.key == "initial_limit") {
+      s.limits.bounds.initial = static_cast<double>(read_integer(report, e, path, 1, kMaxLimit));
+    } else if (e.key == "window_min_samples") {
+      s.limits.window_min_samples = static_cast<std::uint32_t>(read_integer(report, e, path, 1, 1'000'000));
+    } else if (e.key == "window_max_ms") {
+      s.limits.window_max_age = std::chrono::milliseconds(read_integer(report, e, path, 1, 600'000));
+    } else {
+      unknown(report, e, path);
+    }
+  }
+}
+
+void read_policies(const Reporter& report, const toml::table& table, Scenario& s, Raw& raw) {
+  for (const Entry& e : in_file_order(table)) {
+    const std::string path = join("policy", e.key);
+    if (!e.node->is_table()) report.fail(e.line, path, "must be a table: [policy.NAME]");
+    if (!policies::builtin_registry().contains(e.key)) {
+      std::string known;
+      for (const std::string& n : policies::builtin_registry().names()) {
+        known += known.empty() ? n : ", " + n;
+      }
+      report.fail(e.line, path, "unknown policy \"" + std::string(e.key) + "\" (known: " + known + ")");
+    }
+    Lines& lines = raw.policies[std::string(e.key)];
+    lines.table = e.line;
+    policies::ParamMap& params = s.policy_params[std::string(e.key)];
+    for (const Entry& k : in_file_order(*e.node->as_table())) {
+      const std::string kp = join(path, k.key);
+      lines.keys.emplace(std::string(k.key), k.line);
+      if (!k.node->is_integer() && !k.node->is_floating_point()) {
+        report.fail(k.line, kp, "must be a number (policy parameters are numbers)");
+      }
+      params.insert_or_assign(std::string(k.key), read_real(report, k, kp, -kInf, kInf));
+    }
+  }
+}
+
+// Where in a policy's error message `key` is named as a whole word, or npos.
+std::size_t find_word(std::string_view message, std::string_view key) {
+  const auto word = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  };
+  for (std::size_t pos = message.find(key); pos != std::string_view::npos;
+       pos = message.find(key, pos + 1)) {
+    const std::size_t end = pos + key.size();
+    if ((pos == 0 || !word(message[pos - 1])) && (end == message.size() || !word(message[end]))) {
+      return pos;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// Changes must lie inside the run, each after the previous one (ramp
+// included). Returns nothing; fails at the key at fault.
+template <typename Change>
+void check_changes(const Reporter& report, const std::vector<Change>& changes,
+                   const std::vector<RawChange>& raw, double duration_s) {
+  double free_from = 0;  // the previous change's end
+  for (std::size_t i = 0; i < changes.size(); ++i) {
+    const Change& c = changes[i];
+    const RawChange& r = raw[i];
+    if (!r.lines.has("at_s")) report.fail(r.lines.table, r.path, "needs at_s");
+    if (c.at_s >= duration_s) {
+      report.fail(r.lines.of("at_s"), join(r.path, "at_s"),
+                  "must be < duration_s (" + number(duration_s) + "), got " + number(c.at_s));
+    }
+    if (i > 0 && c.at_s < free_from) {
+      report.fail(r.lines.of("at_s"), join(r.path, "at_s"),
+                  "must be >= " + number(free_from) +
+                      " (the previous change's at_s + ramp_s): changes are in time order and "
+                      "do not overlap");
+    }
+    if (c.at_s + c.ramp_s > duration_s) {
+      report.fail(r.lines.of("ramp_s"), join(r.path, "ramp_s"),
+                  "the ramp must end by duration_s (" + number(duration_s) + ")");
+    }
+    free_from = c.at_s + c.ramp_s;
+  }
+}
+
+void check_whole(const Reporter& report, Scenario& s, const Raw& raw) {
+  if (!raw.top.has("duration_s")) report.fail(0, "duration_s", "is required");
+  if (!raw.dependency.has("workers")) report.fail(raw.dependency.table, "dependency.workers", "is required");
+  if (!raw.dependency.has("base_latency_ms")) {
+    report.fail(raw.dependency.table, "dependency.base_latency_ms", "is required");
+  }
+  if (!raw.clients.has("rate")) report.fail(raw.clients.table, "clients.rate", "is required");
+  if (raw.dependency.has("sigma") && s.service != ServiceKind::kLognormal) {
+    report.fail(raw.dependency.of("sigma"), "dependency.sigma", "only for service = \"lognormal\"");
+  }
+  check_changes(report, s.dependency_changes, raw.dependency_changes, s.duration_s);
+  for (std::size_t i = 0; i < s.dependency_changes.size(); ++i) {
+    const DependencyChange& c = s.dependency_changes[i];
+    if (!c.workers && !c.base_latency_ms) {
+      report.fail(raw.dependency_changes[i].lines.table, raw.dependency_changes[i].path,
+                  "sets neither workers nor base_latency_ms");
+    }
+  }
+  check_changes(report, s.rate_changes, raw.rate_changes, s.duration_s);
+  for (std::size_t i = 0; i < s.rate_changes.size(); ++i) {
+    if (!raw.rate_changes[i].lines.has("rate")) {
+      report.fail(raw.rate_changes[i].lines.table, raw.rate_changes[i].path, "needs rate");
+    }
+  }
+
+  // min_limit <= initial_limit <= max_limit, told at a key the file sets
+  // (the other side may be a default).
+  const policies::Bounds& b = s.limits.bounds;
+  const auto describe = [&](std::string_view key, double value) {
+    return std::string(key) + " (" + number(value) + (raw.limits.has(key) ? ")" : ", the default)");
+  };
+  const auto fail_at = [&](std::string_view key, const std::string& reason) {
+    report.fail(raw.limits.of(key), join("limits", key), reason);
+  };
+  if (b.min > b.max) {
+    if (raw.limits.has("max_limit")) fail_at("max_limit", "must be >= " + describe("min_limit", b.min));
+    fail_at("min_limit", "must be <= " + describe("max_limit", b.max));
+  }
+  if (b.initial < b.min || b.initial > b.max) {
+    if (raw.limits.has("initial_limit")) {
+      fail_at("initial_limit",
+              "must be in [min_limit, max_limit] = [" + number(b.min) + ", " + number(b.max) + "]");
+    }
+    if (b.initial < b.min) fail_at("min_limit", "must be <= " + describe("initial_limit", b.initial));
+    fail_at("max_limit", "must be >= " + describe("initial_limit", b.initial));
+  }
+  // Each [policy.NAME] as the registry will build it.
+  for (const auto& [name, params] : s.policy_params) {
+    const Lines& lines = raw.policies.at(name);
+    try {
+      policies::builtin_registry().create(name, s.limits.bounds, params);
+    } catch (const policies::ParamError& error) {
+      const std::string_view message = error.what();
+      std::string_view named;
+      std::size_t at = std::string_view::npos;
+      for (const auto& [key, value] : params) {
+        const std::size_t pos = find_word(message, key);
+        if (pos != std::string_view::npos && (at == std::string_view::npos || pos < at)) {
+          named = key;
+          at = pos;
+        }
+      }
+      const std::string path = join("policy", name);
+      if (at == std::string_view::npos) report.fail(lines.table, path, std::string(message));
+      report.fail(lines.of(named), join(path, named), std::string(message));
+    }
+  }
+}
+
+}  // namespace
+
+Scenario parse_scenario(std::string_view text, std::string_view source) {
+  const Reporter report(source);
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& error) {
+    const toml::source_position at = error.source().begin;
+    throw ScenarioError(std::string(source) + ":" + std::to_string(at.line) + ":" +
+                        std::to_string(at.column) + ": syntax error: " +
+                        std::string(error.description()));
+  }
+
+  Scenario s;
+  s.source = source;
+  s.name = stem_of(source);
+  Raw raw;
+  for (const Entry& e : in_file_order(root)) {
+    const std::string path(e.key);
+    raw.top.keys.emplace(path, e.line);
+    if (e.key == "name") {
+      s.name = read_string(report, e, path);
+      if (const char* why = check_name(s.name)) report.fail(e.line, path, why);
+    } else if (e.key == "description") {
+      s.description = read_string(report, e, path);
+      if (s.description.find('\n') != std::string::npos) {
+        report.fail(e.line, path, "must be one line");
+      }
+    } else if (e.key == "duration_s") {
+      s.duration_s = read_real(report, e, path, 0, kMaxDurationS, true);
+    } else if (e.key == "seed") {
+      s.seed = static_cast<std::uint64_t>(
+          read_integer(report, e, path, 0, std::numeric_limits<std::int64_t>::max()));
+    } else if (e.key == "tick_ms") {
+      s.tick_ms = static_cast<std::uint32_t>(read_integer(report, e, path, 10, 60'000));
+    } else if (e.key == "dependency") {
+      raw.dependency.table = e.line;
+      read_dependency(report, read_table(report, e, path), s, raw);
+    } else if (e.key == "clients") {
+      raw.clients.table = e.line;
+      read_clients(report, read_table(report, e, path), s, raw);
+    } else if (e.key == "limits") {
+      raw.limits.table = e.line;
+      read_limits(report, read_table(report, e, path), s, raw);
+    } else if (e.key == "policy") {
+      read_policies(report, read_table(report, e, path), s, raw);
+    } else {
+      unknown(report, e, path);
+    }
+  }
+  if (!raw.top.has("name")) {
+    if (const char* why = check_name(s.name)) {
+      report.fail(0, "name", std::string("the file's name ") + why + "; set name = \"...\"");
+    }
+  }
+  check_whole(report, s, raw);
+  return s;
+}
+
+Scenario load_scenario_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ScenarioError(path + ": cannot read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ScenarioError(path + ": cannot read");
+  return parse_scenario(text.str(), path);
+}
+
+}  // namespace bulkhead::sim
