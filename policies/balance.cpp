@@ -9,19 +9,23 @@
 namespace bulkhead::policies {
 namespace {
 
-constexpr std::array<ParamSpec<BalancePolicy::Params>, 7> kParamSpecs{{
+constexpr std::array<ParamSpec<BalancePolicy::Params>, 8> kParamSpecs{{
     {"tolerance", &BalancePolicy::Params::tolerance, Range::open_closed(0, 2)},
     {"drop_threshold", &BalancePolicy::Params::drop_threshold, Range::open_closed(0, 1)},
     {"backoff", &BalancePolicy::Params::backoff, Range::closed_open(0.5, 1)},
     {"growth", &BalancePolicy::Params::growth, Range::open_closed(0, 1)},
     {"baseline_follow", &BalancePolicy::Params::baseline_follow, Range::closed(0, 1)},
+    {"latency_samples", &BalancePolicy::Params::latency_samples, Range::at_least(0)},
     {"probe_interval_ms", &BalancePolicy::Params::probe_interval_ms, Range::at_least(0)},
-    {"probe_factor", &BalancePolicy::Params::probe_factor, Range::open_closed(0, 0.99)},
+    {"probe_factor", &BalancePolicy::Params::probe_factor, Range::open_closed(0, 1)},
 }};
 
 // A probe lasts at least this many windows: the first still sees calls
 // admitted before it.
-constexpr int kProbeMinWindows = 2;
+constexpr int kProbeMinWindows = 3;
+// Windows in a row above the target (while shrinking) after which the
+// baseline is re-measured at once: queueing would have receded by then.
+constexpr int kStuckWindows = 15;
 // The limit counts as used when the peak in-flight reaches this share of it.
 constexpr double kUsedShare = 0.9;
 
@@ -48,11 +52,16 @@ double BalancePolicy::clamp(double limit) const { return std::clamp(limit, bound
 double BalancePolicy::update(const Window& w) {
   if (w.samples() == 0) return limit_;
   const double p50 = static_cast<double>(w.rtt_p50_ns);
-  if (w.ok > 0 && baseline_ns_ == 0) baseline_ns_ = p50;
-  return probing_ ? probe_update(w, p50) : steady_update(w, p50);
+  const double n = static_cast<double>(w.ok);
+  const double weight = n / (n + params_.latency_samples);
+  if (w.ok > 0) {
+    if (baseline_ns_ == 0) baseline_ns_ = latency_ns_ = p50;
+    latency_ns_ += weight * (p50 - latency_ns_);
+  }
+  return probing_ ? probe_update(w, p50) : steady_update(w, p50, weight);
 }
 
-double BalancePolicy::steady_update(const Window& w, double p50) {
+double BalancePolicy::steady_update(const Window& w, double p50, double weight) {
   const double tolerance = 1 + params_.tolerance;
   const double drop_ratio = static_cast<double>(w.dropped) / static_cast<double>(w.samples());
   const bool used = w.rejected > 0 || w.max_inflight >= kUsedShare * limit_;
@@ -64,32 +73,39 @@ double BalancePolicy::steady_update(const Window& w, double p50) {
   }
   if (w.ok == 0) return limit_;
 
-  // The baseline falls at once, halfway, to a lower p50; while the limit is
-  // not used it follows the p50 both ways.
-  if (p50 < baseline_ns_) {
-    baseline_ns_ -= (baseline_ns_ - p50) / 2;
-  } else if (!used) {
-    baseline_ns_ += params_.baseline_follow * (p50 - baseline_ns_);
-  }
+  // While the limit is used only a drain moves the baseline: following
+  // the latency down there would make it a minimum of noise, biased low,
+  // and the limit would shrink to nothing.
+  if (!used) baseline_ns_ += params_.baseline_follow * weight * (p50 - baseline_ns_);
 
-  const double r = p50 / std::max(baseline_ns_, 1.0);
+  const double r = latency_ns_ / std::max(baseline_ns_, 1.0);
+  windows_over_target_ = used && r > tolerance ? windows_over_target_ + 1 : 0;
   if (r > tolerance) {
-    limit_ = clamp(limit_ * std::max(0.5, tolerance / r));
+    limit_ = clamp(limit_ * std::max(0.5, std::sqrt(tolerance / r)));
   } else if (used) {
-    // 1 with no queue, 0 at the target; at least one call per window when
-    // there is no queue, so that a collapsed limit climbs back.
-    const double room = (tolerance - r) / (tolerance - 1);
+    // 1 with no queue, 0 at the target; at least one call per window with
+    // no queue, so that a collapsed limit climbs back.
+    const double room = std::min(1.0, (tolerance - r) / (tolerance - 1));
     limit_ = clamp(limit_ + room * std::max(1.0, limit_ * params_.growth));
   }
 
-  if (used && params_.probe_interval_ms > 0 && since_probe_ns_ >= params_.probe_interval_ms * 1e6) {
+  // Drain when it is time, or early when shrinking the limit has not
+  // brought the latency down: then the dependency itself got slower, and
+  // the baseline is what is wrong.
+  const bool due = since_probe_ns_ >= params_.probe_interval_ms * 1e6 ||
+                   windows_over_target_ >= kStuckWindows;
+  if (used && params_.probe_interval_ms > 0 && due) {
+    windows_over_target_ = 0;
     probing_ = true;
     probe_elapsed_ns_ = 0;
     probe_windows_ = 0;
+    probe_p50_sum_ = 0;
+    probe_samples_ = 0;
     // Long enough for calls admitted before the drain to finish.
-    probe_needed_ns_ = 2 * p50;
+    probe_needed_ns_ = 2 * latency_ns_;
     limit_before_probe_ = limit_;
-    limit_ = clamp(std::floor(limit_ * params_.probe_factor));
+    // Below the knee: at the target the limit is T x W, so L / T is W.
+    limit_ = clamp(std::floor(limit_ * params_.probe_factor / tolerance));
   }
   return limit_;
 }
@@ -97,8 +113,11 @@ double BalancePolicy::steady_update(const Window& w, double p50) {
 double BalancePolicy::probe_update(const Window& w, double p50) {
   const double drop_ratio = static_cast<double>(w.dropped) / static_cast<double>(w.samples());
   probe_elapsed_ns_ += static_cast<double>(w.duration_ns);
-  ++probe_windows_;
-  const bool drained = probe_windows_ >= kProbeMinWindows && probe_elapsed_ns_ >= probe_needed_ns_;
+  // The first window still holds calls admitted before the drain.
+  if (++probe_windows_ > 1 && w.ok > 0) {
+    probe_p50_sum_ += p50 * static_cast<double>(w.ok);
+    probe_samples_ += static_cast<double>(w.ok);
+  }
   if (drop_ratio >= params_.drop_threshold) {
     // The dependency is failing, not draining: end the probe and back off.
     probing_ = false;
@@ -106,10 +125,11 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     limit_ = clamp(std::floor(limit_before_probe_ * params_.backoff));
     return limit_;
   }
+  const bool drained = probe_windows_ >= kProbeMinWindows && probe_elapsed_ns_ >= probe_needed_ns_;
   if (!drained) return limit_;
   probing_ = false;
   since_probe_ns_ = 0;
-  if (w.ok > 0) baseline_ns_ = p50;
+  if (probe_samples_ > 0) baseline_ns_ = latency_ns_ = probe_p50_sum_ / probe_samples_;
   limit_ = limit_before_probe_;
   return limit_;
 }

@@ -13,37 +13,43 @@
 // L* = T × W: a small standing queue (every worker busy, full goodput) and
 // latency no more than T times the no-load latency.
 //
-// Rule, once per window:
+// Rule, once per window, with S the latency (the window p50s smoothed,
+// each weighted by its sample count n: S += n/(n + latency_samples) ×
+// (p50 − S)) and r = S / base:
 //   drop ratio ≥ drop_threshold:        L ← L × backoff        (overload)
-//   r > T:                              L ← L × max(½, T / r)   (one step to L*)
-//   limit used, r ≤ T:                  L ← L + (T − r)/(T − 1) × max(1, L × growth)
+//   r > T:                              L ← L × max(½, √(T / r))
+//   limit used, r ≤ T:                  L ← L + min(1, (T − r)/(T − 1)) × max(1, L × growth)
 //   otherwise (app-limited):            hold
 // "Used" means a call was rejected or the peak in-flight reached 90% of L.
-// The decrease lands on L* in one window when the model holds, which is
-// what settles a 4x capacity drop within a tick or two; the increase is
-// fast when there is no queue (r ≈ 1) and fades to nothing at the target,
-// so there is one fixed point and no creep.
+// The decrease goes halfway (in ratio) to L* each window, so it settles a
+// 4x capacity drop in a few windows without over-shooting on a smoothed
+// latency that lags; the increase is fast when there is no queue (r ≈ 1)
+// and fades to nothing at the target, so there is one fixed point and no
+// creep. Smoothing by sample count keeps a window of ten noisy samples
+// from moving the limit as much as a window of a thousand: without it the
+// decrease, larger than the increase, turns noise into a collapse.
 //
 // The baseline (base, the no-load p50) is where the reference algorithms
 // fail: a minimum drifts up under sustained load (Netflix 165, Envoy 11579)
 // and the limit ratchets up; a baseline that never rises mistakes a slower
 // dependency for queueing and collapses the limit. balance keeps it honest
-// three ways:
-//   - it falls at once, halfway, to any window p50 below it;
+// two ways:
 //   - while the limit is not used (no queue the limit causes), it follows
-//     the p50 with an EMA (weight baseline_follow), so slow drift in the
-//     dependency is tracked without load;
+//     the latency (weight baseline_follow), so drift in the dependency is
+//     tracked without load;
 //   - while the limit is used, every probe_interval_ms it drains: the limit
-//     drops to probe_factor × L for probe windows of at least twice the
-//     p50, and the last probe window's p50 becomes the baseline, up or
-//     down. At L* = 1.2 W a 0.75 probe runs at 0.9 W: no queue, true base.
-// A probe costs (1 − probe_factor) of one window's admissions every
-// probe_interval_ms (about 0.5% of goodput at the defaults) and pins the
-// one host-wide limit: every process on the host sees it at once.
+//     drops to probe_factor × L / T (0.85 of the knee, since L* = T × W) for
+//     at least three windows and twice the latency; the sample-weighted p50
+//     of the probe windows after the first becomes the baseline, up or
+//     down. A drain that stayed above the knee would measure queueing and
+//     ratchet the baseline up, probe after probe.
+// A drain costs about 40% of the admissions of three windows every
+// probe_interval_ms (about 1% of goodput at the defaults) and pins the one
+// host-wide limit: every process on the host sees it at once.
 //
-// Where it differs from its sources: no smoothing (the decrease is already
-// proportional), drops count only as a ratio (one timeout in a thousand is
-// not overload), and windows are those of the daemon's controller.
+// Where it differs from its sources: drops count only as a ratio (one
+// timeout in a thousand is not overload), and windows are those of the
+// daemon's controller.
 #pragma once
 
 #include <memory>
@@ -59,23 +65,30 @@ class BalancePolicy : public Policy {
 
   struct Params {
     // Standing latency ratio p50 / no-load p50 the limit aims at, minus 1;
-    // dimensionless, (0, 2]. 0.2: 20% queueing delay at the target.
-    double tolerance = 0.2;
+    // dimensionless, (0, 2]. 0.4: 40% queueing delay on the p50 at the
+    // target, which keeps every worker busy through the noise of a window's
+    // p50 (tuned on the simulator's suite, docs/policies.md).
+    double tolerance = 0.4;
     // Share of dropped samples (timeouts, back-pressure) in a window that
     // counts as overload; (0, 1].
     double drop_threshold = 0.01;
     // Factor applied to the limit on overload drops; [0.5, 1). As AIMD.
     double backoff = 0.9;
     // Largest relative increase per window, with no queue; (0, 1].
-    double growth = 0.1;
+    double growth = 0.2;
     // Weight of each window's p50 in the baseline while the limit is not
     // used; [0, 1].
     double baseline_follow = 0.2;
+    // Samples it takes for a window's p50 to move the smoothed latency
+    // halfway; >= 0 (0: no smoothing).
+    double latency_samples = 200;
     // Time between drains while the limit is used, in milliseconds of
     // window time (the sum of window durations); >= 0, 0: never.
-    double probe_interval_ms = 5000;
-    // Limit during a drain, as a fraction of the limit before it; (0, 0.99].
-    double probe_factor = 0.75;
+    double probe_interval_ms = 10000;
+    // Limit during a drain, as a fraction of the knee estimate L / T (at
+    // the target the limit is T times what the dependency serves at once);
+    // (0, 1].
+    double probe_factor = 0.85;
   };
 
   explicit BalancePolicy(const Bounds& bounds);
@@ -90,10 +103,12 @@ class BalancePolicy : public Policy {
   const Params& params() const { return params_; }
   // The no-load p50 estimate, in nanoseconds (0 before any ok window).
   double baseline_ns() const { return baseline_ns_; }
+  // The smoothed latency, in nanoseconds.
+  double latency_ns() const { return latency_ns_; }
   bool probing() const { return probing_; }
 
  private:
-  double steady_update(const Window& w, double p50);
+  double steady_update(const Window& w, double p50, double weight);
   double probe_update(const Window& w, double p50);
   double clamp(double limit) const;
 
@@ -101,12 +116,16 @@ class BalancePolicy : public Policy {
   Params params_;
   double limit_;
   double baseline_ns_ = 0;
+  double latency_ns_ = 0;
   // Window time since the last drain ended, and within the current one.
   double since_probe_ns_ = 0;
   bool probing_ = false;
   double probe_elapsed_ns_ = 0;
   double probe_needed_ns_ = 0;
   int probe_windows_ = 0;
+  int windows_over_target_ = 0;  // in a row, while the limit is used
+  double probe_p50_sum_ = 0;   // sample-weighted, over probe windows after the first
+  double probe_samples_ = 0;
   double limit_before_probe_ = 0;
 };
 

@@ -15,13 +15,24 @@ using test::WindowSpec;
 // Bounds wide enough that no clamp interferes; limit starts at 100.
 constexpr Bounds kBounds{1, 1000, 100};
 
+// Round numbers for hand-worked values: T = 1.2, growth 10%, no latency
+// smoothing (each window's p50 is the latency), drains every 5 s.
+BalancePolicy::Params hand() {
+  BalancePolicy::Params p;
+  p.tolerance = 0.2;
+  p.growth = 0.1;
+  p.latency_samples = 0;
+  p.probe_interval_ms = 5000;
+  return p;
+}
+
 // A window of 100 ok calls at `rtt_ms` with the limit in full use.
 Window used_window(double rtt_ms, std::uint32_t peak = 100) {
   return make_window(WindowSpec{.ok = 100, .rtt_ms = rtt_ms, .max_inflight = peak});
 }
 
 // A balance policy without drains, its baseline set to `base_ms`.
-BalancePolicy with_baseline(double base_ms, BalancePolicy::Params p = {}) {
+BalancePolicy with_baseline(double base_ms, BalancePolicy::Params p = hand()) {
   p.probe_interval_ms = 0;
   BalancePolicy b(kBounds, p);
   // An app-limited first window sets the baseline and holds the limit.
@@ -35,16 +46,16 @@ TEST(BalancePolicy, FirstWindowSetsTheBaseline) {
   EXPECT_DOUBLE_EQ(b.limit(), 100);
 }
 
-TEST(BalancePolicy, ShrinksToTheTargetRatioInOneStep) {
+TEST(BalancePolicy, ShrinksHalfwayInRatioToTheTarget) {
   BalancePolicy b = with_baseline(10);
-  // r = 15 / 10 = 1.5 > T = 1.2: L = 100 * 1.2 / 1.5 = 80.
-  EXPECT_DOUBLE_EQ(b.update(used_window(15)), 80);
+  // r = 15 / 10 = 1.5 > T = 1.2: L = 100 * sqrt(1.2 / 1.5) = 89.44.
+  EXPECT_DOUBLE_EQ(b.update(used_window(15)), 100 * std::sqrt(0.8));
 }
 
 TEST(BalancePolicy, ShrinksAtMostByHalf) {
   BalancePolicy b = with_baseline(10);
-  // r = 4: 1.2 / 4 = 0.3, floored at 0.5: L = 50.
-  EXPECT_DOUBLE_EQ(b.update(used_window(40)), 50);
+  // r = 10: sqrt(1.2 / 10) = 0.35, floored at 0.5: L = 50.
+  EXPECT_DOUBLE_EQ(b.update(used_window(100)), 50);
 }
 
 TEST(BalancePolicy, GrowsByTenPercentWhenUsedWithoutQueue) {
@@ -60,7 +71,9 @@ TEST(BalancePolicy, GrowthFadesTowardTheTarget) {
 }
 
 TEST(BalancePolicy, GrowsByAtLeastOneFromTheBottom) {
-  BalancePolicy b(Bounds{1, 1000, 1}, BalancePolicy::Params{.probe_interval_ms = 0});
+  BalancePolicy::Params p = hand();
+  p.probe_interval_ms = 0;
+  BalancePolicy b(Bounds{1, 1000, 1}, p);
   b.update(make_window(WindowSpec{.ok = 10, .rtt_ms = 10, .max_inflight = 1}));  // used: 1 >= 0.9
   // Started at 1: 1 * 0.1 < 1, so + 1. A collapsed limit always climbs back.
   EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.ok = 10, .rtt_ms = 10, .max_inflight = 2})), 3);
@@ -97,10 +110,24 @@ TEST(BalancePolicy, DroppedLatencyNeverMovesTheBaseline) {
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
 }
 
-TEST(BalancePolicy, BaselineFallsHalfwayToALowerP50) {
+TEST(BalancePolicy, BaselineHoldsUnderLoadWhenLatencyDips) {
   BalancePolicy b = with_baseline(10);
-  b.update(used_window(8));
-  EXPECT_DOUBLE_EQ(b.baseline_ns(), 9e6);
+  // Following dips while the limit is used would make the baseline a
+  // minimum of noise. r = 0.8 is just room: + min(1, 2) * 10.
+  EXPECT_DOUBLE_EQ(b.update(used_window(8)), 110);
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+}
+
+TEST(BalancePolicy, SmoothsLatencyBySampleCount) {
+  BalancePolicy::Params p = hand();
+  p.latency_samples = 100;
+  BalancePolicy big = with_baseline(10, p), small = with_baseline(10, p);
+  // 100 samples at 20 ms move the latency 100 / (100 + 100) of the way:
+  // 15 ms; 10 samples only 10 / 110 of it: 10.91 ms.
+  big.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 20, .max_inflight = 100}));
+  small.update(make_window(WindowSpec{.ok = 10, .rtt_ms = 20, .max_inflight = 100}));
+  EXPECT_DOUBLE_EQ(big.latency_ns(), 15e6);
+  EXPECT_DOUBLE_EQ(small.latency_ns(), 10e6 + 10e6 * 10 / 110);
 }
 
 TEST(BalancePolicy, BaselineFollowsWhileTheLimitIsNotUsed) {
@@ -129,27 +156,43 @@ TEST(BalancePolicy, SettlesAtTheTargetOnAQueueingDependency) {
 }
 
 TEST(BalancePolicy, DrainsEveryProbeIntervalAndRestores) {
-  BalancePolicy b(kBounds, BalancePolicy::Params{});
+  BalancePolicy b(kBounds, hand());
   b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // 1 s, baseline 10
   // Used windows at r = 1.1 (room 0.5), each + 5% of the limit:
   // 100 -> 105 -> 110.25 -> 115.7625.
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 105);
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 110.25);
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 115.7625);
-  // 5 s of window time: 115.7625 * 1.05 = 121.550625, then the drain:
-  // floor(121.550625 * 0.75) = 91.
-  EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 91);
+  // 5 s of window time: 115.7625 * 1.05 = 121.550625, then the drain to
+  // 0.85 of the knee L / T: floor(121.550625 * 0.85 / 1.2) = 86.
+  EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 86);
   EXPECT_TRUE(b.probing());
-  // Two probe windows; the last one's p50 is the new baseline; the limit
-  // comes back.
-  EXPECT_DOUBLE_EQ(b.update(used_window(11, 91)), 91);
-  EXPECT_DOUBLE_EQ(b.update(used_window(10.5, 91)), 121.550625);
+  // Three probe windows; the first still holds calls from before the drain
+  // and is left out; the others' p50s, weighted by samples, make the new
+  // baseline: (10 + 11) / 2. Then the limit comes back.
+  EXPECT_DOUBLE_EQ(b.update(used_window(30, 86)), 86);
+  EXPECT_DOUBLE_EQ(b.update(used_window(10, 86)), 86);
+  EXPECT_DOUBLE_EQ(b.update(used_window(11, 86)), 121.550625);
   EXPECT_FALSE(b.probing());
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 10.5e6);
 }
 
+TEST(BalancePolicy, DrainsEarlyWhenShrinkingDoesNotBringLatencyDown) {
+  BalancePolicy::Params p = hand();
+  p.probe_interval_ms = 1e9;  // never on schedule
+  BalancePolicy b(kBounds, p);
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  // Latency doubled and stays doubled whatever the limit: not queueing.
+  int windows = 0;
+  while (!b.probing() && windows < 100) {
+    b.update(used_window(20, 1000));
+    ++windows;
+  }
+  EXPECT_EQ(windows, 15);
+}
+
 TEST(BalancePolicy, RecoversFromASlowerDependencyAtTheNextDrain) {
-  BalancePolicy b(kBounds, BalancePolicy::Params{});
+  BalancePolicy b(kBounds, hand());
   b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
   // The dependency turns 2x slower with no queue at all (base latency rose):
   // the limit shrinks (it looks like queueing) ...
@@ -168,20 +211,20 @@ TEST(BalancePolicy, RecoversFromASlowerDependencyAtTheNextDrain) {
 }
 
 TEST(BalancePolicy, ADrainThatSeesDropsBacksOff) {
-  BalancePolicy b(kBounds, BalancePolicy::Params{});
+  BalancePolicy b(kBounds, hand());
   b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
   for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
   ASSERT_TRUE(b.probing());
   // Backs off from the limit before the drain: floor(121.550625 * 0.9) = 109.
-  EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.ok = 50, .dropped = 50, .rtt_ms = 10, .max_inflight = 91})), 109);
+  EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.ok = 50, .dropped = 50, .rtt_ms = 10, .max_inflight = 86})), 109);
   EXPECT_FALSE(b.probing());
 }
 
 TEST(BalancePolicy, RefusesOutOfRangeParameters) {
   EXPECT_EQ(test::param_error_of([] { BalancePolicy::parse_params({{"tolerance", 0}}); }),
             "tolerance = 0: must be in (0, 2]");
-  EXPECT_EQ(test::param_error_of([] { BalancePolicy::parse_params({{"probe_factor", 1}}); }),
-            "probe_factor = 1: must be in (0, 0.99]");
+  EXPECT_EQ(test::param_error_of([] { BalancePolicy::parse_params({{"probe_factor", 0}}); }),
+            "probe_factor = 0: must be in (0, 1]");
 }
 
 }  // namespace

@@ -190,6 +190,56 @@ TEST_P(PolicyConformance, NeverRisesUnderSustainedDropsAndLatency) {
   }
 }
 
+// A dependency of W workers that queues past them: rtt = base * max(1, L/W),
+// fed with demand always above the limit (every window rejects some).
+double feed_queueing_dependency(Policy& policy, double workers, double base_ms) {
+  const double limit = policy.limit();
+  Window w = make_window({.ok = 200, .rtt_ms = base_ms * std::max(1.0, limit / workers),
+                          .max_inflight = static_cast<std::uint32_t>(std::floor(limit))});
+  w.rejected = 50;
+  w.duration_ns = 100'000'000;
+  return policy.update(w);
+}
+
+// The failures of the faithful ports that ../shared/ALGORITHMS.md lists;
+// the conformance checks below assert the failure is still there for these,
+// so that fixing or breaking one shows up here.
+bool creeps_under_steady_overload(const std::string& name) {
+  return name == "gradient2"    // Netflix PR 134: the long EMA follows the rtt up
+         || name == "vegas"     // Netflix 165: the probe copies a loaded rtt into the baseline
+         || name == "gradient";  // Envoy PR 11579: minRTT re-measured from queued live calls
+}
+
+TEST_P(PolicyConformance, DoesNotCollapseOnAHealthyDependency) {
+  auto policy = make_policy();
+  // Constant latency, no drops, demand for 60 calls at once: nothing asks
+  // the limit to go down.
+  double lowest = policy->limit();
+  for (int i = 0; i < 2000; ++i) {
+    const auto used = static_cast<std::uint32_t>(std::min(60.0, std::floor(policy->limit())));
+    lowest = std::min(lowest, feed_window(*policy, make_window({.ok = 100, .rtt_ms = 10, .max_inflight = used})));
+  }
+  EXPECT_GE(lowest, kBounds.initial * 0.5) << GetParam();
+  EXPECT_GE(policy->limit(), kBounds.initial) << GetParam();
+}
+
+TEST_P(PolicyConformance, DoesNotCreepUpUnderSteadyOverload) {
+  if (GetParam() == "fixed") GTEST_SKIP() << "fixed never moves: nothing to creep";
+  auto policy = builtin_registry().create(GetParam(), Bounds{1, 1000, 20}, {});
+  // W = 20 workers, 10 ms each. Warm up, then compare the highest limit of
+  // an early stretch with the highest of a late one.
+  for (int i = 0; i < 500; ++i) feed_queueing_dependency(*policy, 20, 10);
+  double early = 0, late = 0;
+  for (int i = 0; i < 500; ++i) early = std::max(early, feed_queueing_dependency(*policy, 20, 10));
+  for (int i = 0; i < 3000; ++i) feed_queueing_dependency(*policy, 20, 10);
+  for (int i = 0; i < 500; ++i) late = std::max(late, feed_queueing_dependency(*policy, 20, 10));
+  if (creeps_under_steady_overload(GetParam())) {
+    EXPECT_GT(late, early * 1.2) << GetParam() << " no longer creeps: update the known failures";
+  } else {
+    EXPECT_LE(late, early * 1.1 + 1) << GetParam() << ": early " << early << ", late " << late;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Builtin, PolicyConformance,
                          ::testing::ValuesIn(builtin_registry().names()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
