@@ -55,7 +55,15 @@ double BalancePolicy::update(const Window& w) {
   const double n = static_cast<double>(w.ok);
   const double weight = n / (n + params_.latency_samples);
   if (w.ok > 0) {
-    if (baseline_ns_ == 0) baseline_ns_ = latency_ns_ = p50;
+    if (baseline_ns_ == 0) {
+      baseline_ns_ = latency_ns_ = p50;
+      // A first window that the limit already bound may be queued (callers
+      // were waiting before the daemon knew the dependency): drain at once
+      // to measure the real baseline.
+      if (w.rejected > 0 || w.max_inflight >= kUsedShare * limit_) {
+        since_probe_ns_ = params_.probe_interval_ms * 1e6;
+      }
+    }
     latency_ns_ += weight * (p50 - latency_ns_);
   }
   return probing_ ? probe_update(w, p50) : steady_update(w, p50, weight);

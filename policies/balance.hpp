@@ -43,6 +43,8 @@
 //     of the probe windows after the first becomes the baseline, up or
 //     down. A drain that stayed above the knee would measure queueing and
 //     ratchet the baseline up, probe after probe.
+// The first drain comes at once when the very first window already found
+// the limit in use: that window's latency may include a queue.
 // A drain costs about 40% of the admissions of three windows every
 // probe_interval_ms (about 1% of goodput at the defaults) and pins the one
 // host-wide limit: every process on the host sees it at once.

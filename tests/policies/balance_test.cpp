@@ -177,6 +177,21 @@ TEST(BalancePolicy, DrainsEveryProbeIntervalAndRestores) {
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 10.5e6);
 }
 
+TEST(BalancePolicy, DrainsAtOnceWhenTheFirstWindowIsAlreadyQueued) {
+  BalancePolicy b(kBounds, hand());
+  // The first window found the limit in use: its 40 ms may be a queue, so
+  // it drains right away: r = 1, + 10 = 110, then floor(110 * 0.85 / 1.2) = 77.
+  EXPECT_DOUBLE_EQ(b.update(used_window(40)), 77);
+  EXPECT_TRUE(b.probing());
+  // Drained, the dependency answers in 10 ms (the first probe window, still
+  // queued, is left out): that is the baseline, and the limit comes back.
+  b.update(used_window(25, 77));
+  b.update(used_window(10, 77));
+  EXPECT_DOUBLE_EQ(b.update(used_window(10, 77)), 110);
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+}
+
 TEST(BalancePolicy, DrainsEarlyWhenShrinkingDoesNotBringLatencyDown) {
   BalancePolicy::Params p = hand();
   p.probe_interval_ms = 1e9;  // never on schedule
