@@ -26,6 +26,12 @@ constexpr int kProbeMinWindows = 3;
 // Windows in a row above the target (while shrinking) after which the
 // baseline is re-measured at once: queueing would have receded by then.
 constexpr int kStuckWindows = 15;
+// Windows over the target after which a limit cut by half or more that has
+// not brought latency under it means the baseline is wrong.
+constexpr int kHalvedWindows = 4;
+// A drain whose latency fell by more than this times the target ratio
+// started above the knee.
+constexpr double kDeepDrainRatio = 1.15;
 // The limit counts as used when the peak in-flight reaches this share of it.
 constexpr double kUsedShare = 0.9;
 
@@ -86,8 +92,20 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   // and the limit would shrink to nothing.
   if (!used) baseline_ns_ += params_.baseline_follow * weight * (p50 - baseline_ns_);
 
+  // Latency far under the baseline is no noise of a smoothed p50: the
+  // dependency got faster (it healed). Take it as the baseline now, and drain soon to measure the real one
+  // (the smoothed latency is still falling).
+  if (latency_ns_ * tolerance < baseline_ns_) {
+    baseline_ns_ = latency_ns_;
+    drained_ns_ = drained_ns_ > 0 ? std::min(drained_ns_, latency_ns_) : 0;
+    since_probe_ns_ = std::max(since_probe_ns_, params_.probe_interval_ms * 1e6);
+  }
   const double r = latency_ns_ / std::max(baseline_ns_, 1.0);
-  windows_over_target_ = used && r > tolerance ? windows_over_target_ + 1 : 0;
+  if (used && r > tolerance) {
+    if (windows_over_target_++ == 0) limit_over_target_ = limit_;
+  } else {
+    windows_over_target_ = 0;
+  }
   if (r > tolerance) {
     limit_ = clamp(limit_ * std::max(0.5, std::sqrt(tolerance / r)));
   } else if (used) {
@@ -100,9 +118,16 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   // Drain when it is time, or early when shrinking the limit has not
   // brought the latency down: then the dependency itself got slower, and
   // the baseline is what is wrong.
-  const bool due = since_probe_ns_ >= params_.probe_interval_ms * 1e6 ||
-                   windows_over_target_ >= kStuckWindows;
-  if (used && params_.probe_interval_ms > 0 && due) {
+  // Halving the limit halves a queue; if latency is still over the target
+  // after that, or after kStuckWindows, the baseline is what is wrong.
+  const bool stuck = windows_over_target_ >= kStuckWindows ||
+                     (windows_over_target_ >= kHalvedWindows && limit_ <= limit_over_target_ / 2);
+  // Unused, the baseline follows the latency; when that has drifted over
+  // the target of the last drain, callers may be queueing the dependency
+  // by themselves below the limit: drain to find out.
+  const bool drifted = !used && drained_ns_ > 0 && latency_ns_ > tolerance * drained_ns_;
+  const bool due = since_probe_ns_ >= params_.probe_interval_ms * 1e6 && (used || drifted);
+  if (params_.probe_interval_ms > 0 && (due || stuck)) {
     windows_over_target_ = 0;
     probing_ = true;
     probe_elapsed_ns_ = 0;
@@ -112,6 +137,7 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     // Long enough for calls admitted before the drain to finish.
     probe_needed_ns_ = 2 * latency_ns_;
     limit_before_probe_ = limit_;
+    latency_before_probe_ = latency_ns_;
     // Below the knee: at the target the limit is T x W, so L / T is W.
     limit_ = clamp(std::floor(limit_ * params_.probe_factor / tolerance));
   }
@@ -137,7 +163,16 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
   if (!drained) return limit_;
   probing_ = false;
   since_probe_ns_ = 0;
-  if (probe_samples_ > 0) baseline_ns_ = latency_ns_ = probe_p50_sum_ / probe_samples_;
+  if (probe_samples_ > 0) {
+    const double measured = probe_p50_sum_ / probe_samples_;
+    // A drain that found latency far below what the target queue explains
+    // started above the knee: drain again soon, deeper, rather than in a
+    // full interval.
+    if (measured * kDeepDrainRatio * (1 + params_.tolerance) < latency_before_probe_) {
+      since_probe_ns_ = 0.9 * params_.probe_interval_ms * 1e6;
+    }
+    baseline_ns_ = latency_ns_ = drained_ns_ = measured;
+  }
   limit_ = limit_before_probe_;
   return limit_;
 }

@@ -32,22 +32,29 @@
 // The baseline (base, the no-load p50) is where the reference algorithms
 // fail: a minimum drifts up under sustained load (Netflix 165, Envoy 11579)
 // and the limit ratchets up; a baseline that never rises mistakes a slower
-// dependency for queueing and collapses the limit. balance keeps it honest
-// two ways:
+// dependency for queueing and collapses the limit. balance never lets the
+// baseline follow latency while the limit is used (a minimum of noise is
+// biased low, a queue biased high). Instead:
 //   - while the limit is not used (no queue the limit causes), it follows
-//     the latency (weight baseline_follow), so drift in the dependency is
-//     tracked without load;
-//   - while the limit is used, every probe_interval_ms it drains: the limit
-//     drops to probe_factor × L / T (0.85 of the knee, since L* = T × W) for
-//     at least three windows and twice the latency; the sample-weighted p50
-//     of the probe windows after the first becomes the baseline, up or
-//     down. A drain that stayed above the knee would measure queueing and
-//     ratchet the baseline up, probe after probe.
-// The first drain comes at once when the very first window already found
-// the limit in use: that window's latency may include a queue.
-// A drain costs about 40% of the admissions of three windows every
-// probe_interval_ms (about 1% of goodput at the defaults) and pins the one
-// host-wide limit: every process on the host sees it at once.
+//     the latency (weight baseline_follow);
+//   - when the smoothed latency falls under base / T (no noise does that:
+//     the dependency healed), it drops to it at once and drains soon;
+//   - it drains: the limit drops to probe_factor × L / T (0.85 of the knee,
+//     since L* = T × W) for at least three windows and twice the latency;
+//     the sample-weighted p50 of the probe windows after the first becomes
+//     the baseline, up or down. A drain that stayed above the knee would
+//     measure queueing and ratchet the baseline up, probe after probe.
+// A drain comes every probe_interval_ms of window time while the limit is
+// used; at once when the very first window found the limit in use (callers
+// were queued before the daemon knew the dependency); early when halving
+// the limit, or 15 windows over the target, has not brought latency under
+// it (the dependency got slower: no queue to shrink); while the limit is
+// unused, when latency drifted over T times the last drained baseline
+// (callers queue the dependency by themselves below the limit); and again
+// soon when a drain found latency fell by more than the target queue
+// explains (it started above the knee). A drain costs about 40% of the
+// admissions of three windows, and pins the one host-wide limit: every
+// process on the host sees it at once.
 //
 // Where it differs from its sources: drops count only as a ratio (one
 // timeout in a thousand is not overload), and windows are those of the
@@ -126,6 +133,9 @@ class BalancePolicy : public Policy {
   double probe_needed_ns_ = 0;
   int probe_windows_ = 0;
   int windows_over_target_ = 0;  // in a row, while the limit is used
+  double limit_over_target_ = 0;  // the limit when that run began
+  double drained_ns_ = 0;         // the baseline the last drain measured
+  double latency_before_probe_ = 0;
   double probe_p50_sum_ = 0;   // sample-weighted, over probe windows after the first
   double probe_samples_ = 0;
   double limit_before_probe_ = 0;

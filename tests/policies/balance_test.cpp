@@ -113,8 +113,9 @@ TEST(BalancePolicy, DroppedLatencyNeverMovesTheBaseline) {
 TEST(BalancePolicy, BaselineHoldsUnderLoadWhenLatencyDips) {
   BalancePolicy b = with_baseline(10);
   // Following dips while the limit is used would make the baseline a
-  // minimum of noise. r = 0.8 is just room: + min(1, 2) * 10.
-  EXPECT_DOUBLE_EQ(b.update(used_window(8)), 110);
+  // minimum of noise. r = 0.9 (not under 1 / T: no heal) is just room:
+  // + min(1, 1.5) * 10.
+  EXPECT_DOUBLE_EQ(b.update(used_window(9)), 110);
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
 }
 
@@ -198,12 +199,27 @@ TEST(BalancePolicy, DrainsEarlyWhenShrinkingDoesNotBringLatencyDown) {
   BalancePolicy b(kBounds, p);
   b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
   // Latency doubled and stays doubled whatever the limit: not queueing.
+  // r = 2 cuts by sqrt(1.2 / 2) = 0.775 a window: 77.5, 60, 46.5 (halved),
+  // and the fourth window over the target drains.
   int windows = 0;
   while (!b.probing() && windows < 100) {
     b.update(used_window(20, 1000));
     ++windows;
   }
-  EXPECT_EQ(windows, 15);
+  EXPECT_EQ(windows, 4);
+}
+
+TEST(BalancePolicy, TakesAMuchLowerLatencyAsTheBaselineAndDrainsSoon) {
+  BalancePolicy b(kBounds, hand());
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 20, .max_inflight = 10}));  // baseline 20
+  // The dependency healed: 10 ms is under 20 / 1.2, no noise. The baseline
+  // drops to it at once (unused, it would only have followed by 20%), and
+  // the next window that uses the limit drains to measure the real one.
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+  EXPECT_FALSE(b.probing());
+  b.update(used_window(10));
+  EXPECT_TRUE(b.probing());
 }
 
 TEST(BalancePolicy, RecoversFromASlowerDependencyAtTheNextDrain) {
