@@ -29,9 +29,10 @@ constexpr int kStuckWindows = 15;
 // Windows over the target after which a limit cut by half or more that has
 // not brought latency under it means the baseline is wrong.
 constexpr int kHalvedWindows = 4;
-// A drain whose latency fell by more than this times the target ratio
-// started above the knee.
-constexpr double kDeepDrainRatio = 1.15;
+// Elasticity of latency to the limit (d ln latency / d ln limit) over a
+// drain above which the drain was still above the knee. At the target a
+// drain removes only the target queue: ln T / ln(T / 0.85) = 0.66.
+constexpr double kKneeElasticity = 0.85;
 // The limit counts as used when the peak in-flight reaches this share of it.
 constexpr double kUsedShare = 0.9;
 
@@ -138,6 +139,7 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     probe_needed_ns_ = 2 * latency_ns_;
     limit_before_probe_ = limit_;
     latency_before_probe_ = latency_ns_;
+    limit_in_force_ = w.limit > 0 ? w.limit : limit_;
     // Below the knee: at the target the limit is T x W, so L / T is W.
     limit_ = clamp(std::floor(limit_ * params_.probe_factor / tolerance));
   }
@@ -165,10 +167,13 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
   since_probe_ns_ = 0;
   if (probe_samples_ > 0) {
     const double measured = probe_p50_sum_ / probe_samples_;
-    // A drain that found latency far below what the target queue explains
-    // started above the knee: drain again soon, deeper, rather than in a
-    // full interval.
-    if (measured * kDeepDrainRatio * (1 + params_.tolerance) < latency_before_probe_) {
+    // Latency that fell in proportion to the limit (elasticity near 1) was
+    // all queue, even at the drained limit: it started above the knee.
+    // Drain again soon, from the lower limit the new baseline brings,
+    // rather than in a full interval.
+    const double latency_fell = std::log(latency_before_probe_ / std::max(measured, 1.0));
+    const double limit_fell = std::log(limit_in_force_ / std::max(limit_, 1.0));
+    if (limit_fell > 0 && latency_fell > kKneeElasticity * limit_fell) {
       since_probe_ns_ = 0.9 * params_.probe_interval_ms * 1e6;
     }
     baseline_ns_ = latency_ns_ = drained_ns_ = measured;

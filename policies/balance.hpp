@@ -136,6 +136,7 @@ class BalancePolicy : public Policy {
   double limit_over_target_ = 0;  // the limit when that run began
   double drained_ns_ = 0;         // the baseline the last drain measured
   double latency_before_probe_ = 0;
+  double limit_in_force_ = 0;  // published while latency_before_probe_ was seen
   double probe_p50_sum_ = 0;   // sample-weighted, over probe windows after the first
   double probe_samples_ = 0;
   double limit_before_probe_ = 0;
