@@ -32,7 +32,7 @@ namespace bulkhead::control {
 
 // How a dependency's limit is learned: [defaults] and [dependency.NAME].
 struct LimitSettings {
-  std::string policy = "gradient2";      // a name in the policy registry
+  std::string policy = "balance";        // a name in the policy registry
   policies::Bounds bounds{1, 1000, 20};  // min_limit, max_limit, initial_limit (calls)
   policies::ParamMap params;             // the policy's own keys
   // A window goes to the policy once it holds this many samples (ok +

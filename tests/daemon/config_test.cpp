@@ -109,7 +109,7 @@ TEST(EmbeddedDefaultConfig, ShowsEveryKeyWithItsValue) {
         "\nmetrics_listen = \"127.0.0.1:9477\"\n", "\nstrict = false\n", "\nmax_dependencies = 256 ",
         "\nmax_processes = 256 ", "\nstats_stripes = 8 ", "\nsegment_group = \"\"\n",
         "\nsegment_mode = 0o660\n", "\nlog_level = \"info\"\n", "\n[defaults]\n",
-        "\npolicy = \"gradient2\"\n", "\nmin_limit = 1\n", "\nmax_limit = 1000\n",
+        "\npolicy = \"balance\"\n", "\nmin_limit = 1\n", "\nmax_limit = 1000\n",
         "\ninitial_limit = 20\n", "\nwindow_min_samples = 10\n", "\nwindow_max_ms = 1000\n",
         "\n# [dependency.payments-db]\n"}) {
     EXPECT_NE(text.find(line), std::string_view::npos) << "missing: " << line;
@@ -301,8 +301,8 @@ TEST(ParseConfig, DefaultsPolicyCarriesToDependencies) {
 }
 
 TEST(ParseConfig, IntegerPolicyParametersBecomeDoubles) {
-  const Config config = parse_config("[defaults]\nlong_window = 100\ntolerance = 2\n", "t.toml");
-  EXPECT_EQ(config.defaults.params, (policies::ParamMap{{"long_window", 100.0}, {"tolerance", 2.0}}));
+  const Config config = parse_config("[defaults]\nprobe_interval_ms = 100\ntolerance = 2\n", "t.toml");
+  EXPECT_EQ(config.defaults.params, (policies::ParamMap{{"probe_interval_ms", 100.0}, {"tolerance", 2.0}}));
 }
 
 TEST(ParseConfig, MetricsCanBeTurnedOff) {
@@ -439,20 +439,21 @@ const BadConfig kBadConfigs[] = {
      "gradient, gradient2, vegas)"},
     {"UnknownPolicyInline", "dependency = { db = { policy = \"bbr\" } }\n",
      "bad.toml:1: dependency.db.policy: unknown policy \"bbr\""},
-    {"UnknownParamInDefaults", "[defaults]\nsmoothing = 0.3\nbogus = 1\n",
-     "bad.toml:3: defaults.bogus: unknown parameter 'bogus' for policy 'gradient2' (known: "
-     "long_window, queue_size, smoothing, tolerance)"},
+    {"UnknownParamInDefaults", "[defaults]\ngrowth = 0.3\nbogus = 1\n",
+     "bad.toml:3: defaults.bogus: unknown parameter 'bogus' for policy 'balance' (known: "
+     "backoff, baseline_follow, drop_threshold, growth, latency_samples, probe_factor, "
+     "probe_interval_ms, tolerance)"},
     {"ParamOfAnotherPolicy",
-     "[defaults]\nsmoothing = 0.3\n\n[dependency.payments-db]\npolicy = \"aimd\"\nsmoothing = 0.5\n",
-     "bad.toml:6: dependency.payments-db.smoothing: unknown parameter 'smoothing' for policy 'aimd'"},
+     "[defaults]\ngrowth = 0.3\n\n[dependency.payments-db]\npolicy = \"aimd\"\ngrowth = 0.5\n",
+     "bad.toml:6: dependency.payments-db.growth: unknown parameter 'growth' for policy 'aimd'"},
     {"FixedTakesNoParams", "[dependency.cache]\npolicy = \"fixed\"\ninitial_limit = 50\nbackoff = 0.9\n",
      "bad.toml:4: dependency.cache.backoff: unknown parameter 'backoff' for policy 'fixed'"},
     {"BackoffOutOfRange", "[dependency.payments-db]\npolicy = \"aimd\"\nbackoff = 1.5\n",
      "bad.toml:3: dependency.payments-db.backoff: policy aimd: must be in [0.5, 1)"},
-    {"LongWindowFraction", "[defaults]\nlong_window = 2.5\n",
-     "bad.toml:2: defaults.long_window: policy gradient2: must be an integer >= 1"},
-    {"QuotedNameInKeyPath", "[dependency.\"search.v2\"]\nsmoothing = 0\n",
-     "bad.toml:2: dependency.\"search.v2\".smoothing: policy gradient2: must be in (0, 1]"},
+    {"LongWindowFraction", "[defaults]\npolicy = \"gradient2\"\nlong_window = 2.5\n",
+     "bad.toml:3: defaults.long_window: policy gradient2: must be an integer >= 1"},
+    {"QuotedNameInKeyPath", "[dependency.\"search.v2\"]\ntolerance = 0\n",
+     "bad.toml:2: dependency.\"search.v2\".tolerance: policy balance: must be in (0, 2]"},
 
     // Limits in order, told at the key this table set.
     {"MinAboveMax", "[defaults]\nmin_limit = 50\nmax_limit = 10\ninitial_limit = 10\n",
