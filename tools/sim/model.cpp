@@ -1,4 +1,5 @@
 #include "tools/sim/model.hpp"
+#include "tools/sim/recorder.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -129,8 +130,7 @@ struct PendingRetry {
 struct Limiter {
   std::unique_ptr<control::Controller> controller;  // null: no limit
   std::uint32_t inflight = 0;
-  shm::DependencyCounters counters;  // added since the last tick
-  shm::WindowExtremes extremes;      // since the last tick
+  Recorder recorder;  // what its callers recorded since the last tick
 
   std::uint32_t limit() const { return controller ? controller->limit() : UINT32_MAX; }
 };
@@ -231,7 +231,7 @@ class Simulation {
     Limiter& lim = limiter_of(process);
     ++result_.attempts;
     if (lim.inflight >= lim.limit()) {
-      ++lim.counters.rejected;
+      lim.recorder.rejected();
       ++result_.rejected;
       ++tick_rejected_;
       maybe_retry(process, attempt_no);
@@ -239,7 +239,7 @@ class Simulation {
     }
     ++lim.inflight;
     ++inflight_;
-    lim.extremes.max_inflight = std::max(lim.extremes.max_inflight, lim.inflight);
+    lim.recorder.admitted(lim.inflight);
     ++result_.admitted;
     const auto id = static_cast<std::uint32_t>(calls_.size());
     calls_.push_back({now_, size, process, attempt_no, true});
@@ -250,7 +250,7 @@ class Simulation {
       // The dependency fails the call at once: dropped, no latency kept.
       calls_[id].waiting = false;
       release(lim);
-      ++lim.counters.dropped;
+      lim.recorder.dropped();
       ++result_.errors;
       maybe_retry(process, attempt_no);
     } else {
@@ -294,12 +294,7 @@ class Simulation {
       call.waiting = false;
       Limiter& lim = limiter_of(call.process);
       const std::uint64_t latency_ns = now_ - call.admitted_ns;
-      // As the client's record() does for a success.
-      lim.counters.histogram[shm::histogram_bucket(latency_ns)] += 1;
-      lim.counters.ok += 1;
-      lim.counters.rtt_sum_ns += latency_ns;
-      lim.extremes.rtt_min_ns = std::min(lim.extremes.rtt_min_ns, latency_ns);
-      lim.extremes.rtt_max_ns = std::max(lim.extremes.rtt_max_ns, latency_ns);
+      lim.recorder.succeeded(latency_ns);
       release(lim);
       ++result_.ok;
       result_.latencies_ns.push_back(latency_ns);
@@ -315,7 +310,7 @@ class Simulation {
     if (!call.waiting) return;  // completed first
     call.waiting = false;
     Limiter& lim = limiter_of(call.process);
-    ++lim.counters.dropped;
+    lim.recorder.dropped();
     release(lim);
     ++result_.timed_out;
     ++tick_timeouts_;
@@ -332,18 +327,13 @@ class Simulation {
   void tick() {
     double limit = 0;
     for (Limiter& lim : limiters_) {
+      const control::TickObservation o = lim.recorder.take(lim.inflight);
       if (lim.controller) {
-        control::TickObservation o;
-        o.delta = lim.counters;
-        o.extremes = lim.extremes;
-        o.inflight = lim.inflight;
         lim.controller->observe(o, now_);
         limit += lim.controller->limit();
       } else {
         limit = kNoLimit;
       }
-      lim.counters = {};
-      lim.extremes = {};
     }
     TickRow row;
     row.t_ns = now_;
