@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "shm/names.hpp"
+#include "tomlread/reader.hpp"
 
 namespace bulkhead::daemon {
 namespace {
@@ -46,65 +47,14 @@ constexpr std::size_t kMaxFileBytes = 16u << 20;
 
 constexpr std::string_view kLimitKeys[] = {"min_limit", "max_limit", "initial_limit"};
 
-struct Range {
-  std::int64_t lo;
-  std::int64_t hi;
-};
-
-// Builds errors that name the source. Every error leaves through here.
-class Reporter {
- public:
-  explicit Reporter(std::string_view source) : source_(source) {}
-
-  // "FILE:LINE: KEY: REASON"; LINE left out when it is 0 (no place).
-  [[noreturn]] void fail(std::uint32_t line, std::string_view key, std::string_view reason) const {
-    std::string message = source_;
-    if (line != 0) message += ":" + std::to_string(line);
-    message += ": ";
-    message += key;
-    message += ": ";
-    message += reason;
-    throw ConfigError(message);
-  }
-
- private:
-  std::string source_;
-};
-
-// A key as TOML would need it written: bare when it can be, else quoted.
-bool is_bare_key(std::string_view key) {
-  if (key.empty()) return false;
-  return std::all_of(key.begin(), key.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-';
-  });
-}
-
-// The dotted path of `key` inside `parent`, e.g. dependency."search.v2".backoff.
-std::string key_path(std::string_view parent, std::string_view key) {
-  std::string out(parent);
-  if (!out.empty()) out += '.';
-  if (is_bare_key(key)) {
-    out += key;
-    return out;
-  }
-  out += '"';
-  for (char c : key) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      static constexpr char kHex[] = "0123456789ABCDEF";
-      out += "\\u00";
-      out += kHex[(c >> 4) & 0xf];
-      out += kHex[c & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-  return out;
-}
+using Reporter = tomlread::Reporter<ConfigError>;
+using tomlread::Entry;
+using tomlread::in_file_order;
+using tomlread::key_path;
+using tomlread::read_integer;
+using tomlread::read_string;
+using tomlread::read_table;
+using tomlread::unknown;
 
 std::string octal(std::int64_t mode) {
   std::string digits;
@@ -113,60 +63,11 @@ std::string octal(std::int64_t mode) {
   return (mode < 0 ? "-0o" : "0o") + digits;
 }
 
-// One key of a table, with where it is written.
-struct Entry {
-  std::string_view key;
-  const toml::node* node;
-  std::uint32_t line;
-  std::uint32_t column;
-};
-
-// A table's keys in the order they are written (toml++ keeps them sorted by
-// name), so that the first error reported is the first in the file.
-std::vector<Entry> in_file_order(const toml::table& table) {
-  std::vector<Entry> entries;
-  entries.reserve(table.size());
-  for (auto&& [key, node] : table) {
-    // The key's own position: a value may start on a later line than its key.
-    toml::source_position pos = key.source().begin;
-    if (pos.line == 0) pos = node.source().begin;
-    entries.push_back({key.str(), &node, pos.line, pos.column});
-  }
-  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return std::pair(a.line, a.column) < std::pair(b.line, b.column);
-  });
-  return entries;
-}
-
-// Typed readers: each returns the value or fails at the entry's line.
-std::int64_t read_integer(const Reporter& report, const Entry& e, const std::string& path,
-                          Range range, std::string_view not_integer = "must be an integer") {
-  const auto* value = e.node->as_integer();
-  if (value == nullptr) report.fail(e.line, path, not_integer);
-  const std::int64_t v = value->get();
-  if (v < range.lo || v > range.hi) {
-    report.fail(e.line, path,
-                "must be in [" + std::to_string(range.lo) + ", " + std::to_string(range.hi) + "]");
-  }
-  return v;
-}
-
-const std::string& read_string(const Reporter& report, const Entry& e, const std::string& path) {
-  const auto* value = e.node->as_string();
-  if (value == nullptr) report.fail(e.line, path, "must be a string");
-  return value->get();
-}
-
+// Returns the value or fails at the entry's line, as tomlread's readers.
 bool read_boolean(const Reporter& report, const Entry& e, const std::string& path) {
   const auto* value = e.node->as_boolean();
   if (value == nullptr) report.fail(e.line, path, "must be a boolean (true or false)");
   return value->get();
-}
-
-const toml::table& read_table(const Reporter& report, const Entry& e, const std::string& path) {
-  const auto* table = e.node->as_table();
-  if (table == nullptr) report.fail(e.line, path, "must be a table");
-  return *table;
 }
 
 // "" (metrics off), "host:port" or "[v6]:port", port 0..65535. Whether the
@@ -261,7 +162,7 @@ DaemonConfig read_daemon(const Reporter& report, const toml::table& table) {
         report.fail(e.line, path, "must be one of trace, debug, info, warn, error");
       }
     } else {
-      report.fail(e.line, path, e.node->is_table() ? "unknown table" : "unknown key");
+      unknown(report, e, path);
     }
   }
   return d;
@@ -476,14 +377,7 @@ DependencyConfig Config::effective(std::string_view name) const {
 
 Config parse_config(std::string_view text, std::string_view source) {
   const Reporter report(source);
-  toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& error) {
-    const toml::source_position at = error.source().begin;
-    throw ConfigError(std::string(source) + ":" + std::to_string(at.line) + ":" +
-                      std::to_string(at.column) + ": syntax error: " + std::string(error.description()));
-  }
+  const toml::table root = tomlread::parse<ConfigError>(text, source);
 
   // Pass 1: every key on its own, in file order.
   Config config;
@@ -508,7 +402,7 @@ Config parse_config(std::string_view text, std::string_view source) {
             read_dependency_table(report, *d.node->as_table(), dep_path, std::string(d.key), d.line));
       }
     } else {
-      report.fail(e.line, path, e.node->is_table() ? "unknown table" : "unknown key");
+      unknown(report, e, path);
     }
   }
 

@@ -22,9 +22,10 @@ check() {
 check policies ""
 check shm ""
 check client "shm bulkhead"
+check tomlread ""
 check control "shm policies"
-check daemon "shm policies control"
-check tools "shm policies control"
+check daemon "shm policies control tomlread"
+check tools "shm policies control tomlread"
 # Nothing outside tests/ may include from daemon/ but daemon/ itself.
 if grep -rlE '^#include "daemon/' "$root"/{shm,client,policies,control,tools,examples} 2>/dev/null; then
   echo "only daemon/ and tests/ may include daemon/ headers"

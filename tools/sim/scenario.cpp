@@ -1,10 +1,11 @@
 // Reading scenario files.
 //
-// As bulkheadd's config reader (daemon/config.cpp, which tools/ may not
-// include), in two passes so that the error reported is the first in the
-// file: every key on its own in file order (known, right type, in range),
-// then what needs the whole file (changes inside the run and in order,
-// required keys, limits and policy parameters as the registry checks them).
+// Built on tomlread/ (errors, keys in file order, typed readers), which
+// bulkheadd's config reader (daemon/config.cpp) shares. In two passes so that
+// the error reported is the first in the file: every key on its own in file
+// order (known, right type, in range), then what needs the whole file
+// (changes inside the run and in order, required keys, limits and policy
+// parameters as the registry checks them).
 #include "tools/sim/scenario.hpp"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <utility>
 
 #include "policies/params.hpp"
+#include "tomlread/reader.hpp"
 
 namespace bulkhead::sim {
 
@@ -33,47 +35,18 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMaxDurationS = 3600;
 constexpr std::int64_t kMaxLimit = 1'000'000;  // calls, as bulkheadd's config
 
-class Reporter {
- public:
-  explicit Reporter(std::string_view source) : source_(source) {}
+using Reporter = tomlread::Reporter<ScenarioError>;
+using tomlread::Entry;
+using tomlread::in_file_order;
+using tomlread::read_integer;
+using tomlread::read_string;
+using tomlread::read_table;
+using tomlread::unknown;
 
-  // "FILE:LINE: KEY: REASON"; LINE left out when 0.
-  [[noreturn]] void fail(std::uint32_t line, std::string_view key, std::string_view reason) const {
-    std::string message = source_;
-    if (line != 0) message += ":" + std::to_string(line);
-    message += ": ";
-    message += key;
-    message += ": ";
-    message += reason;
-    throw ScenarioError(message);
-  }
+// Range errors say the value written, as read_real's do.
+constexpr bool kSayValue = true;
 
- private:
-  std::string source_;
-};
-
-struct Entry {
-  std::string_view key;
-  const toml::node* node;
-  std::uint32_t line;
-  std::uint32_t column;
-};
-
-// A table's keys in the order they are written (toml++ sorts them by name).
-std::vector<Entry> in_file_order(const toml::table& table) {
-  std::vector<Entry> entries;
-  entries.reserve(table.size());
-  for (auto&& [key, node] : table) {
-    toml::source_position pos = key.source().begin;
-    if (pos.line == 0) pos = node.source().begin;
-    entries.push_back({key.str(), &node, pos.line, pos.column});
-  }
-  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return std::pair(a.line, a.column) < std::pair(b.line, b.column);
-  });
-  return entries;
-}
-
+// Keys as written, unquoted (unlike tomlread::key_path, which daemon errors use).
 std::string join(std::string_view parent, std::string_view key) {
   std::string out(parent);
   if (!out.empty()) out += '.';
@@ -111,35 +84,6 @@ double read_real(const Reporter& report, const Entry& e, const std::string& path
     report.fail(e.line, path, "must be " + rule + ", got " + number(v));
   }
   return v;
-}
-
-std::int64_t read_integer(const Reporter& report, const Entry& e, const std::string& path,
-                          std::int64_t lo, std::int64_t hi) {
-  const auto* value = e.node->as_integer();
-  if (value == nullptr) report.fail(e.line, path, "must be an integer");
-  const std::int64_t v = value->get();
-  if (v < lo || v > hi) {
-    report.fail(e.line, path,
-                "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                    std::to_string(v));
-  }
-  return v;
-}
-
-const std::string& read_string(const Reporter& report, const Entry& e, const std::string& path) {
-  const auto* value = e.node->as_string();
-  if (value == nullptr) report.fail(e.line, path, "must be a string");
-  return value->get();
-}
-
-const toml::table& read_table(const Reporter& report, const Entry& e, const std::string& path) {
-  const auto* table = e.node->as_table();
-  if (table == nullptr) report.fail(e.line, path, "must be a table");
-  return *table;
-}
-
-[[noreturn]] void unknown(const Reporter& report, const Entry& e, const std::string& path) {
-  report.fail(e.line, path, e.node->is_table() ? "unknown table" : "unknown key");
 }
 
 // Output files are named after the scenario: keep the name to a safe set.
@@ -206,7 +150,8 @@ void read_dependency(const Reporter& report, const toml::table& table, Scenario&
     const std::string path = join("dependency", e.key);
     raw.dependency.keys.emplace(std::string(e.key), e.line);
     if (e.key == "workers") {
-      s.workers = static_cast<std::uint32_t>(read_integer(report, e, path, 1, 100'000));
+      s.workers =
+          static_cast<std::uint32_t>(read_integer(report, e, path, {1, 100'000, kSayValue}));
     } else if (e.key == "base_latency_ms") {
       s.base_latency_ms = read_real(report, e, path, 0, 3'600'000, true);
     } else if (e.key == "service") {
@@ -223,7 +168,8 @@ void read_dependency(const Reporter& report, const toml::table& table, Scenario&
     } else if (e.key == "sigma") {
       s.sigma = read_real(report, e, path, 0, 4, true);
     } else if (e.key == "queue_limit") {
-      s.queue_limit = static_cast<std::uint32_t>(read_integer(report, e, path, 0, 10'000'000));
+      s.queue_limit =
+          static_cast<std::uint32_t>(read_integer(report, e, path, {0, 10'000'000, kSayValue}));
     } else if (e.key == "change") {
       std::vector<std::uint32_t> lines;
       const auto tables = read_change_array(report, e, path, lines);
@@ -237,7 +183,8 @@ void read_dependency(const Reporter& report, const toml::table& table, Scenario&
           if (k.key == "at_s") {
             c.at_s = read_real(report, k, kp, 0, kMaxDurationS);
           } else if (k.key == "workers") {
-            c.workers = static_cast<std::uint32_t>(read_integer(report, k, kp, 1, 100'000));
+            c.workers =
+                static_cast<std::uint32_t>(read_integer(report, k, kp, {1, 100'000, kSayValue}));
           } else if (k.key == "base_latency_ms") {
             c.base_latency_ms = read_real(report, k, kp, 0, 3'600'000, true);
           } else if (k.key == "ramp_s") {
@@ -260,7 +207,7 @@ void read_clients(const Reporter& report, const toml::table& table, Scenario& s,
     const std::string path = join("clients", e.key);
     raw.clients.keys.emplace(std::string(e.key), e.line);
     if (e.key == "processes") {
-      s.processes = static_cast<std::uint32_t>(read_integer(report, e, path, 1, 1024));
+      s.processes = static_cast<std::uint32_t>(read_integer(report, e, path, {1, 1024, kSayValue}));
     } else if (e.key == "limiter") {
       const std::string& mode = read_string(report, e, path);
       if (mode == "host") {
@@ -275,7 +222,7 @@ void read_clients(const Reporter& report, const toml::table& table, Scenario& s,
     } else if (e.key == "timeout_ms") {
       s.timeout_ms = read_real(report, e, path, 0, 600'000, true);
     } else if (e.key == "retries") {
-      s.retries = static_cast<std::uint32_t>(read_integer(report, e, path, 0, 10));
+      s.retries = static_cast<std::uint32_t>(read_integer(report, e, path, {0, 10, kSayValue}));
     } else if (e.key == "retry_delay_ms") {
       s.retry_delay_ms = read_real(report, e, path, 0, 600'000);
     } else if (e.key == "change") {
@@ -312,15 +259,20 @@ void read_limits(const Reporter& report, const toml::table& table, Scenario& s, 
     const std::string path = join("limits", e.key);
     raw.limits.keys.emplace(std::string(e.key), e.line);
     if (e.key == "min_limit") {
-      s.limits.bounds.min = static_cast<double>(read_integer(report, e, path, 1, kMaxLimit));
+      s.limits.bounds.min =
+          static_cast<double>(read_integer(report, e, path, {1, kMaxLimit, kSayValue}));
     } else if (e.key == "max_limit") {
-      s.limits.bounds.max = static_cast<double>(read_integer(report, e, path, 1, kMaxLimit));
+      s.limits.bounds.max =
+          static_cast<double>(read_integer(report, e, path, {1, kMaxLimit, kSayValue}));
     } else if (e.key == "initial_limit") {
-      s.limits.bounds.initial = static_cast<double>(read_integer(report, e, path, 1, kMaxLimit));
+      s.limits.bounds.initial =
+          static_cast<double>(read_integer(report, e, path, {1, kMaxLimit, kSayValue}));
     } else if (e.key == "window_min_samples") {
-      s.limits.window_min_samples = static_cast<std::uint32_t>(read_integer(report, e, path, 1, 1'000'000));
+      s.limits.window_min_samples =
+          static_cast<std::uint32_t>(read_integer(report, e, path, {1, 1'000'000, kSayValue}));
     } else if (e.key == "window_max_ms") {
-      s.limits.window_max_age = std::chrono::milliseconds(read_integer(report, e, path, 1, 600'000));
+      s.limits.window_max_age =
+          std::chrono::milliseconds(read_integer(report, e, path, {1, 600'000, kSayValue}));
     } else {
       unknown(report, e, path);
     }
@@ -468,15 +420,7 @@ void check_whole(const Reporter& report, Scenario& s, const Raw& raw) {
 
 Scenario parse_scenario(std::string_view text, std::string_view source) {
   const Reporter report(source);
-  toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& error) {
-    const toml::source_position at = error.source().begin;
-    throw ScenarioError(std::string(source) + ":" + std::to_string(at.line) + ":" +
-                        std::to_string(at.column) + ": syntax error: " +
-                        std::string(error.description()));
-  }
+  const toml::table root = tomlread::parse<ScenarioError>(text, source);
 
   Scenario s;
   s.source = source;
@@ -497,9 +441,10 @@ Scenario parse_scenario(std::string_view text, std::string_view source) {
       s.duration_s = read_real(report, e, path, 0, kMaxDurationS, true);
     } else if (e.key == "seed") {
       s.seed = static_cast<std::uint64_t>(
-          read_integer(report, e, path, 0, std::numeric_limits<std::int64_t>::max()));
+          read_integer(report, e, path, {0, std::numeric_limits<std::int64_t>::max(), kSayValue}));
     } else if (e.key == "tick_ms") {
-      s.tick_ms = static_cast<std::uint32_t>(read_integer(report, e, path, 10, 60'000));
+      s.tick_ms =
+          static_cast<std::uint32_t>(read_integer(report, e, path, {10, 60'000, kSayValue}));
     } else if (e.key == "dependency") {
       raw.dependency.table = e.line;
       read_dependency(report, read_table(report, e, path), s, raw);

@@ -1,0 +1,104 @@
+// tomlread's helpers on their own: the config and scenario tests cover them
+// as their readers use them.
+#include "tomlread/reader.hpp"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace bulkhead::tomlread {
+namespace {
+
+class TestError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+using TestReporter = Reporter<TestError>;
+
+// The message `call` throws as TestError, or "" when it throws nothing.
+template <typename Call>
+std::string error_of(Call call) {
+  try {
+    call();
+  } catch (const TestError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(InFileOrder, ReturnsKeysInTheOrderWritten) {
+  const toml::table table = toml::parse("zeta = 1\nalpha = 2\n\"m id\" = 3\n[beta]\nx = 4\n");
+  std::vector<std::string> keys;
+  std::vector<std::uint32_t> lines;
+  for (const Entry& e : in_file_order(table)) {
+    keys.emplace_back(e.key);
+    lines.push_back(e.line);
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"zeta", "alpha", "m id", "beta"}));
+  EXPECT_EQ(lines, (std::vector<std::uint32_t>{1, 2, 3, 4}));
+}
+
+TEST(KeyPath, BareKeysAsWritten) {
+  EXPECT_EQ(key_path("", "daemon"), "daemon");
+  EXPECT_EQ(key_path("dependency", "search-v2_x"), "dependency.search-v2_x");
+}
+
+TEST(KeyPath, QuotesKeysThatAreNotBare) {
+  EXPECT_EQ(key_path("dependency", "search.v2"), "dependency.\"search.v2\"");
+  EXPECT_EQ(key_path("", ""), "\"\"");
+  EXPECT_EQ(key_path("a", "say \"hi\"\\"), "a.\"say \\\"hi\\\"\\\\\"");
+  EXPECT_EQ(key_path("a", std::string("tab\there\x7f", 9)), "a.\"tab\\u0009here\\u007F\"");
+}
+
+TEST(Reporter, MessageWithALine) {
+  const TestReporter report("conf.toml");
+  EXPECT_EQ(error_of([&] { report.fail(12, "daemon.tick_ms", "must be an integer"); }),
+            "conf.toml:12: daemon.tick_ms: must be an integer");
+}
+
+TEST(Reporter, MessageWithoutALine) {
+  const TestReporter report("conf.toml");
+  EXPECT_EQ(error_of([&] { report.fail(0, "duration_s", "is required"); }),
+            "conf.toml: duration_s: is required");
+}
+
+TEST(Parse, SyntaxErrorNamesLineAndColumn) {
+  const std::string message = error_of([] { parse<TestError>("a = 1\nb = \n", "x.toml"); });
+  EXPECT_EQ(message.rfind("x.toml:2:", 0), 0u) << message;
+  EXPECT_NE(message.find(": syntax error: "), std::string::npos) << message;
+}
+
+TEST(ReadInteger, ReturnsTheValueInRange) {
+  const TestReporter report("s.toml");
+  const toml::table table = toml::parse("n = 7\n");
+  const std::vector<Entry> entries = in_file_order(table);
+  EXPECT_EQ(read_integer(report, entries.at(0), "n", {1, 10}), 7);
+}
+
+TEST(ReadInteger, RangeErrorText) {
+  const TestReporter report("s.toml");
+  const toml::table table = toml::parse("\nn = 0\nf = 1.5\n");
+  const std::vector<Entry> entries = in_file_order(table);
+  EXPECT_EQ(error_of([&] { read_integer(report, entries.at(0), "n", {1, 10}); }),
+            "s.toml:2: n: must be in [1, 10]");
+  EXPECT_EQ(error_of([&] { read_integer(report, entries.at(0), "n", {1, 10, true}); }),
+            "s.toml:2: n: must be in [1, 10], got 0");
+  EXPECT_EQ(error_of([&] { read_integer(report, entries.at(1), "f", {1, 10}); }),
+            "s.toml:3: f: must be an integer");
+  EXPECT_EQ(error_of([&] { read_integer(report, entries.at(1), "f", {1, 10}, "must be a count"); }),
+            "s.toml:3: f: must be a count");
+}
+
+TEST(Unknown, SaysKeyOrTable) {
+  const TestReporter report("s.toml");
+  const toml::table table = toml::parse("k = 1\n[t]\n");
+  const std::vector<Entry> entries = in_file_order(table);
+  EXPECT_EQ(error_of([&] { unknown(report, entries.at(0), "k"); }), "s.toml:1: k: unknown key");
+  EXPECT_EQ(error_of([&] { unknown(report, entries.at(1), "t"); }), "s.toml:2: t: unknown table");
+}
+
+}  // namespace
+}  // namespace bulkhead::tomlread
