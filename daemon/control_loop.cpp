@@ -23,16 +23,18 @@ std::uint64_t abandon_after_ticks(const Config& config) {
   return std::max<std::uint64_t>(2, kAbandonAfterNs / std::max<std::uint64_t>(tick_ns, 1));
 }
 
-// False only when the process is certainly gone: no such pid, or a pid
-// that lives with another start time (reused). When the start time cannot
+// False only when the process is certainly gone: no such pid, a zombie,
+// or a pid that lives with another start time (reused). When the start time cannot
 // be read (hidepid, a /proc the sandbox hides) the process counts as alive:
 // giving back the permits of a live process would admit over the limit.
 bool process_alive(std::int32_t pid, std::uint64_t start_time) {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  const auto now_start = shm::process_start_time(pid);
-  if (!now_start || start_time == 0) return true;
-  return *now_start == start_time;
+  const auto stat = shm::read_process_stat(pid);
+  if (!stat) return true;
+  // A zombie has run its last instruction; its parent just has not reaped it.
+  if (stat->state == 'Z' || stat->state == 'X') return false;
+  return start_time == 0 || stat->start_time == start_time;
 }
 
 }  // namespace

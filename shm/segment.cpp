@@ -337,20 +337,29 @@ ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
 
 // --- The process table ---------------------------------------------------
 
-std::optional<std::uint64_t> process_start_time(pid_t pid) {
+std::optional<ProcessStat> read_process_stat(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
   if (!in || !std::getline(in, stat)) return std::nullopt;
   // The command name (field 2) may hold spaces and parentheses: fields are
-  // counted from the last ')'. starttime is field 22.
+  // counted from the last ')'. state is field 3, starttime field 22.
   const auto close = stat.rfind(')');
   if (close == std::string::npos) return std::nullopt;
   std::istringstream fields(stat.substr(close + 1));
   std::string field;
+  ProcessStat out{};
   for (int n = 3; n <= 22; ++n) {
     if (!(fields >> field)) return std::nullopt;
+    if (n == 3) out.state = field.empty() ? '?' : field[0];
   }
-  return std::stoull(field);
+  out.start_time = std::stoull(field);
+  return out;
+}
+
+std::optional<std::uint64_t> process_start_time(pid_t pid) {
+  const auto stat = read_process_stat(pid);
+  if (!stat) return std::nullopt;
+  return stat->start_time;
 }
 
 std::uint32_t claim_process_slot(Segment& segment) {

@@ -115,8 +115,16 @@ ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
 
 // --- The process table ---------------------------------------------------
 
-// /proc/<pid>/stat starttime (clock ticks after boot), or nullopt when the
-// process does not exist. With the pid, it names a process uniquely.
+// What /proc/<pid>/stat says of a process: its state letter (R, S, D, Z
+// for a zombie, ...) and its start time in clock ticks after boot, which
+// with the pid names a process uniquely. nullopt when it cannot be read (no
+// such process, or a /proc that hides it).
+struct ProcessStat {
+  char state;
+  std::uint64_t start_time;
+};
+std::optional<ProcessStat> read_process_stat(pid_t pid);
+// read_process_stat(pid)->start_time.
 std::optional<std::uint64_t> process_start_time(pid_t pid);
 
 // Claims a free process slot for the calling process. Throws SegmentError

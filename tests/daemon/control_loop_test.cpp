@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "bulkhead/client.hpp"
 #include "tests/support/temp_segment.hpp"
 
@@ -170,6 +172,29 @@ TEST_F(ControlLoopTest, PermitsOfADeadProcessAreGivenBack) {
   EXPECT_EQ(loop_->permits_reclaimed(), 2u);
   mine.success();
   EXPECT_EQ(dep.inflight(), 0);
+}
+
+TEST_F(ControlLoopTest, AZombieThatHeldPermitsCountsAsDead) {
+  start("");
+  Dependency dep = client_->dependency("orders");
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Permit a = dep.try_acquire(), b = dep.try_acquire();
+    std::_Exit(a && b ? 0 : 1);  // dies holding two permits
+  }
+  // Not reaped yet: wait until it is a zombie.
+  for (int i = 0; i < 5000; ++i) {
+    const auto stat = shm::read_process_stat(child);
+    if (stat && stat->state == 'Z') break;
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(shm::read_process_stat(child)->state, 'Z');
+  EXPECT_EQ(dep.inflight(), 2);
+  advance_ticks(1);
+  EXPECT_EQ(dep.inflight(), 0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 TEST_F(ControlLoopTest, GarbageHeldCountsNeverTakeMoreThanIsInFlight) {
