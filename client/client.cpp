@@ -74,6 +74,7 @@ void lower_to(std::atomic<T>& a, T value) {
 struct bh_dep {
   std::atomic<std::uint64_t>* admission;
   const std::atomic<std::uint32_t>* limit;
+  const std::atomic<std::uint32_t>* flags;  // the daemon's kDependency* flags
   std::atomic<std::uint32_t>* held;
   shm::StatsStripe* stats;
   std::uint32_t index;  // slot in the segment; unused standalone
@@ -279,6 +280,7 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->index = index;
       dep->admission = &slot.admission.word;
       dep->limit = &slot.control.limit;
+      dep->flags = &slot.control.flags;
       dep->held = &s.held(c->process_index, index);
       dep->stats = &s.stripe(index, s.stripe_of_process(c->process_index));
     } else {
@@ -288,6 +290,7 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->index = 0;
       dep->admission = &dep->local->admission.word;
       dep->limit = &dep->local->control.limit;
+      dep->flags = &dep->local->control.flags;
       dep->held = &dep->local->held;
       dep->stats = &dep->local->stripe;
     }
@@ -309,14 +312,20 @@ int bh_try_acquire(bh_dep* d, bh_permit* out) {
   // Relaxed: the admission word protects no other memory; its atomicity
   // alone keeps in-flight under the limit.
   std::uint64_t word = d->admission->load(std::memory_order_relaxed);
+  bool over = false;
   do {
-    if (shm::admission_inflight(word) >= limit) {
+    over = shm::admission_inflight(word) >= limit;
+    // Shadow mode admits past the limit: read only on the way to a
+    // rejection, so the admitted path pays nothing for it. Relaxed: a
+    // lone flag, like the limit.
+    if (over && (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) == 0) {
       d->stats->rejected.fetch_add(1, std::memory_order_relaxed);
       out->dep_ = nullptr;
       return BH_REJECT_LIMIT;
     }
   } while (!d->admission->compare_exchange_weak(word, word + shm::kAdmissionAcquire,
                                                 std::memory_order_relaxed));
+  if (over) d->stats->shadow_admitted.fetch_add(1, std::memory_order_relaxed);
   // Shared word first, then held (see give_back()). Release pairs with the
   // daemon's acquire load of held: if it sees this add it sees the CAS.
   d->held->fetch_add(1, std::memory_order_release);

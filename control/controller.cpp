@@ -14,6 +14,7 @@ void add_into(shm::DependencyCounters& into, const shm::DependencyCounters& delt
   into.dropped += delta.dropped;
   into.ignored += delta.ignored;
   into.rejected += delta.rejected;
+  into.shadow_admitted += delta.shadow_admitted;
   into.rtt_sum_ns += delta.rtt_sum_ns;
   for (std::size_t b = 0; b < into.histogram.size(); ++b) into.histogram[b] += delta.histogram[b];
 }
@@ -85,7 +86,9 @@ void Controller::close_window(std::uint32_t inflight, std::uint64_t now_ns) {
   w.ok = open_.ok;
   w.dropped = open_.dropped;
   w.ignored = open_.ignored;
-  w.rejected = open_.rejected;
+  // In shadow mode a call over the limit is admitted, not rejected; to the
+  // policy it is a rejection all the same (the limit was reached).
+  w.rejected = open_.rejected + open_.shadow_admitted;
   w.rtt_sum_ns = open_.rtt_sum_ns;
   if (w.ok > 0) {
     w.rtt_min_ns = extremes_.rtt_min_ns == UINT64_MAX ? 0 : extremes_.rtt_min_ns;

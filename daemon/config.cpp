@@ -179,6 +179,7 @@ struct RawTable {
   std::optional<std::int64_t> initial_limit;
   std::optional<std::int64_t> window_min_samples;
   std::optional<std::int64_t> window_max_ms;
+  std::optional<bool> enforce;
   policies::ParamMap params;
   std::map<std::string, std::uint32_t, std::less<>> lines;  // every key set: its line
 
@@ -225,6 +226,8 @@ RawTable read_dependency_table(const Reporter& report, const toml::table& table,
       raw.window_min_samples = read_integer(report, e, path_here, {1, 1'000'000});
     } else if (e.key == "window_max_ms") {
       raw.window_max_ms = read_integer(report, e, path_here, {1, 600'000});
+    } else if (e.key == "enforce") {
+      raw.enforce = read_boolean(report, e, path_here);
     } else if (e.node->is_table()) {
       // [dependency.search.v2] makes "v2" a table inside dependency "search".
       report.fail(e.line, path_here,
@@ -351,6 +354,7 @@ DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, c
   if (raw.initial_limit) dep.bounds.initial = static_cast<double>(*raw.initial_limit);
   if (raw.window_min_samples) dep.window_min_samples = static_cast<std::uint32_t>(*raw.window_min_samples);
   if (raw.window_max_ms) dep.window_max_age = std::chrono::milliseconds(*raw.window_max_ms);
+  if (raw.enforce) dep.enforce = *raw.enforce;
   check_bounds(report, raw, dep, inherited);
   check_policy(report, raw, dep, inherited);
   return dep;

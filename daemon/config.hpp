@@ -21,7 +21,8 @@ namespace bulkhead::daemon {
 // How one dependency's limit is learned. [defaults] and every
 // [dependency.NAME] table have these keys.
 struct DependencyConfig : control::LimitSettings {
-  std::string name;  // empty for [defaults]
+  std::string name;     // empty for [defaults]
+  bool enforce = true;  // false: shadow mode, admit everything and count would-be rejections
 };
 
 struct DaemonConfig {

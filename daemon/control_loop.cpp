@@ -58,11 +58,8 @@ void ControlLoop::apply(const Config& config) {
 
   for (const DependencyConfig& dc : config_.dependencies) {
     const auto claim = shm::find_or_claim_dependency(
-        segment_, dc.name, static_cast<std::uint32_t>(dc.bounds.initial), shm::kDependencyConfigured);
-    if (!claim.created) {
-      segment_.dependency(claim.index).control.flags.fetch_or(shm::kDependencyConfigured,
-                                                              std::memory_order_relaxed);
-    }
+        segment_, dc.name, static_cast<std::uint32_t>(dc.bounds.initial), flags_for(dc.name));
+    segment_.dependency(claim.index).control.flags.store(flags_for(dc.name), std::memory_order_relaxed);
   }
   for (auto& [index, d] : dependencies_) {
     if (d.controller->reconfigure(config_.effective(d.name))) {
@@ -70,10 +67,8 @@ void ControlLoop::apply(const Config& config) {
                    d.controller->settings().policy, d.controller->limit());
     }
     publish_limit(d);
-    if (config_.find(d.name) == nullptr) {
-      segment_.dependency(index).control.flags.fetch_and(~shm::kDependencyConfigured,
-                                                         std::memory_order_relaxed);
-    }
+    // Relaxed: lone flags, read by clients on their way to a rejection.
+    segment_.dependency(index).control.flags.store(flags_for(d.name), std::memory_order_relaxed);
     segment_.dependency(index).control.generation.store(generation, std::memory_order_relaxed);
   }
 }
@@ -95,9 +90,17 @@ void ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   spdlog::info("dependency {}: policy {}, limit {} in [{}, {}]", d.name, settings.policy,
                d.controller->limit(), settings.bounds.min, settings.bounds.max);
   publish_limit(d);
+  slot.control.flags.store(flags_for(d.name), std::memory_order_relaxed);
   slot.control.generation.store(segment_.header().config_generation.load(std::memory_order_relaxed),
                                 std::memory_order_relaxed);
   dependencies_.emplace(index, std::move(d));
+}
+
+std::uint32_t ControlLoop::flags_for(std::string_view name) const {
+  std::uint32_t flags = 0;
+  if (config_.find(name) != nullptr) flags |= shm::kDependencyConfigured;
+  if (!config_.effective(name).enforce) flags |= shm::kDependencyShadow;
+  return flags;
 }
 
 void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
@@ -152,6 +155,7 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
     d.metrics->dropped->Increment(static_cast<double>(o.delta.dropped));
     d.metrics->ignored->Increment(static_cast<double>(o.delta.ignored));
     d.metrics->rejected->Increment(static_cast<double>(o.delta.rejected));
+    d.metrics->shadow->Increment(static_cast<double>(o.delta.shadow_admitted));
     metrics_->observe_latency(*d.metrics, o.delta.histogram, o.delta.rtt_sum_ns);
     d.metrics->limit->Set(d.controller->limit());
     d.metrics->inflight->Set(o.inflight);

@@ -73,6 +73,8 @@ class ControlLoop {
   void update(Dependency& d, std::uint64_t now_ns);
   void reclaim_dead_processes();
   void publish_limit(const Dependency& d);
+  // The kDependency* flags the config gives a dependency of that name.
+  std::uint32_t flags_for(std::string_view name) const;
 
   shm::Segment& segment_;
   Config config_;

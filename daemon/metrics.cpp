@@ -47,6 +47,11 @@ Metrics::Metrics(const std::string& listen)
                      .Name("bulkhead_permits_reclaimed_total")
                      .Help("Permits given back on behalf of processes that died holding them.")
                      .Register(*registry_)),
+      shadow_(prometheus::BuildCounter()
+                  .Name("bulkhead_shadow_rejections_total")
+                  .Help("Calls over the limit that shadow mode (enforce = false) admitted: "
+                        "the rejections enforcing would have made.")
+                  .Register(*registry_)),
       tick_seconds_(tick_.Add({}, prometheus::Histogram::BucketBoundaries{
                                       0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05})),
       reloads_ok_(reloads_.Add({{"result", "applied"}})),
@@ -80,8 +85,9 @@ Metrics::Dependency& Metrics::dependency(const std::string& name) {
     l.emplace("outcome", outcome);
     return &requests_.Add(l);
   };
-  Dependency d{&limit_.Add(labels),    &inflight_.Add(labels), with("success"), with("dropped"),
-               with("ignored"),        with("rejected"),       &latency_.Add(labels, latency_bounds())};
+  Dependency d{&limit_.Add(labels),   &inflight_.Add(labels), with("success"),
+               with("dropped"),      with("ignored"),        with("rejected"),
+               &shadow_.Add(labels), &latency_.Add(labels, latency_bounds())};
   return dependencies_.emplace(name, d).first->second;
 }
 

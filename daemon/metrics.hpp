@@ -31,6 +31,7 @@ class Metrics {
     prometheus::Counter* dropped;
     prometheus::Counter* ignored;
     prometheus::Counter* rejected;
+    prometheus::Counter* shadow;  // over the limit, admitted in shadow mode
     prometheus::Histogram* latency;
   };
 
@@ -63,6 +64,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& tick_;
   prometheus::Family<prometheus::Counter>& reloads_;
   prometheus::Family<prometheus::Counter>& reclaimed_;
+  prometheus::Family<prometheus::Counter>& shadow_;
   prometheus::Histogram& tick_seconds_;
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_failed_;

@@ -37,7 +37,7 @@ inline constexpr std::uint64_t kMagic = 0x444145484B4C5542ull;
 // A different major is refused; a newer minor only adds fields in reserved
 // space, so a reader accepts any minor of its major.
 inline constexpr std::uint16_t kAbiMajor = 1;
-inline constexpr std::uint16_t kAbiMinor = 0;
+inline constexpr std::uint16_t kAbiMinor = 1;  // 1: shadow mode
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
@@ -94,6 +94,9 @@ struct alignas(kCacheLine) DependencyIdentity {
 
 // DependencyControl::flags
 inline constexpr std::uint32_t kDependencyConfigured = 1u << 0;  // has its own table
+// Shadow mode (enforce = false): admit past the limit, counting each such
+// admission in StatsStripe::shadow_admitted.
+inline constexpr std::uint32_t kDependencyShadow = 1u << 1;
 
 struct alignas(kCacheLine) DependencyControl {
   std::atomic<std::uint32_t> limit;       // calls admitted at once, host-wide
@@ -132,7 +135,8 @@ struct alignas(kCacheLine) StatsStripe {
   std::atomic<std::uint64_t> rtt_min_ns;   // window; neutral UINT64_MAX
   std::atomic<std::uint64_t> rtt_max_ns;   // window; neutral 0
   std::atomic<std::uint32_t> max_inflight; // window; neutral 0
-  std::uint8_t reserved[12];
+  std::uint8_t reserved[4];
+  std::atomic<std::uint64_t> shadow_admitted;  // over the limit, admitted in shadow mode
   // ok calls by latency bucket; the ok count is their sum.
   std::atomic<std::uint64_t> histogram[kHistogramBuckets];
 };
@@ -166,6 +170,7 @@ static_assert(sizeof(DependencyAdmission) == kCacheLine);
 static_assert(offsetof(DependencySlot, control) == 1 * kCacheLine);
 static_assert(offsetof(DependencySlot, admission) == 2 * kCacheLine);
 static_assert(sizeof(DependencySlot) == 3 * kCacheLine);
+static_assert(offsetof(StatsStripe, shadow_admitted) == 56);
 static_assert(offsetof(StatsStripe, histogram) == kCacheLine);
 static_assert(sizeof(StatsStripe) == kCacheLine + kHistogramBuckets * 8);
 static_assert(sizeof(StatsStripe) % kCacheLine == 0);

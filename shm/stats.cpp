@@ -10,6 +10,7 @@ DependencyCounters DependencyCounters::since(const DependencyCounters& earlier) 
   d.dropped = dropped - earlier.dropped;
   d.ignored = ignored - earlier.ignored;
   d.rejected = rejected - earlier.rejected;
+  d.shadow_admitted = shadow_admitted - earlier.shadow_admitted;
   d.rtt_sum_ns = rtt_sum_ns - earlier.rtt_sum_ns;
   for (std::size_t b = 0; b < histogram.size(); ++b) d.histogram[b] = histogram[b] - earlier.histogram[b];
   return d;
@@ -25,6 +26,7 @@ DependencyCounters read_counters(const Segment& segment, std::uint32_t index) {
     c.dropped += st.dropped.load(std::memory_order_relaxed);
     c.ignored += st.ignored.load(std::memory_order_relaxed);
     c.rejected += st.rejected.load(std::memory_order_relaxed);
+    c.shadow_admitted += st.shadow_admitted.load(std::memory_order_relaxed);
     c.rtt_sum_ns += st.rtt_sum_ns.load(std::memory_order_relaxed);
     for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
       c.histogram[b] += st.histogram[b].load(std::memory_order_relaxed);

@@ -19,6 +19,7 @@ struct DependencyCounters {
   std::uint64_t dropped = 0;
   std::uint64_t ignored = 0;
   std::uint64_t rejected = 0;
+  std::uint64_t shadow_admitted = 0;  // over the limit, admitted in shadow mode
   std::uint64_t rtt_sum_ns = 0;
   std::array<std::uint64_t, kHistogramBuckets> histogram{};
 

@@ -101,6 +101,25 @@ TEST_F(AdmissionTest, RejectsAtTheLimitWithoutTouchingTheCount) {
   EXPECT_TRUE(dep.try_acquire());
 }
 
+TEST_F(AdmissionTest, ShadowModeAdmitsPastTheLimitAndCountsIt) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  set_limit("payments", 2);
+  segment_->dependency(slot_of("payments")).control.flags.store(shm::kDependencyShadow);
+  std::vector<Permit> permits;
+  for (int i = 0; i < 5; ++i) {
+    permits.push_back(dep.try_acquire());
+    EXPECT_TRUE(permits.back()) << i;
+  }
+  EXPECT_EQ(dep.inflight(), 5);
+  const shm::DependencyCounters c = shm::read_counters(*segment_, slot_of("payments"));
+  EXPECT_EQ(c.shadow_admitted, 3u);  // the three over the limit of 2
+  EXPECT_EQ(c.rejected, 0u);
+  // Enforcing again rejects at once.
+  segment_->dependency(slot_of("payments")).control.flags.store(0);
+  EXPECT_EQ(dep.try_acquire().reason(), BH_REJECT_LIMIT);
+}
+
 TEST_F(AdmissionTest, ReleasingTwiceGivesBackOnce) {
   bh_client* c = nullptr;
   ASSERT_EQ(bh_client_open(name_.c_str(), &c), 0);

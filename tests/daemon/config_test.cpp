@@ -89,6 +89,7 @@ void expect_default_dependency(const DependencyConfig& dep) {
   EXPECT_EQ(dep.params, want.params);
   EXPECT_EQ(dep.window_min_samples, want.window_min_samples);
   EXPECT_EQ(dep.window_max_age, want.window_max_age);
+  EXPECT_EQ(dep.enforce, want.enforce);
 }
 
 // ---------------------------------------------------------------------------
@@ -110,7 +111,7 @@ TEST(EmbeddedDefaultConfig, ShowsEveryKeyWithItsValue) {
         "\nmax_processes = 256 ", "\nstats_stripes = 8 ", "\nsegment_group = \"\"\n",
         "\nsegment_mode = 0o660\n", "\nlog_level = \"info\"\n", "\n[defaults]\n",
         "\npolicy = \"balance\"\n", "\nmin_limit = 1\n", "\nmax_limit = 1000\n",
-        "\ninitial_limit = 20\n", "\nwindow_min_samples = 10\n", "\nwindow_max_ms = 1000\n",
+        "\ninitial_limit = 20\n", "\nwindow_min_samples = 10\n", "\nwindow_max_ms = 1000\n", "\nenforce = true\n",
         "\n# [dependency.payments-db]\n"}) {
     EXPECT_NE(text.find(line), std::string_view::npos) << "missing: " << line;
   }
@@ -305,6 +306,16 @@ TEST(ParseConfig, IntegerPolicyParametersBecomeDoubles) {
   EXPECT_EQ(config.defaults.params, (policies::ParamMap{{"probe_interval_ms", 100.0}, {"tolerance", 2.0}}));
 }
 
+TEST(ParseConfig, EnforceIsInheritedAndOverridden) {
+  const Config config = parse_config(
+      "[defaults]\nenforce = false\n[dependency.a]\nmin_limit = 2\n[dependency.b]\nenforce = true\n",
+      "t.toml");
+  EXPECT_FALSE(config.defaults.enforce);
+  EXPECT_FALSE(config.find("a")->enforce);  // inherited
+  EXPECT_TRUE(config.find("b")->enforce);   // its own
+  EXPECT_FALSE(config.effective("unlisted").enforce);
+}
+
 TEST(ParseConfig, MetricsCanBeTurnedOff) {
   EXPECT_EQ(parse_config("[daemon]\nmetrics_listen = \"\"\n", "t.toml").daemon.metrics_listen, "");
   EXPECT_EQ(parse_config("[daemon]\nmetrics_listen = \"0.0.0.0:0\"\n", "t.toml").daemon.metrics_listen,
@@ -450,6 +461,8 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:4: dependency.cache.backoff: unknown parameter 'backoff' for policy 'fixed'"},
     {"BackoffOutOfRange", "[dependency.payments-db]\npolicy = \"aimd\"\nbackoff = 1.5\n",
      "bad.toml:3: dependency.payments-db.backoff: policy aimd: must be in [0.5, 1)"},
+    {"EnforceNotBoolean", "[dependency.db]\nenforce = \"no\"\n",
+     "bad.toml:2: dependency.db.enforce: must be a boolean (true or false)"},
     {"LongWindowFraction", "[defaults]\npolicy = \"gradient2\"\nlong_window = 2.5\n",
      "bad.toml:3: defaults.long_window: policy gradient2: must be an integer >= 1"},
     {"QuotedNameInKeyPath", "[dependency.\"search.v2\"]\ntolerance = 0\n",

@@ -70,6 +70,23 @@ TEST_F(ControlLoopTest, ConfiguredDependenciesArePublishedAtStart) {
   EXPECT_EQ(segment_->header().config_generation.load(), 1u);
 }
 
+TEST_F(ControlLoopTest, ShadowModeIsPublishedPerDependency) {
+  start("[defaults]\nenforce = false\n[dependency.strict-one]\nenforce = true\n");
+  Dependency shadowed = client_->dependency("anything");
+  advance_ticks(1);
+  const auto flags = [&](const char* name) {
+    return segment_->dependency(*shm::find_dependency(*segment_, name)).control.flags.load();
+  };
+  EXPECT_EQ(flags("anything"), shm::kDependencyShadow);
+  EXPECT_EQ(flags("strict-one"), shm::kDependencyConfigured);
+  // A reload that enforces clears it.
+  loop_->apply(parse_config("[daemon]\nsegment = \"" + name_.str() +
+                                "\"\nmax_dependencies = 16\nmax_processes = 8\nstats_stripes = 2\n",
+                            "next.toml"));
+  EXPECT_EQ(flags("anything"), 0u);
+  (void)shadowed;
+}
+
 TEST_F(ControlLoopTest, NewNamesStartWithTheDefaultsAndAreAdopted) {
   start("[defaults]\npolicy = \"aimd\"\nmin_limit = 1\ninitial_limit = 30\n");
   Dependency dep = client_->dependency("brand-new");
