@@ -130,19 +130,36 @@ struct Raw {
   std::map<std::string, Lines, std::less<>> policies;
 };
 
-std::vector<const toml::table*> read_change_array(const Reporter& report, const Entry& e,
-                                                  const std::string& path,
-                                                  std::vector<std::uint32_t>& lines) {
+// Reads an array of [[X.change]] tables into `out`, and where each key of
+// each stands into `raw_out`. Every change has at_s and ramp_s;
+// read_key(change, key, path) takes the others and answers false for a key
+// it does not know.
+template <typename Change, typename ReadKey>
+void read_changes(const Reporter& report, const Entry& e, const std::string& path,
+                  std::vector<Change>& out, std::vector<RawChange>& raw_out, ReadKey read_key) {
   const auto* array = e.node->as_array();
   if (array == nullptr || !array->is_array_of_tables()) {
     report.fail(e.line, path, "must be an array of tables: [[" + path + "]]");
   }
-  std::vector<const toml::table*> tables;
-  for (const toml::node& n : *array) {
-    tables.push_back(n.as_table());
-    lines.push_back(n.source().begin.line != 0 ? n.source().begin.line : e.line);
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const toml::node& n = *array->get(i);
+    RawChange rc{path + "#" + std::to_string(i + 1), {}};
+    rc.lines.table = n.source().begin.line != 0 ? n.source().begin.line : e.line;
+    Change c;
+    for (const Entry& k : in_file_order(*n.as_table())) {
+      const std::string kp = join(rc.path, k.key);
+      rc.lines.keys.emplace(std::string(k.key), k.line);
+      if (k.key == "at_s") {
+        c.at_s = read_real(report, k, kp, 0, kMaxDurationS);
+      } else if (k.key == "ramp_s") {
+        c.ramp_s = read_real(report, k, kp, 0, kMaxDurationS);
+      } else if (!read_key(c, k, kp)) {
+        unknown(report, k, kp);
+      }
+    }
+    out.push_back(c);
+    raw_out.push_back(std::move(rc));
   }
-  return tables;
 }
 
 void read_dependency(const Reporter& report, const toml::table& table, Scenario& s, Raw& raw) {
@@ -171,31 +188,18 @@ void read_dependency(const Reporter& report, const toml::table& table, Scenario&
       s.queue_limit =
           static_cast<std::uint32_t>(read_integer(report, e, path, {0, 10'000'000, kSayValue}));
     } else if (e.key == "change") {
-      std::vector<std::uint32_t> lines;
-      const auto tables = read_change_array(report, e, path, lines);
-      for (std::size_t i = 0; i < tables.size(); ++i) {
-        RawChange rc{path + "#" + std::to_string(i + 1), {}};
-        rc.lines.table = lines[i];
-        DependencyChange c;
-        for (const Entry& k : in_file_order(*tables[i])) {
-          const std::string kp = join(rc.path, k.key);
-          rc.lines.keys.emplace(std::string(k.key), k.line);
-          if (k.key == "at_s") {
-            c.at_s = read_real(report, k, kp, 0, kMaxDurationS);
-          } else if (k.key == "workers") {
-            c.workers =
-                static_cast<std::uint32_t>(read_integer(report, k, kp, {1, 100'000, kSayValue}));
-          } else if (k.key == "base_latency_ms") {
-            c.base_latency_ms = read_real(report, k, kp, 0, 3'600'000, true);
-          } else if (k.key == "ramp_s") {
-            c.ramp_s = read_real(report, k, kp, 0, kMaxDurationS);
-          } else {
-            unknown(report, k, kp);
-          }
-        }
-        s.dependency_changes.push_back(c);
-        raw.dependency_changes.push_back(std::move(rc));
-      }
+      read_changes(report, e, path, s.dependency_changes, raw.dependency_changes,
+                   [&](DependencyChange& c, const Entry& k, const std::string& kp) {
+                     if (k.key == "workers") {
+                       c.workers = static_cast<std::uint32_t>(
+                           read_integer(report, k, kp, {1, 100'000, kSayValue}));
+                     } else if (k.key == "base_latency_ms") {
+                       c.base_latency_ms = read_real(report, k, kp, 0, 3'600'000, true);
+                     } else {
+                       return false;
+                     }
+                     return true;
+                   });
     } else {
       unknown(report, e, path);
     }
@@ -226,28 +230,12 @@ void read_clients(const Reporter& report, const toml::table& table, Scenario& s,
     } else if (e.key == "retry_delay_ms") {
       s.retry_delay_ms = read_real(report, e, path, 0, 600'000);
     } else if (e.key == "change") {
-      std::vector<std::uint32_t> lines;
-      const auto tables = read_change_array(report, e, path, lines);
-      for (std::size_t i = 0; i < tables.size(); ++i) {
-        RawChange rc{path + "#" + std::to_string(i + 1), {}};
-        rc.lines.table = lines[i];
-        RateChange c;
-        for (const Entry& k : in_file_order(*tables[i])) {
-          const std::string kp = join(rc.path, k.key);
-          rc.lines.keys.emplace(std::string(k.key), k.line);
-          if (k.key == "at_s") {
-            c.at_s = read_real(report, k, kp, 0, kMaxDurationS);
-          } else if (k.key == "rate") {
-            c.rate = read_real(report, k, kp, 0, 10'000'000);
-          } else if (k.key == "ramp_s") {
-            c.ramp_s = read_real(report, k, kp, 0, kMaxDurationS);
-          } else {
-            unknown(report, k, kp);
-          }
-        }
-        s.rate_changes.push_back(c);
-        raw.rate_changes.push_back(std::move(rc));
-      }
+      read_changes(report, e, path, s.rate_changes, raw.rate_changes,
+                   [&](RateChange& c, const Entry& k, const std::string& kp) {
+                     if (k.key != "rate") return false;
+                     c.rate = read_real(report, k, kp, 0, 10'000'000);
+                     return true;
+                   });
     } else {
       unknown(report, e, path);
     }
