@@ -27,10 +27,6 @@ AimdPolicy::AimdPolicy(const Bounds& bounds, const Params& params)
   check_params(params_, kParamSpecs);
 }
 
-std::unique_ptr<Policy> AimdPolicy::create(const Bounds& bounds, const ParamMap& params) {
-  return std::make_unique<AimdPolicy>(bounds, parse_params(params));
-}
-
 AimdPolicy::Params AimdPolicy::parse_params(const ParamMap& params) {
   return read_params(kName, params, kParamSpecs);
 }

@@ -46,8 +46,6 @@ class AimdPolicy final : public Policy {
   // Throws ParamError on invalid bounds or params.
   explicit AimdPolicy(const Bounds& bounds);
   AimdPolicy(const Bounds& bounds, const Params& params);
-  // The registry's factory: keys backoff, timeout_ms.
-  static std::unique_ptr<Policy> create(const Bounds& bounds, const ParamMap& params);
   // Params from a config's keys, defaults for those absent; throws ParamError.
   static Params parse_params(const ParamMap& params);
 

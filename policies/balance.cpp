@@ -46,10 +46,6 @@ BalancePolicy::BalancePolicy(const Bounds& bounds, const Params& params)
   check_params(params_, kParamSpecs);
 }
 
-std::unique_ptr<Policy> BalancePolicy::create(const Bounds& bounds, const ParamMap& params) {
-  return std::make_unique<BalancePolicy>(bounds, parse_params(params));
-}
-
 BalancePolicy::Params BalancePolicy::parse_params(const ParamMap& params) {
   return read_params(kName, params, kParamSpecs);
 }

@@ -102,8 +102,6 @@ class BalancePolicy : public Policy {
 
   explicit BalancePolicy(const Bounds& bounds);
   BalancePolicy(const Bounds& bounds, const Params& params);
-  // The registry's factory.
-  static std::unique_ptr<Policy> create(const Bounds& bounds, const ParamMap& params);
   static Params parse_params(const ParamMap& params);
 
   std::string_view name() const override { return kName; }

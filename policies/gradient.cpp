@@ -59,10 +59,6 @@ GradientPolicy::GradientPolicy(const Bounds& bounds, const Params& params)
       limit_(bounds.initial),
       jitter_rng_(static_cast<std::uint64_t>(params_.jitter_seed)) {}
 
-std::unique_ptr<Policy> GradientPolicy::create(const Bounds& bounds, const ParamMap& params) {
-  return std::make_unique<GradientPolicy>(bounds, parse_params(params));
-}
-
 GradientPolicy::Params GradientPolicy::parse_params(const ParamMap& params) {
   if (const auto it = params.find("percentile"); it != params.end()) check_percentile(it->second);
   return read_params(kName, params, kParamSpecs);

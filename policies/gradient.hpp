@@ -113,9 +113,7 @@ class GradientPolicy final : public Policy {
   // Throws ParamError on invalid bounds or params.
   explicit GradientPolicy(const Bounds& bounds);
   GradientPolicy(const Bounds& bounds, const Params& params);
-  // The registry's factory: keys buffer, percentile, min_rtt_interval_windows,
   // jitter, request_count, jitter_seed.
-  static std::unique_ptr<Policy> create(const Bounds& bounds, const ParamMap& params);
   // Params from a config's keys, defaults for those absent; throws ParamError.
   static Params parse_params(const ParamMap& params);
 

@@ -59,10 +59,6 @@ Gradient2Policy::Gradient2Policy(const Bounds& bounds, const Params& params)
       limit_(bounds.initial),
       long_rtt_(params_.long_window) {}
 
-std::unique_ptr<Policy> Gradient2Policy::create(const Bounds& bounds, const ParamMap& params) {
-  return std::make_unique<Gradient2Policy>(bounds, parse_params(params));
-}
-
 Gradient2Policy::Params Gradient2Policy::parse_params(const ParamMap& params) {
   return read_params(kName, params, kParamSpecs);
 }

@@ -69,8 +69,6 @@ class Gradient2Policy final : public Policy {
   // Throws ParamError on invalid bounds or params.
   explicit Gradient2Policy(const Bounds& bounds);
   Gradient2Policy(const Bounds& bounds, const Params& params);
-  // The registry's factory: keys smoothing, long_window, tolerance, queue_size.
-  static std::unique_ptr<Policy> create(const Bounds& bounds, const ParamMap& params);
   // Params from a config's keys, defaults for those absent; throws ParamError.
   static Params parse_params(const ParamMap& params);
 

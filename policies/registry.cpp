@@ -53,17 +53,27 @@ std::vector<std::string> Registry::names() const {
   return names;  // std::map keeps them sorted
 }
 
+namespace {
+
+// The factory of a policy with parameters: P(bounds, P::parse_params(map)).
+template <typename P>
+std::unique_ptr<Policy> create_with_params(const Bounds& bounds, const ParamMap& params) {
+  return std::make_unique<P>(bounds, P::parse_params(params));
+}
+
+}  // namespace
+
 const Registry& builtin_registry() {
   // Built on first use; a function-local static, so the first call may come
   // from any thread and no static initialization order is involved.
   static const Registry registry = [] {
     Registry r;
     r.add(std::string(FixedPolicy::kName), &FixedPolicy::create);  // the fallback: always here
-    r.add(std::string(AimdPolicy::kName), &AimdPolicy::create);
-    r.add(std::string(Gradient2Policy::kName), &Gradient2Policy::create);
-    r.add(std::string(VegasPolicy::kName), &VegasPolicy::create);
-    r.add(std::string(GradientPolicy::kName), &GradientPolicy::create);
-    r.add(std::string(BalancePolicy::kName), &BalancePolicy::create);
+    r.add(std::string(AimdPolicy::kName), &create_with_params<AimdPolicy>);
+    r.add(std::string(Gradient2Policy::kName), &create_with_params<Gradient2Policy>);
+    r.add(std::string(VegasPolicy::kName), &create_with_params<VegasPolicy>);
+    r.add(std::string(GradientPolicy::kName), &create_with_params<GradientPolicy>);
+    r.add(std::string(BalancePolicy::kName), &create_with_params<BalancePolicy>);
     return r;
   }();
   return registry;

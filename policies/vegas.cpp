@@ -65,10 +65,6 @@ VegasPolicy::VegasPolicy(const Bounds& bounds, const Params& params)
       // As in Netflix, the first jitter is drawn at construction.
       probe_jitter_(kProbeJitterLo + (1 - kProbeJitterLo) * probe_rng_.next_unit()) {}
 
-std::unique_ptr<Policy> VegasPolicy::create(const Bounds& bounds, const ParamMap& params) {
-  return std::make_unique<VegasPolicy>(bounds, parse_params(params));
-}
-
 VegasPolicy::Params VegasPolicy::parse_params(const ParamMap& params) {
   return checked(read_params(kName, params, kParamSpecs));
 }

@@ -92,9 +92,7 @@ class VegasPolicy final : public Policy {
   // Throws ParamError on invalid bounds or params.
   explicit VegasPolicy(const Bounds& bounds);
   VegasPolicy(const Bounds& bounds, const Params& params);
-  // The registry's factory: keys smoothing, probe_multiplier, probe_seed,
   // alpha_factor, beta_factor.
-  static std::unique_ptr<Policy> create(const Bounds& bounds, const ParamMap& params);
   // Params from a config's keys, defaults for those absent; throws ParamError.
   static Params parse_params(const ParamMap& params);
   // Netflix's Log10RootFunction of int(limit), in calls: max(1,
