@@ -67,15 +67,18 @@ class Workload {
   std::vector<std::thread> threads_;
 };
 
-// The highest and lowest limit seen while sampling for `duration`.
-std::pair<long, long> limit_range(const Dependency& dep, std::chrono::milliseconds duration) {
-  long lo = dep.limit(), hi = lo;
+// The lowest and highest limit seen while sampling for `duration`.
+struct LimitRange {
+  long lo, hi;
+};
+LimitRange limit_range(const Dependency& dep, std::chrono::milliseconds duration) {
+  LimitRange r{dep.limit(), dep.limit()};
   for (auto end = std::chrono::steady_clock::now() + duration; std::chrono::steady_clock::now() < end;) {
     std::this_thread::sleep_for(20ms);
-    lo = std::min(lo, dep.limit());
-    hi = std::max(hi, dep.limit());
+    r.lo = std::min(r.lo, dep.limit());
+    r.hi = std::max(r.hi, dep.limit());
   }
-  return {lo, hi};
+  return r;
 }
 
 TEST_F(DaemonIntegration, LimitFallsWhenLatencyJumpsAndRecoversWhenItHeals) {
@@ -90,19 +93,16 @@ TEST_F(DaemonIntegration, LimitFallsWhenLatencyJumpsAndRecoversWhenItHeals) {
   Dependency dep = client.dependency("checkout");
   Workload load(dep, 32, 2ms);
 
-  const auto [warm_lo, before] = limit_range(dep, 3s);
+  const long before = limit_range(dep, 3s).hi;
   load.set_factor(5);
-  const auto [slow_lo, slow_hi] = limit_range(dep, 4s);
+  const long slow_lo = limit_range(dep, 4s).lo;
   load.set_factor(1);
-  const auto [healed_lo, healed] = limit_range(dep, 6s);
+  const long healed = limit_range(dep, 6s).hi;
   SCOPED_TRACE("limits: warm-up max " + std::to_string(before) + ", slow min " + std::to_string(slow_lo) +
                ", healed max " + std::to_string(healed));
   EXPECT_LT(slow_lo, before * 6 / 10);  // fell by more than 40%
   EXPECT_GT(healed, slow_lo * 3 / 2);   // and climbed back
   EXPECT_GE(healed, before * 8 / 10);
-  (void)warm_lo;
-  (void)slow_hi;
-  (void)healed_lo;
 
   // The daemon serves the dependency's metrics over HTTP.
   const std::uint16_t port = static_cast<std::uint16_t>(seg->header().metrics_port.load());
