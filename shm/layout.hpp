@@ -152,8 +152,7 @@ struct alignas(kCacheLine) ProcessIdentity {
   std::atomic<std::uint32_t> state;        // SlotState
   std::atomic<std::int32_t> pid;
   std::atomic<std::uint64_t> start_time;   // /proc/<pid>/stat starttime
-  std::atomic<std::uint64_t> claimed_heartbeat;  // daemon heartbeat at claim
-  std::uint8_t reserved[40];
+  std::uint8_t reserved[48];
 };
 
 struct ProcessSlot {

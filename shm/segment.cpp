@@ -375,8 +375,6 @@ std::uint32_t claim_process_slot(Segment& segment) {
     }
     id.pid.store(pid, std::memory_order_relaxed);
     id.start_time.store(start.value_or(0), std::memory_order_relaxed);
-    id.claimed_heartbeat.store(segment.header().heartbeat.load(std::memory_order_relaxed),
-                               std::memory_order_relaxed);
     // Pairs with the daemon's acquire load of the state in its reclaim
     // scan: a ready slot has its pid and start time written.
     id.state.store(kSlotReady, std::memory_order_release);
