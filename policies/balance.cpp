@@ -30,11 +30,24 @@ constexpr int kStuckWindows = 15;
 // not brought latency under it means the baseline is wrong.
 constexpr int kHalvedWindows = 4;
 // Elasticity of latency to the limit (d ln latency / d ln limit) over a
-// drain above which the drain was still above the knee. At the target a
-// drain removes only the target queue: ln T / ln(T / 0.85) = 0.66.
+// drain above which the drain was still above the knee.
 constexpr double kKneeElasticity = 0.85;
 // The limit counts as used when the peak in-flight reaches this share of it.
 constexpr double kUsedShare = 0.9;
+// Weight of each used window's completion rate in the smoothed rate.
+constexpr double kRateWeight = 0.3;
+// A window is saturated when its time-average in-flight reaches this share
+// of the limit.
+constexpr double kSaturatedShare = 0.8;
+// A window whose completions are this many Poisson standard deviations
+// off the smoothed rate means the dependency's capacity changed.
+constexpr double kRateJump = 5;
+// A saturated completion rate this far (in log) from the one after the
+// last drain calls for a drain.
+constexpr double kRateDrift = 0.35;
+// The time with the limit in use, in milliseconds, until the next drain
+// after one that found it had started above the knee.
+constexpr double kSoonDrainMs = 2000;
 
 }  // namespace
 
@@ -60,6 +73,7 @@ double BalancePolicy::update(const Window& w) {
   if (w.ok > 0) {
     if (baseline_ns_ == 0) {
       baseline_ns_ = latency_ns_ = p50;
+      base_mean_ns_ = w.rtt_mean_ns();
       // A first window that the limit already bound may be queued (callers
       // were waiting before the daemon knew the dependency): drain at once
       // to measure the real baseline.
@@ -76,7 +90,6 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   const double tolerance = 1 + params_.tolerance;
   const double drop_ratio = static_cast<double>(w.dropped) / static_cast<double>(w.samples());
   const bool used = w.rejected > 0 || w.max_inflight >= kUsedShare * limit_;
-  since_probe_ns_ += static_cast<double>(w.duration_ns);
 
   if (drop_ratio >= params_.drop_threshold) {
     limit_ = clamp(std::floor(limit_ * params_.backoff));
@@ -84,15 +97,35 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   }
   if (w.ok == 0) return limit_;
 
+  // Drains fall due after so much time with the limit in use; unused, the
+  // baseline follows the latency by itself.
+  const double duration = static_cast<double>(std::max<std::uint64_t>(w.duration_ns, 1));
+  if (used) since_probe_ns_ += duration;
+  // The completion rate tells what the dependency can do only while the
+  // limit binds all along: the time-average in-flight (Little's law: the
+  // latency sum over the window's length) near the limit, not a burst
+  // that touched it. A window far outside the smoothed rate's Poisson
+  // noise means its capacity changed: start over from that window.
+  const double n = static_cast<double>(w.ok);
+  const double expected = rate_ * duration;
+  const bool jumped = std::abs(n - expected) > kRateJump * std::sqrt(std::max(expected, 1.0));
+  const bool saturated = used && static_cast<double>(w.rtt_sum_ns) / duration >= kSaturatedShare * limit_;
+  if (saturated) rate_ = rate_ == 0 || jumped ? n / duration : rate_ + kRateWeight * (n / duration - rate_);
+
   // While the limit is used only a drain moves the baseline: following
   // the latency down there would make it a minimum of noise, biased low,
   // and the limit would shrink to nothing.
-  if (!used) baseline_ns_ += params_.baseline_follow * weight * (p50 - baseline_ns_);
+  if (!used) {
+    baseline_ns_ += params_.baseline_follow * weight * (p50 - baseline_ns_);
+    base_mean_ns_ += params_.baseline_follow * weight * (w.rtt_mean_ns() - base_mean_ns_);
+  }
 
   // Latency far under the baseline is no noise of a smoothed p50: the
-  // dependency got faster (it healed). Take it as the baseline now, and drain soon to measure the real one
-  // (the smoothed latency is still falling).
+  // dependency got faster (it healed). Take it as the baseline now, and
+  // drain soon to measure the real one (the smoothed latency is still
+  // falling).
   if (latency_ns_ * tolerance < baseline_ns_) {
+    base_mean_ns_ *= latency_ns_ / baseline_ns_;
     baseline_ns_ = latency_ns_;
     drained_ns_ = drained_ns_ > 0 ? std::min(drained_ns_, latency_ns_) : 0;
     since_probe_ns_ = std::max(since_probe_ns_, params_.probe_interval_ms * 1e6);
@@ -112,32 +145,45 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     limit_ = clamp(limit_ + room * std::max(1.0, limit_ * params_.growth));
   }
 
-  // Drain when it is time, or early when shrinking the limit has not
-  // brought the latency down: then the dependency itself got slower, and
-  // the baseline is what is wrong.
-  // Halving the limit halves a queue; if latency is still over the target
-  // after that, or after kStuckWindows, the baseline is what is wrong.
+  // Drain early when the baseline is what is wrong. Halving the limit
+  // halves a queue; latency still over the target after that, or after
+  // kStuckWindows, means the dependency itself got slower.
   const bool stuck = windows_over_target_ >= kStuckWindows ||
                      (windows_over_target_ >= kHalvedWindows && limit_ <= limit_over_target_ / 2);
+  // And a dependency whose capacity moved may have moved its latency too
+  // (a slow creep never keeps latency over the target for long: the limit
+  // follows it down, below the knee): drain once calm when the saturated
+  // completion rate moved by more than kRateDrift since the last drain.
+  if (drained_rate_ == 0) drained_rate_ = rate_;
+  const bool rate_moved = drained_rate_ > 0 && std::abs(std::log(rate_ / drained_rate_)) > kRateDrift;
   // Unused, the baseline follows the latency; when that has drifted over
   // the target of the last drain, callers may be queueing the dependency
   // by themselves below the limit: drain to find out.
   const bool drifted = !used && drained_ns_ > 0 && latency_ns_ > tolerance * drained_ns_;
-  const bool due = since_probe_ns_ >= params_.probe_interval_ms * 1e6 && (used || drifted);
+  // A scheduled drain waits for calm: one that starts as the dependency
+  // loses capacity measures the queue it is building, not the baseline.
+  const bool due = (since_probe_ns_ >= params_.probe_interval_ms * 1e6 || rate_moved) && (used || drifted) &&
+                   r <= tolerance;
   if (params_.probe_interval_ms > 0 && (due || stuck)) {
     windows_over_target_ = 0;
     probing_ = true;
     probe_elapsed_ns_ = 0;
     probe_windows_ = 0;
     probe_p50_sum_ = 0;
+    probe_mean_sum_ = 0;
     probe_samples_ = 0;
     // Long enough for calls admitted before the drain to finish.
     probe_needed_ns_ = 2 * latency_ns_;
     limit_before_probe_ = limit_;
     latency_before_probe_ = latency_ns_;
     limit_in_force_ = w.limit > 0 ? w.limit : limit_;
-    // Below the knee: at the target the limit is T x W, so L / T is W.
-    limit_ = clamp(std::floor(limit_ * params_.probe_factor / tolerance));
+    // Below the knee: at the target the limit is T x W, so L / T is W;
+    // and by Little's law W is the completion rate times the no-load mean
+    // latency, which is what to trust when the two disagree (the limit
+    // overshot, or the dependency lost capacity).
+    const double knee = rate_ * base_mean_ns_;
+    const double below = knee > 0 ? std::min(limit_ / tolerance, knee) : limit_ / tolerance;
+    limit_ = clamp(std::floor(params_.probe_factor * below));
   }
   return limit_;
 }
@@ -148,13 +194,16 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
   // The first window still holds calls admitted before the drain.
   if (++probe_windows_ > 1 && w.ok > 0) {
     probe_p50_sum_ += p50 * static_cast<double>(w.ok);
+    probe_mean_sum_ += static_cast<double>(w.rtt_sum_ns);
     probe_samples_ += static_cast<double>(w.ok);
   }
   if (drop_ratio >= params_.drop_threshold) {
-    // The dependency is failing, not draining: end the probe and back off.
+    // The dependency is failing, not draining: end the probe and back off
+    // from the limit before it, but never above the drained limit (a
+    // limit does not rise while calls are dropped).
     probing_ = false;
     since_probe_ns_ = 0;
-    limit_ = clamp(std::floor(limit_before_probe_ * params_.backoff));
+    limit_ = clamp(std::min(limit_, std::floor(limit_before_probe_ * params_.backoff)));
     return limit_;
   }
   const bool drained = probe_windows_ >= kProbeMinWindows && probe_elapsed_ns_ >= probe_needed_ns_;
@@ -170,11 +219,13 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     const double latency_fell = std::log(latency_before_probe_ / std::max(measured, 1.0));
     const double limit_fell = std::log(limit_in_force_ / std::max(limit_, 1.0));
     if (limit_fell > 0 && latency_fell > kKneeElasticity * limit_fell) {
-      since_probe_ns_ = 0.9 * params_.probe_interval_ms * 1e6;
+      since_probe_ns_ = std::max(0.0, params_.probe_interval_ms - kSoonDrainMs) * 1e6;
     }
     baseline_ns_ = latency_ns_ = drained_ns_ = measured;
+    base_mean_ns_ = probe_mean_sum_ / probe_samples_;
   }
   limit_ = limit_before_probe_;
+  drained_rate_ = 0;
   return limit_;
 }
 

@@ -39,20 +39,30 @@
 //     the latency (weight baseline_follow);
 //   - when the smoothed latency falls under base / T (no noise does that:
 //     the dependency healed), it drops to it at once and drains soon;
-//   - it drains: the limit drops to probe_factor × L / T (0.85 of the knee,
-//     since L* = T × W) for at least three windows and twice the latency;
-//     the sample-weighted p50 of the probe windows after the first becomes
-//     the baseline, up or down. A drain that stayed above the knee would
-//     measure queueing and ratchet the baseline up, probe after probe.
-// A drain comes every probe_interval_ms of window time while the limit is
-// used; at once when the very first window found the limit in use (callers
-// were queued before the daemon knew the dependency); early when halving
-// the limit, or 15 windows over the target, has not brought latency under
-// it (the dependency got slower: no queue to shrink); while the limit is
-// unused, when latency drifted over T times the last drained baseline
-// (callers queue the dependency by themselves below the limit); and again
-// soon when a drain found latency fell by more than the target queue
-// explains (it started above the knee). A drain costs about 40% of the
+//   - it drains: the limit drops to probe_factor × (0.85 of) the knee for
+//     at least three windows and twice the latency; the sample-weighted
+//     p50 of the probe windows after the first becomes the baseline, up
+//     or down. The knee is L / T (since L* = T × W), or, when lower, the
+//     smoothed completion rate of saturated windows times the no-load mean
+//     latency (Little's law: W = capacity × mean service time), which
+//     holds even when the limit overshot. A drain that stayed above the
+//     knee would measure queueing and ratchet the baseline up.
+// A drain is due after probe_interval_ms of window time with the limit in
+// use, and waits for calm (r ≤ T): one that starts as the dependency loses
+// capacity measures the queue it is building. It comes early when the
+// baseline is what is wrong: halving the limit, or 15 windows over the
+// target, has not brought latency under it (the dependency got slower,
+// there is no queue to shrink); once calm, when the completion rate of
+// saturated windows (time-average in-flight near the limit) moved by more
+// than 35% (in log) since the last drain (the capacity moved, and its
+// latency may have: a slow latency creep cuts the limit below the knee
+// without ever staying over the target for long);
+// while the limit is unused, latency drifted over T times the last drained
+// baseline (callers queue the dependency by themselves below the limit);
+// and again soon when a drain found latency fell by more than the target
+// queue explains (it started above the knee). A window whose completions
+// are five Poisson deviations off the smoothed rate (the capacity changed)
+// restarts the rate. A drain costs about 15% of the
 // admissions of three windows, and pins the one host-wide limit: every
 // process on the host sees it at once.
 //
@@ -74,10 +84,12 @@ class BalancePolicy : public Policy {
 
   struct Params {
     // Standing latency ratio p50 / no-load p50 the limit aims at, minus 1;
-    // dimensionless, (0, 2]. 0.4: 40% queueing delay on the p50 at the
+    // dimensionless, (0, 2]. 0.6: 60% queueing delay on the p50 at the
     // target, which keeps every worker busy through the noise of a window's
-    // p50 (tuned on the simulator's suite, docs/policies.md).
-    double tolerance = 0.4;
+    // p50 and the arrival gaps of a dependency only a little over its
+    // capacity (tuned on the simulator's suite over three seeds,
+    // docs/policies.md).
+    double tolerance = 0.6;
     // Share of dropped samples (timeouts, back-pressure) in a window that
     // counts as overload; (0, 1].
     double drop_threshold = 0.01;
@@ -91,9 +103,9 @@ class BalancePolicy : public Policy {
     // Samples it takes for a window's p50 to move the smoothed latency
     // halfway; >= 0 (0: no smoothing).
     double latency_samples = 200;
-    // Time between drains while the limit is used, in milliseconds of
-    // window time (the sum of window durations); >= 0, 0: never.
-    double probe_interval_ms = 10000;
+    // Time between scheduled drains, in milliseconds of window time with
+    // the limit in use; >= 0, 0: never (nor any early drain).
+    double probe_interval_ms = 30000;
     // Limit during a drain, as a fraction of the knee estimate L / T (at
     // the target the limit is T times what the dependency serves at once);
     // (0, 1].
@@ -138,6 +150,10 @@ class BalancePolicy : public Policy {
   double probe_p50_sum_ = 0;   // sample-weighted, over probe windows after the first
   double probe_samples_ = 0;
   double limit_before_probe_ = 0;
+  double probe_mean_sum_ = 0;  // latency sum over the same windows
+  double base_mean_ns_ = 0;    // the no-load mean latency, beside the p50
+  double rate_ = 0;            // completions per ns while the limit is used
+  double drained_rate_ = 0;    // rate_ when the last drain ended
 };
 
 }  // namespace bulkhead::policies

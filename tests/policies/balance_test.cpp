@@ -156,41 +156,63 @@ TEST(BalancePolicy, SettlesAtTheTargetOnAQueueingDependency) {
   EXPECT_NEAR(b.limit(), 24, 2);
 }
 
-TEST(BalancePolicy, DrainsEveryProbeIntervalAndRestores) {
+TEST(BalancePolicy, DrainsEveryProbeIntervalOfUseAndRestores) {
   BalancePolicy b(kBounds, hand());
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // 1 s, baseline 10
+  // 1 s with the limit unused sets the baseline, 10 ms; unused time does
+  // not count toward a drain.
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
   // Used windows at r = 1.1 (room 0.5), each + 5% of the limit:
-  // 100 -> 105 -> 110.25 -> 115.7625.
+  // 100 -> 105 -> 110.25 -> 115.7625 -> 121.550625.
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 105);
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 110.25);
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 115.7625);
-  // 5 s of window time: 115.7625 * 1.05 = 121.550625, then the drain to
-  // 0.85 of the knee L / T: floor(121.550625 * 0.85 / 1.2) = 86.
-  EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 86);
+  EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 121.550625);
+  EXPECT_FALSE(b.probing());
+  // 5 s of use: 121.550625 * 1.05 = 127.62815625, then the drain to 0.85
+  // of the knee L / T: floor(127.62815625 * 0.85 / 1.2) = 90. (These
+  // windows say nothing of the knee by Little's law: 100 calls of 11 ms in
+  // 1 s average 1.1 in flight, far from the limit.)
+  EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 90);
   EXPECT_TRUE(b.probing());
   // Three probe windows; the first still holds calls from before the drain
   // and is left out; the others' p50s, weighted by samples, make the new
   // baseline: (10 + 11) / 2. Then the limit comes back.
-  EXPECT_DOUBLE_EQ(b.update(used_window(30, 86)), 86);
-  EXPECT_DOUBLE_EQ(b.update(used_window(10, 86)), 86);
-  EXPECT_DOUBLE_EQ(b.update(used_window(11, 86)), 121.550625);
+  EXPECT_DOUBLE_EQ(b.update(used_window(30, 90)), 90);
+  EXPECT_DOUBLE_EQ(b.update(used_window(10, 90)), 90);
+  EXPECT_DOUBLE_EQ(b.update(used_window(11, 90)), 127.62815625);
   EXPECT_FALSE(b.probing());
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 10.5e6);
 }
 
-TEST(BalancePolicy, DrainsAtOnceWhenTheFirstWindowIsAlreadyQueued) {
+TEST(BalancePolicy, AScheduledDrainWaitsForCalm) {
   BalancePolicy b(kBounds, hand());
-  // The first window found the limit in use: its 40 ms may be a queue, so
-  // it drains right away: r = 1, + 10 = 110, then floor(110 * 0.85 / 1.2) = 77.
-  EXPECT_DOUBLE_EQ(b.update(used_window(40)), 77);
-  EXPECT_TRUE(b.probing());
-  // Drained, the dependency answers in 10 ms (the first probe window, still
-  // queued, is left out): that is the baseline, and the limit comes back.
-  b.update(used_window(25, 77));
-  b.update(used_window(10, 77));
-  EXPECT_DOUBLE_EQ(b.update(used_window(10, 77)), 110);
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
+  // The drain is due, but latency is over the target (r = 3): a drain
+  // now would measure the queue that a loss of capacity is building.
+  b.update(used_window(30, 200));
   EXPECT_FALSE(b.probing());
-  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+  // r = 1.2 is back at the target: now it drains.
+  b.update(used_window(12, 200));
+  EXPECT_TRUE(b.probing());
+}
+
+TEST(BalancePolicy, DrainsToTheKneeThatLittlesLawGives) {
+  BalancePolicy b(Bounds{1, 1000, 20}, hand());
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // baseline 10
+  // A saturated window: 2000 calls of 10 ms in 1 s keep 20 in flight on
+  // average, all of the limit. The dependency serves 2000/s at 10 ms: its
+  // knee is 20 calls. (r = 1: the limit grows to 22.)
+  Window w = make_window(WindowSpec{.ok = 2000, .rtt_ms = 10, .max_inflight = 20});
+  w.rejected = 1;
+  EXPECT_DOUBLE_EQ(b.update(w), 22);
+  // Four more used seconds at r = 1.1, + 5% each, the last one due:
+  // 22 * 1.05^4 = 26.74, and L / T = 22.3 is over the knee of 20.
+  for (int i = 0; i < 3; ++i) b.update(used_window(11, 200));
+  EXPECT_FALSE(b.probing());
+  // The drain goes to floor(0.85 * 20) = 17, not to floor(0.85 * 22.3).
+  EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 17);
+  EXPECT_TRUE(b.probing());
 }
 
 TEST(BalancePolicy, DrainsEarlyWhenShrinkingDoesNotBringLatencyDown) {
@@ -207,6 +229,49 @@ TEST(BalancePolicy, DrainsEarlyWhenShrinkingDoesNotBringLatencyDown) {
     ++windows;
   }
   EXPECT_EQ(windows, 4);
+}
+
+// A saturated one-second window at limit L: every call admitted takes
+// rtt_ms, so ok = L / rtt by Little's law, or `ok` when given (a dependency
+// that serves no more than that, queueing the rest).
+Window saturated(double limit, double rtt_ms, std::uint64_t ok = 0) {
+  Window w = make_window(WindowSpec{.ok = ok > 0 ? ok : static_cast<std::uint64_t>(limit / (rtt_ms / 1e3)),
+                                    .rtt_ms = rtt_ms,
+                                    .max_inflight = static_cast<std::uint32_t>(limit)});
+  w.rejected = 1;
+  return w;
+}
+
+// Whether a drain starts in the calm after the limit was cut: a 10 ms
+// baseline at 2000/s, three windows at 16 ms (r = 1.6 over T = 1.2, so
+// the limit falls by sqrt(1.2 / 1.6) a window, from 22 to 14.3), then
+// windows at 12 ms (r = 1.2, calm).
+bool drains_after_cut(bool rate_follows_limit) {
+  BalancePolicy::Params p = hand();
+  p.probe_interval_ms = 1e9;  // never on schedule
+  BalancePolicy b(Bounds{1, 1000, 20}, p);
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // baseline 10
+  b.update(saturated(b.limit(), 10, 2000));  // 2000/s at 20 in flight
+  for (int i = 0; i < 3; ++i) b.update(saturated(b.limit(), 16, rate_follows_limit ? 0 : 2000));
+  if (b.probing()) return true;
+  for (int i = 0; i < 3; ++i) {
+    b.update(saturated(b.limit(), 12, rate_follows_limit ? 0 : 2000));
+    if (b.probing()) return true;
+  }
+  return false;
+}
+
+TEST(BalancePolicy, DrainsOnceCalmWhenTheRateMoved) {
+  // The dependency got slower, no queue: the limit fell to 14.3 and the
+  // rate with it, 14.3 / 12 ms = 1190/s, 52% (in log) under the 2000/s
+  // of the last drain. Its latency may have moved as well: drain.
+  EXPECT_TRUE(drains_after_cut(true));
+}
+
+TEST(BalancePolicy, AQueueThatHoldsTheRateIsNoReasonToDrain) {
+  // The same latency from a queue: the dependency keeps serving 2000/s
+  // whatever the limit; cutting the limit is right, the baseline is.
+  EXPECT_FALSE(drains_after_cut(false));
 }
 
 TEST(BalancePolicy, TakesAMuchLowerLatencyAsTheBaselineAndDrainsSoon) {
@@ -241,13 +306,16 @@ TEST(BalancePolicy, RecoversFromASlowerDependencyAtTheNextDrain) {
   EXPECT_GT(b.limit(), after_drain);
 }
 
-TEST(BalancePolicy, ADrainThatSeesDropsBacksOff) {
+TEST(BalancePolicy, ADrainThatSeesDropsEndsWithoutRisingAgain) {
   BalancePolicy b(kBounds, hand());
   b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
-  for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
+  for (int i = 0; i < 5; ++i) b.update(used_window(11, 200));
   ASSERT_TRUE(b.probing());
-  // Backs off from the limit before the drain: floor(121.550625 * 0.9) = 109.
-  EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.ok = 50, .dropped = 50, .rtt_ms = 10, .max_inflight = 86})), 109);
+  ASSERT_DOUBLE_EQ(b.limit(), 90);
+  // Half the calls dropped: the drain ends; backing off from the limit
+  // before it would give floor(127.62815625 * 0.9) = 114, more than the
+  // drained 90, and a limit does not rise while calls drop.
+  EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.ok = 50, .dropped = 50, .rtt_ms = 10, .max_inflight = 90})), 90);
   EXPECT_FALSE(b.probing());
 }
 
