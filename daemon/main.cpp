@@ -5,6 +5,11 @@
 // then the tick loop; on exit the same in reverse. Signals are blocked and
 // taken synchronously with sigtimedwait() between ticks, so no handler runs
 // inside the loop: SIGTERM/SIGINT stop, SIGHUP reloads.
+//
+// systemd (Type=notify, systemd/bulkheadd.service): READY=1 after the first
+// tick, WATCHDOG=1 every tick, RELOADING=1 + MONOTONIC_USEC= then READY=1
+// around a reload, STOPPING=1 on the way out, STATUS= a one-line summary.
+// Without NOTIFY_SOCKET these are no-ops.
 #include <grp.h>
 #include <signal.h>
 #include <systemd/sd-daemon.h>
@@ -17,6 +22,7 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <string>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -133,6 +139,35 @@ void keep_process_lifetime_settings(const Config& running, Config& next) {
   keep("metrics_listen", next.daemon.metrics_listen, running.daemon.metrics_listen);
 }
 
+// The one line `systemctl status` shows: what the daemon publishes, and a
+// rejected reload until a good one replaces it.
+std::string status_line(const bulkhead::daemon::ControlLoop& loop, const Config& config,
+                        const shm::Header& header, const std::string& reload_problem) {
+  std::uint64_t inflight = 0;
+  const auto view = loop.view();
+  for (const auto& d : view) inflight += d.inflight;
+  std::string line = std::to_string(view.size()) + " dependencies, " + std::to_string(inflight) +
+                     " calls in flight on /dev/shm/" + config.daemon.segment + ", config generation " +
+                     std::to_string(header.config_generation.load(std::memory_order_relaxed));
+  if (!reload_problem.empty()) {
+    line += "; reload rejected: " + reload_problem.substr(0, reload_problem.find('\n'));
+  }
+  return line;
+}
+
+// WatchdogSec= must leave room for a few ticks: systemd kills a daemon
+// whose WATCHDOG=1 is late.
+void warn_if_watchdog_too_short(const Config& config) {
+  std::uint64_t watchdog_us = 0;
+  if (sd_watchdog_enabled(0, &watchdog_us) <= 0) return;
+  const auto tick_us = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(config.daemon.tick).count());
+  if (tick_us * 3 > watchdog_us) {
+    spdlog::warn("WatchdogSec= ({} ms) is less than three ticks ({} ms each): raise it",
+                 watchdog_us / 1000, tick_us / 1000);
+  }
+}
+
 int run(const Options& options) {
   Config config = load(options);
   set_log_level(config.daemon.log_level);
@@ -169,8 +204,11 @@ int run(const Options& options) {
   bulkhead::daemon::ControlLoop loop(segment, config, metrics.get());
   spdlog::info("bulkheadd {} on /dev/shm/{}: {} configured dependencies, tick {} ms", BULKHEAD_VERSION,
                config.daemon.segment, config.dependencies.size(), config.daemon.tick.count());
-  sd_notifyf(0, "READY=1\nSTATUS=publishing limits on /dev/shm/%s", config.daemon.segment.c_str());
+  warn_if_watchdog_too_short(config);
 
+  bool ready = false;
+  std::string reload_problem;  // the last rejected reload's reason, until one applies
+  std::uint64_t next_status_ns = 0;
   std::uint64_t next_tick = monotonic_ns();
   for (;;) {
     const std::uint64_t now = monotonic_ns();
@@ -178,7 +216,17 @@ int run(const Options& options) {
       loop.tick(now);
       const std::uint64_t spent = monotonic_ns() - now;
       if (metrics) metrics->observe_tick(static_cast<double>(spent) / 1e9);
-      sd_notify(0, "WATCHDOG=1");
+      // READY=1 once the segment carries the first tick's limits and
+      // heartbeat; then WATCHDOG=1 every tick, with a fresh STATUS= line at
+      // most once a second.
+      if (now >= next_status_ns) {
+        const std::string status = status_line(loop, config, header, reload_problem);
+        sd_notifyf(0, "%sWATCHDOG=1\nSTATUS=%s", ready ? "" : "READY=1\n", status.c_str());
+        ready = true;
+        next_status_ns = now + 1'000'000'000u;
+      } else {
+        sd_notify(0, "WATCHDOG=1");
+      }
       const auto tick_ns = static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(config.daemon.tick).count());
       next_tick += tick_ns;
@@ -194,7 +242,9 @@ int run(const Options& options) {
       break;
     }
     if (sig == SIGHUP) {
-      sd_notify(0, "RELOADING=1");
+      // systemd >= 253 wants the time the reload started with RELOADING=1.
+      sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading %s",
+                 static_cast<unsigned long long>(monotonic_ns() / 1000u), config.source.c_str());
       try {
         Config next = load(options);
         keep_process_lifetime_settings(config, next);
@@ -202,17 +252,19 @@ int run(const Options& options) {
         config = std::move(next);
         set_log_level(config.daemon.log_level);
         if (metrics) metrics->count_reload(true);
+        reload_problem.clear();
         spdlog::info("reloaded {} (generation {})", config.source,
                      header.config_generation.load(std::memory_order_relaxed));
       } catch (const std::exception& e) {
         if (metrics) metrics->count_reload(false);
+        reload_problem = e.what();
         spdlog::error("reload rejected, keeping the running config: {}", e.what());
       }
-      sd_notify(0, "READY=1");
+      sd_notifyf(0, "READY=1\nSTATUS=%s", status_line(loop, config, header, reload_problem).c_str());
     }
   }
 
-  sd_notify(0, "STOPPING=1");
+  sd_notify(0, "STOPPING=1\nSTATUS=stopping");
   header.daemon_pid.store(0, std::memory_order_relaxed);
   // The segment stays: clients keep the last limits, and the next daemon
   // adopts it.

@@ -1,6 +1,7 @@
-// Runs the real bulkheadd binary for a test: a config file of the test's
-// own, a unique segment, metrics on an ephemeral loopback port, its log in
-// a file; stopped (SIGTERM, then SIGKILL) when the test ends.
+// Runs the real bulkheadd binary (or another server, ChildProcess) for a
+// test: a config file of the test's own, a unique segment, metrics on an
+// ephemeral loopback port, its log in a file; stopped (SIGTERM, then
+// SIGKILL) when the test ends.
 #pragma once
 
 #include <fcntl.h>
@@ -67,22 +68,28 @@ inline RunResult run_command(const std::vector<std::string>& argv, const std::st
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_file(out)};
 }
 
-class DaemonProcess {
+// A child process of a test: argv run with the test's environment plus
+// `env` ("NAME=value"), stdout and stderr in `log_path`; stopped (SIGTERM,
+// then SIGKILL) when the object goes.
+class ChildProcess {
  public:
-  // Starts bulkheadd with `config_text` written to DIR/bulkhead.toml.
-  DaemonProcess(const std::string& binary, const std::string& dir, const std::string& config_text)
-      : dir_(dir), config_path_(dir + "/bulkhead.toml"), log_path_(dir + "/bulkheadd.log") {
-    write_file(config_path_, config_text);
+  ChildProcess(const std::vector<std::string>& argv, const std::string& log_path,
+               const std::vector<std::string>& env = {})
+      : log_path_(log_path) {
     pid_ = ::fork();
     if (pid_ == 0) {
       const int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
-      ::execl(binary.c_str(), binary.c_str(), "--config", config_path_.c_str(), nullptr);
+      for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
       std::_Exit(127);
     }
   }
-  ~DaemonProcess() {
+  ~ChildProcess() {
     if (pid_ > 0 && !exited_) {
       ::kill(pid_, SIGTERM);
       if (!wait_exit(std::chrono::seconds(5))) {
@@ -91,36 +98,25 @@ class DaemonProcess {
       }
     }
   }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
 
   pid_t pid() const { return pid_; }
-  const std::string& config_path() const { return config_path_; }
   std::string log() const { return read_file(log_path_); }
   void signal(int sig) const { ::kill(pid_, sig); }
 
-  // Attaches to the daemon's segment once it has published it with its pid
-  // and made a first tick. nullopt if that does not happen within `patience`.
-  std::optional<shm::Segment> wait_ready(const std::string& segment,
-                                         std::chrono::seconds patience = std::chrono::seconds(20)) {
-    const auto give_up = std::chrono::steady_clock::now() + patience;
-    while (std::chrono::steady_clock::now() < give_up && !exited_) {
-      try {
-        shm::Segment s = shm::Segment::attach(segment, shm::Access::kReadOnly);
-        if (s.header().daemon_pid.load() == pid_ && s.header().heartbeat.load() > 0) return s;
-      } catch (const shm::SegmentError&) {
-      }
-      poll_exit();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return std::nullopt;
-  }
-
-  // Waits for the daemon to exit; true and its exit code in exit_code().
+  // Waits for the child to exit; true and its exit code in exit_code().
   bool wait_exit(std::chrono::seconds patience) {
     const auto give_up = std::chrono::steady_clock::now() + patience;
     while (!exited_ && std::chrono::steady_clock::now() < give_up) {
       poll_exit();
       if (!exited_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    return exited_;
+  }
+  // True once the child has exited (reaps it).
+  bool exited() {
+    poll_exit();
     return exited_;
   }
   int exit_code() const { return exit_code_; }
@@ -134,10 +130,49 @@ class DaemonProcess {
     }
   }
 
-  std::string dir_, config_path_, log_path_;
+  std::string log_path_;
   pid_t pid_ = -1;
   bool exited_ = false;
   int exit_code_ = -1;
+};
+
+class DaemonProcess {
+ public:
+  // Starts bulkheadd with `config_text` written to DIR/bulkhead.toml and
+  // `env` ("NAME=value") added to its environment.
+  DaemonProcess(const std::string& binary, const std::string& dir, const std::string& config_text,
+                const std::vector<std::string>& env = {})
+      : config_path_((write_file(dir + "/bulkhead.toml", config_text), dir + "/bulkhead.toml")),
+        process_({binary, "--config", config_path_}, dir + "/bulkheadd.log", env) {}
+
+  pid_t pid() const { return process_.pid(); }
+  const std::string& config_path() const { return config_path_; }
+  std::string log() const { return process_.log(); }
+  void signal(int sig) const { process_.signal(sig); }
+
+  // Attaches to the daemon's segment once it has published it with its pid
+  // and made a first tick. nullopt if that does not happen within `patience`.
+  std::optional<shm::Segment> wait_ready(const std::string& segment,
+                                         std::chrono::seconds patience = std::chrono::seconds(20)) {
+    const auto give_up = std::chrono::steady_clock::now() + patience;
+    while (std::chrono::steady_clock::now() < give_up && !process_.exited()) {
+      try {
+        shm::Segment s = shm::Segment::attach(segment, shm::Access::kReadOnly);
+        if (s.header().daemon_pid.load() == pid() && s.header().heartbeat.load() > 0) return s;
+      } catch (const shm::SegmentError&) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::nullopt;
+  }
+
+  // Waits for the daemon to exit; true and its exit code in exit_code().
+  bool wait_exit(std::chrono::seconds patience) { return process_.wait_exit(patience); }
+  int exit_code() const { return process_.exit_code(); }
+
+ private:
+  std::string config_path_;
+  ChildProcess process_;
 };
 
 // GET http://127.0.0.1:PORT/PATH; the whole response, headers included.
