@@ -66,6 +66,10 @@ void ControlLoop::apply(const Config& config) {
       spdlog::info("dependency {}: policy {}, continuing from limit {}", d.name,
                    d.controller->settings().policy, d.controller->limit());
     }
+    if (metrics_ != nullptr) {
+      const auto& bounds = d.controller->settings().bounds;
+      metrics_->set_limit_bounds(d.name, bounds.min, bounds.max);
+    }
     publish_limit(d);
     // Relaxed: lone flags, read by clients on their way to a rejection.
     segment_.dependency(index).control.flags.store(flags_for(d.name), std::memory_order_relaxed);
@@ -86,7 +90,10 @@ void ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   const DependencyConfig settings = config_.effective(d.name);
   d.controller = std::make_unique<control::Controller>(
       settings, slot.control.limit.load(std::memory_order_relaxed), now_ns);
-  if (metrics_ != nullptr) d.metrics = &metrics_->dependency(d.name);
+  if (metrics_ != nullptr) {
+    d.metrics = &metrics_->dependency(d.name);
+    metrics_->set_limit_bounds(d.name, settings.bounds.min, settings.bounds.max);
+  }
   spdlog::info("dependency {}: policy {}, limit {} in [{}, {}]", d.name, settings.policy,
                d.controller->limit(), settings.bounds.min, settings.bounds.max);
   publish_limit(d);

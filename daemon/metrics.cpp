@@ -52,6 +52,14 @@ Metrics::Metrics(const std::string& listen)
                   .Help("Calls over the limit that shadow mode (enforce = false) admitted: "
                         "the rejections enforcing would have made.")
                   .Register(*registry_)),
+      min_limit_(prometheus::BuildGauge()
+                     .Name("bulkhead_min_limit")
+                     .Help("Lowest limit the config allows the dependency (min_limit), in calls.")
+                     .Register(*registry_)),
+      max_limit_(prometheus::BuildGauge()
+                     .Name("bulkhead_max_limit")
+                     .Help("Highest limit the config allows the dependency (max_limit), in calls.")
+                     .Register(*registry_)),
       tick_seconds_(tick_.Add({}, prometheus::Histogram::BucketBoundaries{
                                       0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05})),
       reloads_ok_(reloads_.Add({{"result", "applied"}})),
@@ -110,6 +118,11 @@ void Metrics::count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).Incre
 
 void Metrics::count_reclaimed(const std::string& dependency, std::uint64_t permits) {
   reclaimed_.Add({{"dependency", dependency}}).Increment(static_cast<double>(permits));
+}
+
+void Metrics::set_limit_bounds(const std::string& dependency, double min_limit, double max_limit) {
+  min_limit_.Add({{"dependency", dependency}}).Set(min_limit);
+  max_limit_.Add({{"dependency", dependency}}).Set(max_limit);
 }
 
 }  // namespace bulkhead::daemon

@@ -53,6 +53,9 @@ class Metrics {
   void observe_tick(double seconds);
   void count_reload(bool ok);
   void count_reclaimed(const std::string& dependency, std::uint64_t permits);
+  // The [min_limit, max_limit] the config gives the dependency: alerts
+  // compare the limit with them (pinned at the minimum).
+  void set_limit_bounds(const std::string& dependency, double min_limit, double max_limit);
 
  private:
   // Created before the exposer and destroyed after it (see ECOSYSTEM.md).
@@ -65,6 +68,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& reloads_;
   prometheus::Family<prometheus::Counter>& reclaimed_;
   prometheus::Family<prometheus::Counter>& shadow_;
+  prometheus::Family<prometheus::Gauge>& min_limit_;
+  prometheus::Family<prometheus::Gauge>& max_limit_;
   prometheus::Histogram& tick_seconds_;
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_failed_;

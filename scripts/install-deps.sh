@@ -10,19 +10,45 @@ packages=(
   systemd procps  # tests/systemd: systemd-analyze, systemd-sysusers, and the unit's /bin/kill
 )
 
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  sudo=(sudo)
+fi
+need_root() {
+  [ ${#sudo[@]} -eq 0 ] || command -v sudo >/dev/null ||
+    { echo "install-deps: need root or sudo to $*" >&2; exit 1; }
+}
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  need_root "install ${missing[*]}"
+  "${sudo[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-sudo=()
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install ${missing[*]}" >&2; exit 1; }
-  sudo=(sudo)
+# Prometheus' own promtool and prometheus, for tests/prometheus: only the two
+# static binaries of Debian's prometheus package (the package with its
+# recommends is 332 MB), extracted into $BULKHEAD_TOOLS_DIR/bin, by default
+# .deps/bin in the checkout (cmake -DBULKHEAD_PROMETHEUS_DIR=... elsewhere).
+root=$(cd "$(dirname "$0")/.." && pwd)
+tools=${BULKHEAD_TOOLS_DIR:-$root/.deps}
+if [ -x "$tools/bin/promtool" ] && [ -x "$tools/bin/prometheus" ]; then
+  exit 0
 fi
-"${sudo[@]}" apt-get update -q
-DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "install-deps: extracting promtool and prometheus from Debian's prometheus package into $tools/bin"
+download=$(mktemp -d)
+trap 'rm -rf "$download"' EXIT
+if ! (cd "$download" && apt-get download -q prometheus >/dev/null 2>&1); then
+  need_root "update apt's package lists"
+  "${sudo[@]}" apt-get update -q
+  (cd "$download" && apt-get download -q prometheus)
+fi
+dpkg-deb --fsys-tarfile "$download"/prometheus_*.deb |
+  tar -x -C "$download" ./usr/bin/promtool ./usr/bin/prometheus
+mkdir -p "$tools/bin"
+mv "$download/usr/bin/promtool" "$download/usr/bin/prometheus" "$tools/bin/"
+"$tools/bin/promtool" --version 2>&1 | sed -n 1p
