@@ -216,5 +216,19 @@ TEST_F(SystemdNotify, StartReloadBrokenReloadStopInOrder) {
   for (const auto& n : notify_.received()) EXPECT_EQ(n.sender, daemon.pid());
 }
 
+TEST_F(SystemdNotify, WarnsWhenWatchdogSecLeavesRoomForFewerThanThreeTicks) {
+  // 20 ms ticks under a 50 ms watchdog: one late tick and systemd kills it.
+  testing::DaemonProcess daemon(BULKHEADD_PATH, dir_, config(), {notify_.env(), "WATCHDOG_USEC=50000"});
+  ASSERT_TRUE(notify_.wait_for(with("READY=1"))) << daemon.log();
+  EXPECT_NE(daemon.log().find("WatchdogSec= (50 ms) is less than three ticks (20 ms each)"), std::string::npos)
+      << daemon.log();
+}
+
+TEST_F(SystemdNotify, NoWarningUnderTheUnitsWatchdogSec) {
+  testing::DaemonProcess daemon(BULKHEADD_PATH, dir_, config(), {notify_.env(), "WATCHDOG_USEC=10000000"});
+  ASSERT_TRUE(notify_.wait_for(with("READY=1"))) << daemon.log();
+  EXPECT_EQ(daemon.log().find("WatchdogSec="), std::string::npos) << daemon.log();
+}
+
 }  // namespace
 }  // namespace bulkhead
