@@ -31,7 +31,7 @@ $out"
 
 echo "== systemd-analyze security"
 security=$(systemd-analyze security --offline=yes "$unit" 2>&1) || true
-echo "$security" | grep -E '^✗|Overall'
+echo "$security" | grep -E '^(✗|-) |Overall' || true  # ✗ in UTF-8, - in ASCII
 score=$(echo "$security" | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
 [ -n "$score" ] || fail "no exposure level in systemd-analyze security's output:
 $security"
