@@ -48,6 +48,9 @@ constexpr double kRateDrift = 0.35;
 // The time with the limit in use, in milliseconds, until the next drain
 // after one that found it had started above the knee.
 constexpr double kSoonDrainMs = 2000;
+// Samples a baseline must rest on before a limit in use trusts it without
+// a drain.
+constexpr double kTrustedSamples = 200;
 
 }  // namespace
 
@@ -74,6 +77,7 @@ double BalancePolicy::update(const Window& w) {
     if (baseline_ns_ == 0) {
       baseline_ns_ = latency_ns_ = p50;
       base_mean_ns_ = w.rtt_mean_ns();
+      baseline_samples_ = n;
       // A first window that the limit already bound may be queued (callers
       // were waiting before the daemon knew the dependency): drain at once
       // to measure the real baseline.
@@ -115,9 +119,18 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   // While the limit is used only a drain moves the baseline: following
   // the latency down there would make it a minimum of noise, biased low,
   // and the limit would shrink to nothing.
+  // Until it rests on kTrustedSamples samples, the baseline is their
+  // plain average (light traffic gives windows of one or two calls).
   if (!used) {
-    baseline_ns_ += params_.baseline_follow * weight * (p50 - baseline_ns_);
-    base_mean_ns_ += params_.baseline_follow * weight * (w.rtt_mean_ns() - base_mean_ns_);
+    const double follow = baseline_samples_ < kTrustedSamples ? n / (baseline_samples_ + n)
+                                                               : params_.baseline_follow * weight;
+    baseline_ns_ += follow * (p50 - baseline_ns_);
+    base_mean_ns_ += follow * (w.rtt_mean_ns() - base_mean_ns_);
+    baseline_samples_ += n;
+  } else if (baseline_samples_ < kTrustedSamples) {
+    // The limit binds, and the baseline rests on a handful of calls from a
+    // quiet time (or on a first window that may be queued): measure it.
+    since_probe_ns_ = std::max(since_probe_ns_, params_.probe_interval_ms * 1e6);
   }
 
   // Latency far under the baseline is no noise of a smoothed p50: the
@@ -175,6 +188,9 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     // Long enough for calls admitted before the drain to finish.
     probe_needed_ns_ = 2 * latency_ns_;
     limit_before_probe_ = limit_;
+    // Cut for latency that may not have been a queue: if the drain finds
+    // the baseline itself rose past the target, the cuts were for nothing.
+    limit_before_cuts_ = stuck ? std::max(limit_, limit_over_target_) : limit_;
     latency_before_probe_ = latency_ns_;
     limit_in_force_ = w.limit > 0 ? w.limit : limit_;
     // Below the knee: at the target the limit is T x W, so L / T is W;
@@ -221,10 +237,17 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     if (limit_fell > 0 && latency_fell > kKneeElasticity * limit_fell) {
       since_probe_ns_ = std::max(0.0, params_.probe_interval_ms - kSoonDrainMs) * 1e6;
     }
+    // The dependency got slower, not busier (the baseline rose past the
+    // target): the limit before the cuts that latency caused still fits
+    // what it serves at once.
+    const bool slower = measured > (1 + params_.tolerance) * baseline_ns_;
     baseline_ns_ = latency_ns_ = drained_ns_ = measured;
     base_mean_ns_ = probe_mean_sum_ / probe_samples_;
+    baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);
+    limit_ = slower ? limit_before_cuts_ : limit_before_probe_;
+  } else {
+    limit_ = limit_before_probe_;
   }
-  limit_ = limit_before_probe_;
   drained_rate_ = 0;
   return limit_;
 }

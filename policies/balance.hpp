@@ -60,7 +60,10 @@
 // while the limit is unused, latency drifted over T times the last drained
 // baseline (callers queue the dependency by themselves below the limit);
 // and again soon when a drain found latency fell by more than the target
-// queue explains (it started above the knee). A window whose completions
+// queue explains (it started above the knee). A drain that finds the
+// baseline rose past the target (the dependency got slower, not busier)
+// restores the limit from before the cuts that latency caused, since the
+// dependency still serves as many calls at once. A window whose completions
 // are five Poisson deviations off the smoothed rate (the capacity changed)
 // restarts the rate. A drain costs about 15% of the
 // admissions of three windows, and pins the one host-wide limit: every
@@ -96,13 +99,13 @@ class BalancePolicy : public Policy {
     // Factor applied to the limit on overload drops; [0.5, 1). As AIMD.
     double backoff = 0.9;
     // Largest relative increase per window, with no queue; (0, 1].
-    double growth = 0.2;
+    double growth = 0.3;
     // Weight of each window's p50 in the baseline while the limit is not
     // used; [0, 1].
     double baseline_follow = 0.2;
     // Samples it takes for a window's p50 to move the smoothed latency
     // halfway; >= 0 (0: no smoothing).
-    double latency_samples = 200;
+    double latency_samples = 50;
     // Time between scheduled drains, in milliseconds of window time with
     // the limit in use; >= 0, 0: never (nor any early drain).
     double probe_interval_ms = 30000;
@@ -150,10 +153,12 @@ class BalancePolicy : public Policy {
   double probe_p50_sum_ = 0;   // sample-weighted, over probe windows after the first
   double probe_samples_ = 0;
   double limit_before_probe_ = 0;
+  double limit_before_cuts_ = 0;  // to restore if the drain finds a slower dependency
   double probe_mean_sum_ = 0;  // latency sum over the same windows
   double base_mean_ns_ = 0;    // the no-load mean latency, beside the p50
   double rate_ = 0;            // completions per ns while the limit is used
   double drained_rate_ = 0;    // rate_ when the last drain ended
+  double baseline_samples_ = 0;  // samples the baseline rests on (a drain counts as enough)
 };
 
 }  // namespace bulkhead::policies
