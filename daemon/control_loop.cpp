@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "shm/names.hpp"
 
 namespace bulkhead::daemon {
 
@@ -56,11 +57,9 @@ void ControlLoop::apply(const Config& config) {
   const std::uint64_t generation = h.config_generation.load(std::memory_order_relaxed) + 1;
   h.config_generation.store(generation, std::memory_order_relaxed);
 
-  for (const DependencyConfig& dc : config_.dependencies) {
-    const auto claim = shm::find_or_claim_dependency(
-        segment_, dc.name, static_cast<std::uint32_t>(dc.bounds.initial), flags_for(dc.name));
-    segment_.dependency(claim.index).control.flags.store(flags_for(dc.name), std::memory_order_relaxed);
-  }
+  unclaimed_.clear();
+  for (const DependencyConfig& dc : config_.dependencies) unclaimed_.push_back(dc.name);
+  claim_configured();
   for (auto& [index, d] : dependencies_) {
     if (d.controller->reconfigure(config_.effective(d.name))) {
       spdlog::info("dependency {}: policy {}, continuing from limit {}", d.name,
@@ -77,12 +76,38 @@ void ControlLoop::apply(const Config& config) {
   }
 }
 
-void ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
+void ControlLoop::claim_configured() {
+  // Configured names get their slots now, so that clients find them with
+  // their flags. A claim can fail through no fault of the config: a client
+  // is claiming the name this instant (or died doing it, or wrote junk),
+  // or clients filled the table. The daemon never waits on a client: it
+  // tries again next tick, after adopt_new_slots() abandoned a stuck claim.
+  std::erase_if(unclaimed_, [&](const std::string& name) {
+    try {
+      const auto claim = shm::find_or_claim_dependency(
+          segment_, name, static_cast<std::uint32_t>(config_.effective(name).bounds.initial),
+          flags_for(name), std::chrono::milliseconds(0));
+      segment_.dependency(claim.index).control.flags.store(flags_for(name), std::memory_order_relaxed);
+      return true;
+    } catch (const shm::SegmentError& e) {
+      spdlog::warn("dependency {}: no slot yet ({}); trying again next tick", name, e.what());
+      return false;
+    }
+  });
+}
+
+bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   shm::DependencySlot& slot = segment_.dependency(index);
   Dependency d;
   d.index = index;
   d.name.assign(slot.identity.name, std::min<std::uint32_t>(slot.identity.name_length,
                                                             shm::kMaxNameLength));
+  // The name is a client's to write: one no client library would claim is
+  // junk, kept out of the logs, the metrics and the control loop.
+  if (d.name.size() != slot.identity.name_length || shm::check_dependency_name(d.name) != nullptr) {
+    spdlog::warn("dependency slot {}: ready, but its name is not a valid one; ignored", index);
+    return false;
+  }
   // Start counting from now: an adopted segment's history is not a window.
   d.last = shm::read_counters(segment_, index);
   // Continue from the limit in force (set by a client's claim, the config,
@@ -101,6 +126,7 @@ void ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   slot.control.generation.store(segment_.header().config_generation.load(std::memory_order_relaxed),
                                 std::memory_order_relaxed);
   dependencies_.emplace(index, std::move(d));
+  return true;
 }
 
 std::uint32_t ControlLoop::flags_for(std::string_view name) const {
@@ -111,7 +137,7 @@ std::uint32_t ControlLoop::flags_for(std::string_view name) const {
 }
 
 void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
-  const std::uint32_t capacity = segment_.header().max_dependencies;
+  const std::uint32_t capacity = segment_.capacities().max_dependencies;
   const std::uint64_t patience = abandon_after_ticks(config_);
   for (std::uint32_t i = 0; i < capacity; ++i) {
     if (dependencies_.contains(i)) continue;
@@ -121,7 +147,11 @@ void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
     const auto state = t & 0xff;
     if (state == shm::kSlotReady) {
       claiming_since_.erase(i);
-      track(i, now_ns);
+      if (ignored_.contains(i)) continue;
+      if (!track(i, now_ns)) {
+        ignored_.insert(i);
+        continue;
+      }
       spdlog::info("dependency {}: new slot {}", dependencies_.at(i).name, i);
     } else if (state == shm::kSlotClaiming) {
       auto [it, fresh] = claiming_since_.try_emplace(i, heartbeat_);
@@ -136,6 +166,7 @@ void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
 }
 
 void ControlLoop::tick(std::uint64_t now_ns) {
+  if (!unclaimed_.empty()) claim_configured();
   adopt_new_slots(now_ns);
   for (auto& [index, d] : dependencies_) update(d, now_ns);
   reclaim_dead_processes();
@@ -179,8 +210,8 @@ void ControlLoop::publish_limit(const Dependency& d) {
 }
 
 void ControlLoop::reclaim_dead_processes() {
-  const std::uint32_t processes = segment_.header().max_processes;
-  const std::uint32_t capacity = segment_.header().max_dependencies;
+  const std::uint32_t processes = segment_.capacities().max_processes;
+  const std::uint32_t capacity = segment_.capacities().max_dependencies;
   const std::uint64_t patience = abandon_after_ticks(config_);
   for (std::uint32_t p = 0; p < processes; ++p) {
     shm::ProcessIdentity& id = segment_.process(p).identity;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,9 @@ class ControlLoop {
   };
 
   void adopt_new_slots(std::uint64_t now_ns);
-  void track(std::uint32_t index, std::uint64_t now_ns);
+  void claim_configured();
+  // Adopts a ready slot; false (and nothing adopted) when its name is junk.
+  bool track(std::uint32_t index, std::uint64_t now_ns);
   void update(Dependency& d, std::uint64_t now_ns);
   void reclaim_dead_processes();
   void publish_limit(const Dependency& d);
@@ -82,6 +85,8 @@ class ControlLoop {
   std::map<std::uint32_t, Dependency> dependencies_;  // by slot index
   // Slots seen mid-claim, with the heartbeat at which they were first seen.
   std::map<std::uint32_t, std::uint64_t> claiming_since_;
+  std::vector<std::string> unclaimed_;  // configured names without a slot yet
+  std::set<std::uint32_t> ignored_;     // ready slots with junk names
   std::map<std::uint32_t, std::uint64_t> process_claiming_since_;
   std::uint64_t heartbeat_ = 0;
   std::uint64_t permits_reclaimed_ = 0;

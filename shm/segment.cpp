@@ -97,11 +97,13 @@ std::string validate_segment(const void* base, std::uint64_t size, int* code) {
   return {};
 }
 
-Segment::Segment(std::string name, std::unique_ptr<Mapping> mapping)
+Segment::Segment(std::string name, std::unique_ptr<Mapping> mapping, const Capacities& capacities)
     : name_(std::move(name)),
       mapping_(std::move(mapping)),
       base_(static_cast<char*>(mapping_->region.get_address())),
-      size_(mapping_->region.get_size()) {}
+      size_(mapping_->region.get_size()),
+      capacities_(capacities),
+      layout_(segment_layout(capacities)) {}
 
 Segment::Segment(Segment&&) noexcept = default;
 Segment& Segment::operator=(Segment&&) noexcept = default;
@@ -148,7 +150,7 @@ Segment Segment::create(const std::string& name, const CreateOptions& options) {
     throw;
   }
 
-  Segment segment(name, std::move(mapping));
+  Segment segment(name, std::move(mapping), c);
   // A new object reads as zeros: every slot is free, every counter 0.
   Header& h = segment.header();
   h.abi_major = kAbiMajor;
@@ -202,22 +204,19 @@ Segment Segment::attach(const std::string& name, Access access) {
   const std::string why = validate_segment(mapping->region.get_address(),
                                            mapping->region.get_size(), &code);
   if (!why.empty()) throw SegmentError(code, describe(name) + ": refused: " + why);
-  return Segment(name, std::move(mapping));
+  // Read once, just validated; from now on only these are trusted.
+  const auto& h = *static_cast<const Header*>(mapping->region.get_address());
+  const Capacities capacities{h.max_dependencies, h.max_processes, h.stats_stripes};
+  return Segment(name, std::move(mapping), capacities);
 }
 
 bool Segment::remove(const std::string& name) {
   return bip::shared_memory_object::remove(name.c_str());
 }
 
-Capacities Segment::capacities() const {
-  const Header& h = header();
-  return {h.max_dependencies, h.max_processes, h.stats_stripes};
-}
-
 DependencySlot& Segment::dependency(std::uint32_t index) const {
-  const Header& h = header();
-  return *reinterpret_cast<DependencySlot*>(base_ + h.dependency_table_offset +
-                                            std::uint64_t{index} * h.dependency_slot_size);
+  return *reinterpret_cast<DependencySlot*>(base_ + layout_.dependency_table_offset +
+                                            std::uint64_t{index} * layout_.dependency_slot_size);
 }
 
 StatsStripe& Segment::stripe(std::uint32_t dependency_index, std::uint32_t stripe) const {
@@ -226,9 +225,8 @@ StatsStripe& Segment::stripe(std::uint32_t dependency_index, std::uint32_t strip
 }
 
 ProcessSlot& Segment::process(std::uint32_t index) const {
-  const Header& h = header();
-  return *reinterpret_cast<ProcessSlot*>(base_ + h.process_table_offset +
-                                         std::uint64_t{index} * h.process_slot_size);
+  return *reinterpret_cast<ProcessSlot*>(base_ + layout_.process_table_offset +
+                                         std::uint64_t{index} * layout_.process_slot_size);
 }
 
 std::atomic<std::uint32_t>& Segment::held(std::uint32_t process_index,
@@ -263,7 +261,7 @@ std::uint64_t dependency_name_hash(std::string_view name) {
 
 std::optional<std::uint32_t> find_dependency(const Segment& segment, std::string_view name) {
   const std::uint64_t hash = dependency_name_hash(name);
-  const std::uint32_t capacity = segment.header().max_dependencies;
+  const std::uint32_t capacity = segment.capacities().max_dependencies;
   for (std::uint32_t probe = 0; probe < capacity; ++probe) {
     const std::uint32_t index = static_cast<std::uint32_t>((hash + probe) % capacity);
     const DependencyIdentity& id = segment.dependency(index).identity;
@@ -278,13 +276,14 @@ std::optional<std::uint32_t> find_dependency(const Segment& segment, std::string
 }
 
 ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
-                                     std::uint32_t initial_limit, std::uint32_t flags) {
+                                     std::uint32_t initial_limit, std::uint32_t flags,
+                                     std::chrono::milliseconds patience) {
   if (const char* why = check_dependency_name(name)) {
     throw SegmentError(EINVAL, "dependency name '" + std::string(name) + "' " + why);
   }
   const std::uint64_t hash = dependency_name_hash(name);
-  const std::uint32_t capacity = segment.header().max_dependencies;
-  const auto give_up_at = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  const std::uint32_t capacity = segment.capacities().max_dependencies;
+  const auto give_up_at = std::chrono::steady_clock::now() + patience;
   for (std::uint32_t probe = 0; probe < capacity; ++probe) {
     const std::uint32_t index = static_cast<std::uint32_t>((hash + probe) % capacity);
     DependencySlot& slot = segment.dependency(index);
@@ -312,7 +311,7 @@ ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
         }
         // The daemon took our claim for a dead one and abandoned the slot
         // (we were descheduled for over a second). Start again.
-        return find_or_claim_dependency(segment, name, initial_limit, flags);
+        return find_or_claim_dependency(segment, name, initial_limit, flags, patience);
       }
       if (state == kSlotReady) {
         if ((tag >> 8) == hash && holds_name(id, name)) return {index, false};
@@ -320,7 +319,7 @@ ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
       }
       if (state == kSlotClaiming && (tag >> 8) == hash) {
         // Probably the same name, claimed by another process this instant.
-        if (std::chrono::steady_clock::now() > give_up_at) {
+        if (std::chrono::steady_clock::now() >= give_up_at) {
           throw SegmentError(EAGAIN, "dependency '" + std::string(name) +
                                          "': another process's claim of its slot did not finish");
         }
@@ -365,7 +364,7 @@ std::optional<std::uint64_t> process_start_time(pid_t pid) {
 std::uint32_t claim_process_slot(Segment& segment) {
   const pid_t pid = ::getpid();
   const auto start = process_start_time(pid);
-  const std::uint32_t capacity = segment.header().max_processes;
+  const std::uint32_t capacity = segment.capacities().max_processes;
   for (std::uint32_t i = 0; i < capacity; ++i) {
     ProcessIdentity& id = segment.process(i).identity;
     std::uint32_t state = id.state.load(std::memory_order_relaxed);

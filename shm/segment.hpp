@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -64,7 +65,11 @@ class Segment {
   const std::string& name() const { return name_; }
   std::uint64_t size() const { return size_; }
   Header& header() const { return *reinterpret_cast<Header*>(base_); }
-  Capacities capacities() const;
+  // The capacities and layout as validated when the segment was created or
+  // attached. Every address below comes from these, never from the header
+  // again: any process in the group can write the header, and a layout
+  // field changed after validation must not move the tables.
+  Capacities capacities() const { return capacities_; }
 
   DependencySlot& dependency(std::uint32_t index) const;
   StatsStripe& stripe(std::uint32_t dependency, std::uint32_t stripe) const;
@@ -74,17 +79,19 @@ class Segment {
 
   // The stripe a process slot writes its statistics to.
   std::uint32_t stripe_of_process(std::uint32_t process) const {
-    return process % header().stats_stripes;
+    return process % capacities_.stats_stripes;
   }
 
  private:
   struct Mapping;
-  Segment(std::string name, std::unique_ptr<Mapping> mapping);
+  Segment(std::string name, std::unique_ptr<Mapping> mapping, const Capacities& capacities);
 
   std::string name_;
   std::unique_ptr<Mapping> mapping_;
   char* base_ = nullptr;
   std::uint64_t size_ = 0;
+  Capacities capacities_;
+  Layout layout_;
 };
 
 // --- The dependency table ------------------------------------------------
@@ -109,9 +116,11 @@ struct ClaimResult {
 // The slot of `name`, claiming and filling a free one (limit `initial_limit`,
 // flags `flags`) when it has none. Throws SegmentError: ENOSPC when the table
 // is full, EAGAIN when another process's claim of the same name has not
-// finished within a second, EINVAL for an invalid name.
+// finished within `patience` (the daemon passes 0: it never waits on a
+// client), EINVAL for an invalid name.
 ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
-                                     std::uint32_t initial_limit, std::uint32_t flags);
+                                     std::uint32_t initial_limit, std::uint32_t flags,
+                                     std::chrono::milliseconds patience = std::chrono::seconds(1));
 
 // --- The process table ---------------------------------------------------
 

@@ -18,7 +18,7 @@ DependencyCounters DependencyCounters::since(const DependencyCounters& earlier) 
 
 DependencyCounters read_counters(const Segment& segment, std::uint32_t index) {
   DependencyCounters c;
-  const std::uint32_t stripes = segment.header().stats_stripes;
+  const std::uint32_t stripes = segment.capacities().stats_stripes;
   // Relaxed throughout: each counter is read on its own and only its value
   // matters; no other memory is published through them.
   for (std::uint32_t s = 0; s < stripes; ++s) {
@@ -38,7 +38,7 @@ DependencyCounters read_counters(const Segment& segment, std::uint32_t index) {
 
 WindowExtremes take_window_extremes(Segment& segment, std::uint32_t index) {
   WindowExtremes w;
-  const std::uint32_t stripes = segment.header().stats_stripes;
+  const std::uint32_t stripes = segment.capacities().stats_stripes;
   for (std::uint32_t s = 0; s < stripes; ++s) {
     StatsStripe& st = segment.stripe(index, s);
     w.rtt_min_ns = std::min(w.rtt_min_ns, st.rtt_min_ns.exchange(UINT64_MAX, std::memory_order_relaxed));

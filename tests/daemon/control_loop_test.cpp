@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 
 #include "bulkhead/client.hpp"
@@ -22,11 +23,14 @@ constexpr std::uint64_t kTickNs = 100'000'000;  // 100 ms, the default tick
 
 class ControlLoopTest : public ::testing::Test {
  protected:
-  void start(const std::string& toml) {
+  // `before` runs on the new segment before the loop starts on it: what
+  // clients did (or left behind) before the daemon came.
+  void start(const std::string& toml, const std::function<void(shm::Segment&)>& before = {}) {
     config_ = parse_config("[daemon]\nsegment = \"" + name_.str() +
                                "\"\nmax_dependencies = 16\nmax_processes = 8\nstats_stripes = 2\n" + toml,
                            "test.toml");
     segment_.emplace(shm::Segment::create(name_, testing::small_segment(16, 8, 2)));
+    if (before) before(*segment_);
     loop_.emplace(*segment_, config_, nullptr);
     client_.emplace(name_.str());
   }
@@ -254,6 +258,52 @@ TEST_F(ControlLoopTest, StuckClaimsAreAbandoned) {
   tag.store((hash << 8) | shm::kSlotClaiming);
   advance_ticks(25);  // over 2 s of 100 ms ticks
   EXPECT_EQ(tag.load() & 0xff, shm::kSlotAbandoned);
+}
+
+TEST_F(ControlLoopTest, AConfiguredNameAClientLeftHalfClaimedGetsItsSlotOnceAbandoned) {
+  // A client died (or a hostile one lied) in the middle of claiming
+  // "payments": its slot reads "claiming" under the name's hash. The daemon
+  // neither fails to start nor waits on it ...
+  const std::uint64_t hash = shm::dependency_name_hash("payments");
+  const std::uint32_t home = static_cast<std::uint32_t>(hash % 16);
+  start("[dependency.payments]\npolicy = \"fixed\"\ninitial_limit = 7\n", [&](shm::Segment& s) {
+    s.dependency(home).identity.tag.store((hash << 8) | shm::kSlotClaiming);
+  });
+  EXPECT_FALSE(shm::find_dependency(*segment_, "payments"));
+  // ... it abandons the stuck claim (over 2 s of ticks) and then claims
+  // the name at the next slot of its probe sequence, limit and flags set.
+  advance_ticks(26);
+  const auto index = shm::find_dependency(*segment_, "payments");
+  ASSERT_TRUE(index);
+  EXPECT_NE(*index, home);
+  EXPECT_EQ(segment_->dependency(*index).control.limit.load(), 7u);
+  EXPECT_EQ(segment_->dependency(*index).control.flags.load() & shm::kDependencyConfigured,
+            shm::kDependencyConfigured);
+  EXPECT_EQ(view_of("payments").limit, 7u);
+}
+
+TEST_F(ControlLoopTest, AConfiguredNameWaitsWhenClientsFilledTheTable) {
+  start("[dependency.payments]\npolicy = \"fixed\"\n", [](shm::Segment& s) {
+    for (int i = 0; i < 16; ++i) shm::find_or_claim_dependency(s, "filler-" + std::to_string(i), 1, 0);
+  });
+  advance_ticks(3);  // no slot, no exception: the daemon keeps running
+  EXPECT_FALSE(shm::find_dependency(*segment_, "payments"));
+  EXPECT_EQ(loop_->view().size(), 16u);
+}
+
+TEST_F(ControlLoopTest, ASlotWhoseNameIsJunkIsIgnored) {
+  start("");
+  const auto a = shm::find_or_claim_dependency(*segment_, "slash", 5, 0);
+  const auto b = shm::find_or_claim_dependency(*segment_, "long", 5, 0);
+  const auto c = shm::find_or_claim_dependency(*segment_, "fine", 5, 0);
+  // Slots are any client's to write: a name no library would claim.
+  segment_->dependency(a.index).identity.name[1] = '/';
+  segment_->dependency(b.index).identity.name_length = 200;
+  advance_ticks(2);
+  std::vector<std::string> names;
+  for (const auto& v : loop_->view()) names.push_back(v.name);
+  EXPECT_EQ(names, std::vector<std::string>{"fine"});
+  (void)c;
 }
 
 TEST_F(ControlLoopTest, HeartbeatAdvancesEveryTick) {

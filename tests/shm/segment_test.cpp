@@ -120,6 +120,34 @@ TEST(Segment, AbsurdCapacitiesAreRefused) {
   EXPECT_EQ(attach_error(name), EBADMSG);
 }
 
+TEST(Segment, AddressesComeFromTheValidatedLayoutNotTheHeaderAfterIt) {
+  TempSegmentName name;
+  Segment creator = Segment::create(name, small_segment());
+  Segment s = Segment::attach(name, Access::kReadWrite);
+  const auto* dependency = &s.dependency(1);
+  const auto* process = &s.process(1);
+  const auto* stripe = &s.stripe(1, 1);
+  const auto* held = &s.held(1, 1);
+  const Capacities before = s.capacities();
+  // Any process in the group can write the header: scribbling over the
+  // layout fields after the attach must not move a table or a capacity.
+  s.header().dependency_table_offset = 0x3e3e3e3e3e3e3e3eull;
+  s.header().process_table_offset = 7;
+  s.header().dependency_slot_size = 1;
+  s.header().process_slot_size = 0;
+  s.header().max_dependencies = 1u << 30;
+  s.header().stats_stripes = 0;
+  EXPECT_EQ(&s.dependency(1), dependency);
+  EXPECT_EQ(&s.process(1), process);
+  EXPECT_EQ(&s.stripe(1, 1), stripe);
+  EXPECT_EQ(&s.held(1, 1), held);
+  EXPECT_EQ(s.capacities().max_dependencies, before.max_dependencies);
+  EXPECT_EQ(s.capacities().stats_stripes, before.stats_stripes);
+  EXPECT_EQ(s.stripe_of_process(5), 5 % before.stats_stripes);
+  // A new attach validates again, and refuses what it now finds.
+  EXPECT_NE(attach_error(name), 0);
+}
+
 TEST(Segment, TruncatedSegmentIsRefused) {
   TempSegmentName name;
   {
