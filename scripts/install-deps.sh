@@ -7,6 +7,7 @@ packages=(
   cmake ninja-build pkg-config g++ make
   libboost-dev prometheus-cpp-dev libtomlplusplus-dev libspdlog-dev libfmt-dev
   libgtest-dev libbenchmark-dev libsystemd-dev libcli11-dev gnuplot-nox
+  clang  # tests/fuzz: libFuzzer (scripts/fuzz.sh)
   systemd procps  # tests/systemd: systemd-analyze, systemd-sysusers, and the unit's /bin/kill
 )
 

@@ -4,7 +4,8 @@
 #
 #   scripts/test.sh               the suite, once
 #   scripts/test.sh --sanitizers  the suite three times: as above, then built
-#                                 with ASan+UBSan, then with TSan (what .ci/run does)
+#                                 with ASan+UBSan, then with TSan; then the
+#                                 libFuzzer harnesses, 30 s each (what .ci/run does)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 sanitizers=false
@@ -29,4 +30,6 @@ if $sanitizers; then
   run_suite "$root/build-asan" -DBULKHEAD_SANITIZE=address -DBULKHEAD_BUILD_BENCH=OFF
   echo "== the suite under ThreadSanitizer"
   run_suite "$root/build-tsan" -DBULKHEAD_SANITIZE=thread -DBULKHEAD_BUILD_BENCH=OFF
+  echo "== the libFuzzer harnesses (clang, ASan+UBSan)"
+  "$root/scripts/fuzz.sh"
 fi

@@ -1,0 +1,150 @@
+// libFuzzer harness: bulkheadd's reading of a segment that clients wrote.
+//
+// Every byte a client can write is untrusted. The harness keeps one real
+// segment (small capacities, three configured dependencies with traffic
+// recorded, two process slots) and, for each input, restores it, applies
+// the input as patches to it, then does what the daemon does with a
+// segment: validate it, and when it is valid, adopt its slots and run the
+// control loop over it for a few ticks. A valid segment with any contents
+// must leave the daemon running and every published limit inside its
+// configured bounds; an invalid one must be refused with a reason.
+//
+// Input: a sequence of patches, each
+//   region (1 byte) | index (1 byte) | offset (2 bytes, LE) | length (1 byte) | bytes
+// where region picks the header, a dependency slot's identity, control or
+// admission line, a statistics stripe, a process slot or its held[] array,
+// and index the slot (modulo the table). Addresses come from the Segment
+// API, so the harness follows the layout as it changes.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/config.hpp"
+#include "daemon/control_loop.hpp"
+#include "shm/layout.hpp"
+#include "shm/segment.hpp"
+#include "shm/stats.hpp"
+
+namespace {
+
+using namespace bulkhead;
+
+constexpr char kConfig[] = R"(
+[daemon]
+max_dependencies = 8
+max_processes = 4
+stats_stripes = 2
+
+[defaults]
+min_limit = 2
+max_limit = 50
+initial_limit = 10
+
+[dependency.payments]
+policy = "aimd"
+min_limit = 3
+max_limit = 40
+
+[dependency.recs]
+policy = "balance"
+
+[dependency.search]
+policy = "gradient2"
+enforce = false
+)";
+
+struct Fixture {
+  daemon::Config config;
+  std::unique_ptr<shm::Segment> segment;
+  std::vector<char> image;  // the segment's bytes before any patch
+
+  Fixture() : config(daemon::parse_config(kConfig, "segment_fuzzer.toml")) {
+    spdlog::set_level(spdlog::level::off);  // the daemon's log lines, by the million
+    const std::string name = "bulkhead-fuzz-" + std::to_string(::getpid());
+    shm::Segment::remove(name);
+    shm::CreateOptions options;
+    options.capacities.max_dependencies = config.daemon.max_dependencies;
+    options.capacities.max_processes = config.daemon.max_processes;
+    options.capacities.stats_stripes = config.daemon.stats_stripes;
+    segment = std::make_unique<shm::Segment>(shm::Segment::create(name, options));
+    shm::Segment::remove(name);  // the mapping lives on; nothing is left in /dev/shm
+    // What a live host leaves in it: the daemon's slots, a client's
+    // process slot, calls in flight, statistics.
+    {
+      daemon::ControlLoop loop(*segment, config, nullptr);
+      loop.tick(1'000'000'000);
+    }
+    const std::uint32_t process = shm::claim_process_slot(*segment);
+    for (const char* dep : {"payments", "recs", "search"}) {
+      const std::uint32_t d = *shm::find_dependency(*segment, dep);
+      segment->dependency(d).admission.word.fetch_add(2 * shm::kAdmissionAcquire);
+      segment->held(process, d).store(2);
+      shm::StatsStripe& s = segment->stripe(d, segment->stripe_of_process(process));
+      s.rejected.store(5);
+      s.rtt_sum_ns.store(40'000'000);
+      s.histogram[40].store(3);
+    }
+    image.assign(reinterpret_cast<const char*>(&segment->header()),
+                 reinterpret_cast<const char*>(&segment->header()) + segment->size());
+  }
+
+  // The bytes of region `region`, slot `index`.
+  std::pair<char*, std::size_t> region(std::uint8_t region, std::uint8_t index) const {
+    const shm::Capacities c = segment->capacities();
+    const std::uint32_t d = index % c.max_dependencies;
+    const std::uint32_t p = index % c.max_processes;
+    switch (region % 7) {
+      case 0: return {reinterpret_cast<char*>(&segment->header()), sizeof(shm::Header)};
+      case 1: return {reinterpret_cast<char*>(&segment->dependency(d).identity), sizeof(shm::DependencyIdentity)};
+      case 2: return {reinterpret_cast<char*>(&segment->dependency(d).control), sizeof(shm::DependencyControl)};
+      case 3: return {reinterpret_cast<char*>(&segment->dependency(d).admission), sizeof(shm::DependencyAdmission)};
+      case 4: return {reinterpret_cast<char*>(&segment->stripe(d, index / c.max_dependencies % c.stats_stripes)),
+                      sizeof(shm::StatsStripe)};
+      case 5: return {reinterpret_cast<char*>(&segment->process(p)), sizeof(shm::ProcessIdentity)};
+      default: return {reinterpret_cast<char*>(&segment->held(p, 0)), c.max_dependencies * sizeof(std::uint32_t)};
+    }
+  }
+};
+
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  Fixture& f = fixture();
+  char* base = reinterpret_cast<char*>(&f.segment->header());
+  std::memcpy(base, f.image.data(), f.image.size());
+
+  for (std::size_t i = 0; i + 5 <= size;) {
+    const auto [bytes, length] = f.region(data[i], data[i + 1]);
+    const std::size_t offset = (data[i + 2] | std::size_t{data[i + 3]} << 8) % length;
+    const std::size_t n = std::min<std::size_t>({data[i + 4], length - offset, size - i - 5});
+    std::memcpy(bytes + offset, data + i + 5, n);
+    i += 5 + n;
+  }
+
+  int code = 0;
+  const std::string refused = shm::validate_segment(base, f.segment->size(), &code);
+  if (!refused.empty()) {
+    if (code == 0) std::abort();  // a refusal always says which errno
+    return 0;
+  }
+  daemon::ControlLoop loop(*f.segment, f.config, nullptr);
+  for (std::uint64_t t = 2; t <= 5; ++t) loop.tick(t * 1'000'000'000);
+  for (const auto& v : loop.view()) {
+    const daemon::DependencyConfig d = f.config.effective(v.name);
+    if (v.limit < d.bounds.min || v.limit > d.bounds.max) std::abort();
+  }
+  return 0;
+}
