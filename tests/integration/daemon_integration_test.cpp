@@ -1,6 +1,8 @@
 // The whole loop with the real bulkheadd binary: clients record, the daemon
 // learns, publishes, serves /metrics, reloads, gives back permits of dead
 // processes, and exits cleanly.
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include <gtest/gtest.h>
@@ -197,6 +199,104 @@ TEST_F(DaemonIntegration, ARestartedDaemonAdoptsTheSegmentAndItsLimits) {
   EXPECT_NE(second.log().find("adopted segment"), std::string::npos) << second.log();
   EXPECT_EQ(kept.limit(), 11);
   EXPECT_EQ(kept.inflight(), 1);  // the in-flight count survived
+}
+
+// What the caller processes of the test below share with the test.
+struct CallerBoard {
+  std::atomic<long> admitted{0};
+  std::atomic<long> errors{0};
+  std::atomic<bool> stop{false};
+};
+
+TEST_F(DaemonIntegration, ASIGKILLedDaemonLeavesCallersRunningAndItsSuccessorContinues) {
+  const std::string cfg = config(
+      "\n[dependency.svc]\npolicy = \"aimd\"\nmin_limit = 2\nmax_limit = 200\ninitial_limit = 4\n");
+  auto first = std::make_unique<DaemonProcess>(BULKHEADD_PATH, dir_, cfg);
+  ASSERT_TRUE(first->wait_ready(segment_)) << first->log();
+
+  // Three caller processes, four threads each, calling as fast as they are
+  // admitted (1 ms a call): the limit has somewhere to grow to.
+  auto* board = static_cast<CallerBoard*>(
+      ::mmap(nullptr, sizeof(CallerBoard), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(board, MAP_FAILED);
+  new (board) CallerBoard;
+  std::vector<pid_t> callers;
+  for (int i = 0; i < 3; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      try {
+        Client client(segment_.str());
+        Dependency svc = client.dependency("svc");
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 4; ++t) {
+          threads.emplace_back([&] {
+            while (!board->stop.load()) {
+              Permit p = svc.try_acquire();
+              if (!p) {
+                std::this_thread::yield();
+                continue;
+              }
+              std::this_thread::sleep_for(1ms);
+              p.success();
+              board->admitted.fetch_add(1);
+            }
+          });
+        }
+        for (auto& t : threads) t.join();
+      } catch (const std::exception&) {
+        board->errors.fetch_add(1);
+      }
+      std::_Exit(0);
+    }
+    ASSERT_GT(pid, 0);
+    callers.push_back(pid);
+  }
+
+  Client client(segment_.str());
+  Dependency svc = client.dependency("svc");
+  // The limit learns: AIMD grows it while callers use it all.
+  for (int i = 0; i < 1000 && svc.limit() < 12; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_GE(svc.limit(), 12) << first->log();
+
+  shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadOnly);
+  first->signal(SIGKILL);
+  ASSERT_TRUE(first->wait_exit(10s));
+  const long limit_at_death = svc.limit();
+
+  // Dead daemon: the heartbeat stops, and the pid it published names no
+  // process (what bulkheadctl and an alert on the heartbeat show) ...
+  const std::uint64_t heartbeat = segment.header().heartbeat.load();
+  const long admitted_at_death = board->admitted.load();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(segment.header().heartbeat.load(), heartbeat);
+  EXPECT_NE(::kill(segment.header().daemon_pid.load(), 0), 0);
+  // ... and the callers go on admitting, on the last published limit.
+  EXPECT_GT(board->admitted.load(), admitted_at_death);
+  EXPECT_EQ(svc.limit(), limit_at_death);
+  EXPECT_EQ(board->errors.load(), 0);
+
+  // Its successor validates and adopts the segment and continues the
+  // limit from where it was, not from initial_limit.
+  DaemonProcess second(BULKHEADD_PATH, dir_, cfg);
+  ASSERT_TRUE(second.wait_ready(segment_)) << second.log();
+  EXPECT_NE(second.log().find("adopted segment"), std::string::npos) << second.log();
+  EXPECT_GE(svc.limit(), limit_at_death * 8 / 10) << "limit reset? initial_limit is 4";
+  const long admitted_at_restart = board->admitted.load();
+  for (int i = 0; i < 500 && board->admitted.load() < admitted_at_restart + 100; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_GE(board->admitted.load(), admitted_at_restart + 100);
+
+  board->stop.store(true);
+  for (pid_t pid : callers) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  EXPECT_EQ(board->errors.load(), 0);
+  // Every permit came back through the daemon's kill and restart.
+  EXPECT_EQ(svc.inflight(), 0);
+  ::munmap(board, sizeof(CallerBoard));
 }
 
 TEST_F(DaemonIntegration, BadConfigAtStartExitsNonZeroNamingFileAndLine) {
