@@ -13,6 +13,12 @@ namespace bulkhead::daemon {
 
 namespace {
 
+// Ticks in a row, and looks within each, that must all find a
+// dependency's in-flight count off what live processes hold (the same way)
+// before the smallest gap seen is corrected.
+constexpr int kDriftTicks = 3;
+constexpr int kDriftSamples = 8;
+
 // A claim (of a dependency or a process slot) unfinished for this long is
 // taken to be from a process that died mid-claim. Clients give up waiting
 // on a claim after 1 s, so this is safely longer.
@@ -170,6 +176,7 @@ void ControlLoop::tick(std::uint64_t now_ns) {
   adopt_new_slots(now_ns);
   for (auto& [index, d] : dependencies_) update(d, now_ns);
   reclaim_dead_processes();
+  scan_drift();
   ++heartbeat_;
   shm::Header& h = segment_.header();
   // Relaxed: observers (bulkheadctl, clients' staleness checks) read each on
@@ -254,6 +261,76 @@ void ControlLoop::reclaim_dead_processes() {
     }
     permits_reclaimed_ += total;
     shm::release_process_slot(segment_, p);
+  }
+}
+
+void ControlLoop::scan_drift() {
+  // Acquire moves the shared word first, then the process's held count;
+  // release moves held first. A thread killed between the two leaves the
+  // word one higher than the sum of held counts, which the dead-process
+  // scan cannot see. Every call in progress makes such a gap for a few
+  // nanoseconds (longer if its thread is descheduled there), so a gap is
+  // corrected only when every one of kDriftSamples looks in each of
+  // kDriftTicks ticks in a row found one of the same sign, and only by the
+  // smallest seen. Corrections that a stalled thread later proves wrong
+  // (the word now short of what is held) are undone the same way.
+  const std::uint32_t processes = segment_.capacities().max_processes;
+  std::vector<std::uint32_t> ready;
+  for (std::uint32_t p = 0; p < processes; ++p) {
+    if (segment_.process(p).identity.state.load(std::memory_order_acquire) == shm::kSlotReady) {
+      ready.push_back(p);
+    }
+  }
+  bool checked_stopped = false;
+  for (auto& [index, d] : dependencies_) {
+    auto& word = segment_.dependency(index).admission.word;
+    std::int64_t gap = 0;
+    for (int sample = 0; sample < kDriftSamples; ++sample) {
+      const std::uint32_t inflight = shm::admission_inflight(word.load(std::memory_order_acquire));
+      std::int64_t held = 0;
+      for (std::uint32_t p : ready) held += segment_.held(p, index).load(std::memory_order_acquire);
+      const std::int64_t g = std::int64_t{inflight} - held;
+      if (g == 0 || (sample > 0 && (g > 0) != (gap > 0))) {
+        gap = 0;  // no gap, or gaps both ways: calls in progress
+        break;
+      }
+      if (sample == 0 || std::abs(g) < std::abs(gap)) gap = g;
+    }
+    if (gap == 0 || (d.drift_ticks > 0 && (gap > 0) != (d.drift_min > 0))) {
+      d.drift_ticks = 0;
+      if (gap == 0) continue;
+    }
+    d.drift_min = d.drift_ticks == 0 || std::abs(gap) < std::abs(d.drift_min) ? gap : d.drift_min;
+    if (++d.drift_ticks < kDriftTicks) continue;
+    // A stopped process (SIGSTOP, a debugger) can sit between its two
+    // updates for as long as it stays stopped: wait until none is.
+    if (!checked_stopped) {
+      checked_stopped = true;
+      for (std::uint32_t p : ready) {
+        const auto stat = shm::read_process_stat(segment_.process(p).identity.pid.load(std::memory_order_relaxed));
+        if (stat && (stat->state == 'T' || stat->state == 't')) {
+          for (auto& [i, other] : dependencies_) other.drift_ticks = 0;
+          return;
+        }
+      }
+    }
+    d.drift_ticks = 0;
+    // The word's low half is the in-flight count, its high half counts
+    // operations; adjust the low half only, never past zero.
+    std::uint64_t w = word.load(std::memory_order_relaxed);
+    std::int64_t change;
+    do {
+      change = d.drift_min > 0 ? -std::min<std::int64_t>(d.drift_min, shm::admission_inflight(w))
+                               : std::min<std::int64_t>(-d.drift_min, UINT32_MAX - shm::admission_inflight(w));
+    } while (!word.compare_exchange_weak(w, w + static_cast<std::uint64_t>(change), std::memory_order_relaxed));
+    if (change < 0) {
+      permits_reclaimed_ += static_cast<std::uint64_t>(-change);
+      spdlog::warn("dependency {}: {} permit(s) in flight that no process holds (a thread killed mid-call): "
+                   "given back", d.name, -change);
+      if (metrics_ != nullptr) metrics_->count_reclaimed(d.name, static_cast<std::uint64_t>(-change));
+    } else if (change > 0) {
+      spdlog::warn("dependency {}: in-flight count {} short of what processes hold: restored", d.name, change);
+    }
   }
 }
 

@@ -66,6 +66,8 @@ class ControlLoop {
     std::string name;
     std::unique_ptr<control::Controller> controller;
     shm::DependencyCounters last;  // reading at the previous tick
+    int drift_ticks = 0;           // ticks in a row in-flight exceeded the held counts
+    std::int64_t drift_min = 0;    // the smallest excess over those ticks
     Metrics::Dependency* metrics = nullptr;
   };
 
@@ -75,6 +77,8 @@ class ControlLoop {
   bool track(std::uint32_t index, std::uint64_t now_ns);
   void update(Dependency& d, std::uint64_t now_ns);
   void reclaim_dead_processes();
+  // Gives back permits counted in flight that no process holds.
+  void scan_drift();
   void publish_limit(const Dependency& d);
   // The kDependency* flags the config gives a dependency of that name.
   std::uint32_t flags_for(std::string_view name) const;

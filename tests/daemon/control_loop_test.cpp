@@ -2,6 +2,7 @@
 // through the library, the test advances time tick by tick.
 #include "daemon/control_loop.hpp"
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -304,6 +305,71 @@ TEST_F(ControlLoopTest, ASlotWhoseNameIsJunkIsIgnored) {
   for (const auto& v : loop_->view()) names.push_back(v.name);
   EXPECT_EQ(names, std::vector<std::string>{"fine"});
   (void)c;
+}
+
+TEST_F(ControlLoopTest, APermitLostBetweenTheTwoUpdatesIsGivenBackAfterThreeTicks) {
+  start("");
+  Dependency dep = client_->dependency("orders");
+  Permit a = dep.try_acquire(), b = dep.try_acquire();
+  advance_ticks(1);
+  // A thread of this process killed between the word's update and its
+  // held count's: the word counts a permit that no process holds.
+  auto& word = segment_->dependency(*shm::find_dependency(*segment_, "orders")).admission.word;
+  word.fetch_add(shm::kAdmissionAcquire);
+  EXPECT_EQ(dep.inflight(), 3);
+  advance_ticks(2);
+  EXPECT_EQ(dep.inflight(), 3);  // a gap can be a call in progress
+  advance_ticks(1);
+  EXPECT_EQ(dep.inflight(), 2);  // three ticks in a row: it is lost, and given back
+  EXPECT_EQ(loop_->permits_reclaimed(), 1u);
+  a.success();
+  b.success();
+  EXPECT_EQ(dep.inflight(), 0);
+}
+
+TEST_F(ControlLoopTest, AStoppedProcessMidCallKeepsItsPermitUntilItIsGone) {
+  start("");
+  Dependency dep = client_->dependency("orders");
+  const std::uint32_t index = *shm::find_dependency(*segment_, "orders");
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // Its own process slot, then a call stopped between its two updates.
+    Client mine(name_.str());
+    Dependency d = mine.dependency("orders");
+    (void)d;
+    shm::Segment s = shm::Segment::attach(name_.str(), shm::Access::kReadWrite);
+    s.dependency(index).admission.word.fetch_add(shm::kAdmissionAcquire);
+    ::raise(SIGSTOP);
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  advance_ticks(5);
+  EXPECT_EQ(dep.inflight(), 1);  // it may resume and finish the call
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  advance_ticks(4);  // gone: its slot is freed, and the gap is a lost permit
+  EXPECT_EQ(dep.inflight(), 0);
+}
+
+TEST_F(ControlLoopTest, AnInFlightCountShortOfWhatIsHeldIsRestored) {
+  start("");
+  Dependency dep = client_->dependency("orders");
+  Permit a = dep.try_acquire(), b = dep.try_acquire();
+  advance_ticks(1);
+  // A correction that a thread stalled mid-call later proved wrong, or a
+  // count that wrapped below zero: the word is short of what is held.
+  auto& word = segment_->dependency(*shm::find_dependency(*segment_, "orders")).admission.word;
+  word.fetch_add(shm::kAdmissionRelease);
+  word.fetch_add(shm::kAdmissionRelease);
+  word.fetch_add(shm::kAdmissionRelease);  // 2 - 3: wrapped
+  EXPECT_GT(dep.inflight(), 1000);  // everything would be rejected
+  advance_ticks(3);
+  EXPECT_EQ(dep.inflight(), 2);
+  a.success();
+  b.success();
+  EXPECT_EQ(dep.inflight(), 0);
 }
 
 TEST_F(ControlLoopTest, HeartbeatAdvancesEveryTick) {
