@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# `cmake --install` into a scratch prefix inside the build directory, then
+# examples/consumer built against that install alone, with CMake
+# (find_package(bulkhead CONFIG REQUIRED)) and with pkg-config, and run in
+# standalone mode (no daemon). A ctest.
+# usage: install_test.sh SOURCE_DIR BUILD_DIR [COMPILER_FLAG...]
+#   COMPILER_FLAGs (the build's -fsanitize=...) go to the consumer's compiles
+#   and links too: a sanitized libbulkhead needs its runtime in the program.
+set -euo pipefail
+src=$1
+build=$2
+shift 2
+flags="$*"
+fail() { echo "install_test: $*" >&2; exit 1; }
+
+work=$build/install-test
+rm -rf "$work"
+prefix=$work/prefix
+mkdir -p "$work"
+
+echo "== cmake --install --prefix $prefix"
+cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "install failed"; }
+# Nothing may land outside the prefix (the system files go to /etc and /lib
+# only under the prefix /usr).
+outside=$(grep -v "^$prefix/" "$build/install_manifest.txt" || true)
+[ -z "$outside" ] || fail "installed outside $prefix:
+$outside"
+
+libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")
+version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")
+major=${version%%.*}
+for f in bin/bulkheadd "$libdir/libbulkhead.so.$version" "$libdir/libbulkhead.so.$major" \
+    "$libdir/libbulkhead.so" "$libdir/libbulkhead.a" include/bulkhead/bulkhead.h \
+    include/bulkhead/client.hpp "$libdir/cmake/bulkhead/bulkheadConfig.cmake" \
+    "$libdir/cmake/bulkhead/bulkheadConfigVersion.cmake" "$libdir/pkgconfig/bulkhead.pc" \
+    lib/systemd/system/bulkheadd.service lib/sysusers.d/bulkhead.conf etc/bulkhead/bulkhead.toml \
+    share/doc/bulkhead/README.md; do
+  [ -e "$prefix/$f" ] || fail "not installed: $f"
+done
+[ -x "$prefix/bin/bulkheadd" ] || fail "bin/bulkheadd is not executable"
+cmp -s "$src/daemon/default_config.toml" "$prefix/etc/bulkhead/bulkhead.toml" ||
+  fail "etc/bulkhead/bulkhead.toml is not daemon/default_config.toml"
+readelf -d "$prefix/$libdir/libbulkhead.so.$version" | grep -q "Library soname: \[libbulkhead.so.$major\]" ||
+  fail "the installed libbulkhead has no soname libbulkhead.so.$major"
+# The installed daemon accepts the installed config.
+"$prefix/bin/bulkheadd" --check-config "$prefix/etc/bulkhead/bulkhead.toml" ||
+  fail "bulkheadd --check-config refuses the installed config"
+
+# Each consumer must resolve libbulkhead to the scratch install, not to the
+# build tree or the system.
+check_uses_install() {  # program
+  local resolved
+  resolved=$(ldd "$1" | awk '/libbulkhead\.so/ { print $3 }')
+  case "$resolved" in
+    "$prefix"/*) ;;
+    *) fail "$1 loads libbulkhead from '$resolved', not from $prefix" ;;
+  esac
+}
+run() {  # program
+  local out
+  out=$("$@") || fail "$* failed: $out"
+  echo "$out"
+  grep -q ": ok$" <<<"$out" || fail "$* did not say ok"
+}
+
+echo "== examples/consumer with CMake: find_package(bulkhead CONFIG REQUIRED)"
+cmake -S "$src/examples/consumer" -B "$work/cmake" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
+  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
+  -DCMAKE_EXE_LINKER_FLAGS="$flags" >"$work/cmake-configure.log" ||
+  { cat "$work/cmake-configure.log"; fail "configuring examples/consumer failed"; }
+found=$(sed -n 's/^bulkhead_DIR:PATH=//p' "$work/cmake/CMakeCache.txt")
+[ "$found" = "$prefix/$libdir/cmake/bulkhead" ] || fail "find_package found bulkhead in '$found'"
+cmake --build "$work/cmake" -j 1 >"$work/cmake-build.log" ||
+  { cat "$work/cmake-build.log"; fail "building examples/consumer failed"; }
+for p in consumer-c consumer-cxx; do
+  check_uses_install "$work/cmake/$p"
+  run "$work/cmake/$p"
+done
+if ldd "$work/cmake/consumer-cxx-static" | grep -q libbulkhead; then
+  fail "consumer-cxx-static loads libbulkhead.so: it should have linked libbulkhead.a"
+fi
+run "$work/cmake/consumer-cxx-static"
+
+echo "== examples/consumer with pkg-config"
+export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
+[ "$(pkg-config --modversion bulkhead)" = "$version" ] || fail "pkg-config --modversion bulkhead is not $version"
+pc_libdir=$(realpath "$(pkg-config --variable=libdir bulkhead)")
+[ "$pc_libdir" = "$(realpath "$prefix/$libdir")" ] || fail "bulkhead.pc says libdir $pc_libdir"
+mkdir -p "$work/pkg-config"
+# shellcheck disable=SC2046,SC2086  # pkg-config's flags are words
+cc -std=c11 -Wall -Werror $flags "$src/examples/consumer/consumer.c" -o "$work/pkg-config/consumer-c" \
+  $(pkg-config --cflags --libs bulkhead)
+# shellcheck disable=SC2046,SC2086
+c++ -std=c++17 -Wall -Werror $flags "$src/examples/consumer/consumer.cpp" -o "$work/pkg-config/consumer-cxx" \
+  $(pkg-config --cflags --libs bulkhead)
+for p in consumer-c consumer-cxx; do
+  LD_LIBRARY_PATH=$pc_libdir check_uses_install "$work/pkg-config/$p"
+  LD_LIBRARY_PATH=$pc_libdir run "$work/pkg-config/$p"
+done
+echo "ok: installed into $prefix; consumers built with CMake and pkg-config ran"
