@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# `cpack -G DEB` makes the three packages, and each holds what it should: a
+# ctest. No root needed: the packages are read with dpkg-deb -I/-c/-f and
+# unpacked into a scratch root with dpkg-deb -x, never installed.
+# usage: deb_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1
+build=$2
+fail() { echo "deb_test: $*" >&2; exit 1; }
+command -v dpkg-shlibdeps >/dev/null ||
+  fail "dpkg-shlibdeps not found: install Debian's dpkg-dev package (scripts/install-deps.sh does)"
+
+work=$build/deb-test
+rm -rf "$work"
+mkdir -p "$work"
+version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")
+major=${version%%.*}
+arch=$(dpkg --print-architecture)
+
+echo "== cpack -G DEB"
+(cd "$build" && cpack -G DEB -B "$work") >"$work/cpack.log" 2>&1 || { cat "$work/cpack.log"; fail "cpack failed"; }
+daemon=$work/bulkhead_${version}_$arch.deb
+lib=$work/libbulkhead${major}_${version}_$arch.deb
+dev=$work/bulkhead-dev_${version}_$arch.deb
+for deb in "$daemon" "$lib" "$dev"; do
+  [ -f "$deb" ] || fail "cpack made no $(basename "$deb"); it made: $(cd "$work" && ls -- *.deb 2>/dev/null)"
+  dpkg-deb -I "$deb" >/dev/null || fail "dpkg-deb cannot read $(basename "$deb")"
+done
+
+# files DEB: the regular files and symlinks it holds, "./path" one a line.
+files() { dpkg-deb -c "$1" | awk '$1 !~ /^d/ { sub(/ -> .*/, ""); print $6 }' | sort; }
+# has DEB PATH...: each path is in the package.
+has() {
+  local deb=$1 list
+  shift
+  list=$(files "$deb")
+  for p in "$@"; do grep -qx "./$p" <<<"$list" || fail "$(basename "$deb") lacks /$p"; done
+}
+field() { dpkg-deb -f "$1" "$2"; }
+
+echo "== contents"
+has "$daemon" usr/bin/bulkheadd lib/systemd/system/bulkheadd.service usr/lib/sysusers.d/bulkhead.conf \
+  etc/bulkhead/bulkhead.toml usr/share/doc/bulkhead/README.md
+has "$lib" "usr/lib/libbulkhead.so.$major" "usr/lib/libbulkhead.so.$version"
+has "$dev" usr/lib/libbulkhead.so usr/lib/libbulkhead.a usr/include/bulkhead/bulkhead.h \
+  usr/include/bulkhead/client.hpp usr/lib/cmake/bulkhead/bulkheadConfig.cmake \
+  usr/lib/cmake/bulkhead/bulkheadConfigVersion.cmake usr/lib/cmake/bulkhead/bulkheadTargets.cmake \
+  usr/lib/pkgconfig/bulkhead.pc
+# Each file in one package only: dpkg refuses to install two packages that
+# share one.
+shared=$(cat <(files "$daemon") <(files "$lib") <(files "$dev") | sort | uniq -d)
+[ -z "$shared" ] || fail "files in more than one package: $shared"
+if files "$daemon" | grep -E 'libbulkhead|/include/'; then fail "the daemon's package holds library files"; fi
+if files "$lib" | grep -vE "^\./usr/lib/libbulkhead\.so\.$major(\..*)?$"; then
+  fail "libbulkhead$major holds more than the shared library"
+fi
+owners=$(for deb in "$daemon" "$lib" "$dev"; do dpkg-deb -c "$deb"; done | awk '{ print $2 }' | sort -u)
+[ "$owners" = root/root ] || fail "files not owned by root/root: $(tr '\n' ' ' <<<"$owners")"
+
+echo "== control"
+for deb in "$daemon" "$lib" "$dev"; do
+  echo "-- $(basename "$deb")"
+  dpkg-deb -f "$deb" Package Version Architecture Depends Section
+done
+[ "$(field "$daemon" Package)" = bulkhead ] || fail "the daemon's package is not named bulkhead"
+[ "$(field "$dev" Depends)" = "libbulkhead$major (= $version)" ] ||
+  fail "bulkhead-dev depends on '$(field "$dev" Depends)'"
+# dpkg-shlibdeps computed these from the ELF files: the C library, C++, and
+# the daemon's own libraries.
+for want in libc6 libstdc++6 libsystemd0 libspdlog libtomlplusplus libprometheus-cpp; do
+  field "$daemon" Depends | grep -q "$want" || fail "bulkhead does not depend on $want: $(field "$daemon" Depends)"
+done
+for want in libc6 libstdc++6; do
+  field "$lib" Depends | grep -q "$want" || fail "libbulkhead$major does not depend on $want"
+done
+mkdir -p "$work/control"
+dpkg-deb -e "$daemon" "$work/control/daemon"
+dpkg-deb -e "$lib" "$work/control/lib"
+[ "$(cat "$work/control/daemon/conffiles")" = /etc/bulkhead/bulkhead.toml ] ||
+  fail "conffiles is not exactly /etc/bulkhead/bulkhead.toml: $(cat "$work/control/daemon/conffiles" 2>&1)"
+grep -q "systemd-sysusers bulkhead.conf" "$work/control/daemon/postinst" ||
+  fail "postinst does not create the user and group"
+for script in postinst prerm postrm; do
+  [ -x "$work/control/daemon/$script" ] || fail "$script is not executable"
+  sh -n "$work/control/daemon/$script" || fail "$script is not valid sh"
+done
+[ "$(cat "$work/control/lib/shlibs" 2>&1)" = "libbulkhead $major libbulkhead$major (>= $version)" ] ||
+  fail "libbulkhead$major's shlibs is not 'libbulkhead $major libbulkhead$major (>= $version)': $(cat "$work/control/lib/shlibs" 2>&1)"
+grep -q ldconfig "$work/control/lib/postinst" || fail "libbulkhead$major's postinst does not run ldconfig"
+
+echo "== unpacked into a scratch root"
+root=$work/root
+for deb in "$daemon" "$lib" "$dev"; do dpkg-deb -x "$deb" "$root"; done
+cmp -s "$src/daemon/default_config.toml" "$root/etc/bulkhead/bulkhead.toml" ||
+  fail "/etc/bulkhead/bulkhead.toml is not daemon/default_config.toml"
+cmp -s "$src/systemd/bulkheadd.service" "$root/lib/systemd/system/bulkheadd.service" ||
+  fail "the unit is not systemd/bulkheadd.service"
+cmp -s "$src/systemd/bulkhead.sysusers" "$root/usr/lib/sysusers.d/bulkhead.conf" ||
+  fail "the sysusers file is not systemd/bulkhead.sysusers"
+unit=$root/lib/systemd/system/bulkheadd.service
+exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
+binary=${exec_start%% *}
+[ -x "$root$binary" ] || fail "the unit's ExecStart=$binary is not an executable in the package"
+config=$(sed -n 's/.*--config \([^ ]*\).*/\1/p' <<<"$exec_start")
+[ -f "$root$config" ] || fail "the unit's --config $config is not in the package"
+doc=$(sed -n 's#^Documentation=file://##p' "$unit")
+[ -f "$root$doc" ] || fail "the unit's Documentation=$doc is not in the package"
+sysusers_user=$(awk '$1 == "u" { print $2 }' "$root/usr/lib/sysusers.d/bulkhead.conf")
+grep -qx "User=$sysusers_user" "$unit" || fail "the unit's User= is not the sysusers file's user $sysusers_user"
+"$root$binary" --check-config "$root$config" || fail "the packaged bulkheadd refuses the packaged config"
+readelf -d "$root/usr/lib/libbulkhead.so.$version" | grep -q "Library soname: \[libbulkhead.so.$major\]" ||
+  fail "the packaged library has no soname libbulkhead.so.$major"
+[ "$(readlink "$root/usr/lib/libbulkhead.so")" = "libbulkhead.so.$major" ] ||
+  fail "libbulkhead.so does not point at libbulkhead.so.$major"
+echo "ok: bulkhead, libbulkhead$major and bulkhead-dev $version hold what they should"
