@@ -9,7 +9,7 @@ packages=(
   libgtest-dev libbenchmark-dev libsystemd-dev libcli11-dev gnuplot-nox
   clang  # tests/fuzz: libFuzzer (scripts/fuzz.sh)
   systemd procps  # tests/systemd: systemd-analyze, systemd-sysusers, and the unit's /bin/kill
-  dpkg-dev file binutils  # cpack -G DEB (dpkg-shlibdeps, file), nm, readelf
+  python3 dpkg-dev file binutils  # bindings/python's tests; cpack -G DEB (dpkg-shlibdeps, file), nm, readelf
 )
 
 sudo=()

@@ -1,0 +1,265 @@
+"""libbulkhead for Python: host-wide concurrency limits for outgoing calls.
+
+A thin ctypes layer over libbulkhead's C ABI (bulkhead/bulkhead.h): no
+compiled extension. A process opens a Client once, looks up a Dependency per
+downstream once, and brackets each call with a permit::
+
+    import bulkhead
+
+    client = bulkhead.Client()                 # $BULKHEAD_SEGMENT, else "bulkhead"
+    payments = client.dependency("payments")   # once, not per call
+
+    try:
+        with payments.acquire():               # raises bulkhead.Rejected at the limit
+            call_payments()                    # returns: a success; raises: ignored
+    except bulkhead.Rejected:
+        serve_fallback()
+
+A permit the block leaves normally is released as a success, one left by an
+exception as ignored (not a latency sample); ``permit.dropped()`` inside the
+block reports a timeout or back-pressure instead. With no daemon running,
+the client opens in standalone mode and admits up to its own static limit.
+
+The library is found through $BULKHEAD_LIBRARY (a path to libbulkhead.so),
+then the build tree of the checkout this file lies in (build/client/), then
+the system's (libbulkhead.so.0, as ldconfig knows it).
+
+Thread safety: a Client and its Dependency objects may be shared by threads;
+a Permit belongs to the thread that acquired it.
+"""
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import pathlib
+
+__all__ = ["Client", "Dependency", "Permit", "Rejected", "SUCCESS", "DROPPED", "IGNORE", "library_path"]
+
+# Outcomes (BH_SUCCESS, BH_DROPPED, BH_IGNORE).
+SUCCESS, DROPPED, IGNORE = 0, 1, 2
+# Client modes (BH_MODE_*).
+MODE_SHARED, MODE_STANDALONE = 0, 1
+_OPEN_REQUIRE_SEGMENT = 1
+_SONAME = "libbulkhead.so.0"
+
+
+class Rejected(Exception):
+    """The dependency is at its limit: the call was not admitted.
+
+    ``reason`` is the BH_REJECT_* code (1: the limit)."""
+
+    def __init__(self, dependency, reason):
+        super().__init__(f"{dependency}: not admitted (reason {reason})")
+        self.dependency = dependency
+        self.reason = reason
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("segment", ctypes.c_char_p), ("static_limit", ctypes.c_long), ("flags", ctypes.c_uint)]
+
+
+class _Permit(ctypes.Structure):
+    # bh_permit is a caller-owned value whose fields are private, and it may
+    # grow in a later version of the header; this buffer is larger than any
+    # so far (16 or 24 bytes). Only the first field is read: NULL when the
+    # permit holds nothing.
+    _fields_ = [("dep", ctypes.c_void_p), ("_private", ctypes.c_uint64 * 7)]
+
+
+def library_path():
+    """The libbulkhead this module loads: $BULKHEAD_LIBRARY, the build tree, the system."""
+    env = os.environ.get("BULKHEAD_LIBRARY")
+    if env:
+        return env
+    checkout = pathlib.Path(__file__).resolve().parents[3]
+    built = checkout / "build" / "client" / _SONAME
+    if built.exists():
+        return str(built)
+    return ctypes.util.find_library("bulkhead") or _SONAME
+
+
+def _load():
+    lib = ctypes.CDLL(library_path())
+    c_client, c_dep = ctypes.c_void_p, ctypes.c_void_p
+    sigs = {
+        "bh_client_open_opts": (ctypes.c_int, [ctypes.POINTER(_Options), ctypes.POINTER(c_client)]),
+        "bh_client_close": (None, [c_client]),
+        "bh_client_mode": (ctypes.c_int, [c_client]),
+        "bh_client_status": (ctypes.c_char_p, [c_client]),
+        "bh_dependency": (ctypes.c_int, [c_client, ctypes.c_char_p, ctypes.POINTER(c_dep)]),
+        "bh_try_acquire": (ctypes.c_int, [c_dep, ctypes.POINTER(_Permit)]),
+        "bh_release": (None, [ctypes.POINTER(_Permit), ctypes.c_int]),
+        "bh_release_latency": (None, [ctypes.POINTER(_Permit), ctypes.c_int, ctypes.c_uint64]),
+        "bh_limit": (ctypes.c_long, [c_dep]),
+        "bh_inflight": (ctypes.c_long, [c_dep]),
+        "bh_last_error": (ctypes.c_char_p, []),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return lib
+
+
+_lib = None
+
+
+def _c():
+    global _lib
+    if _lib is None:
+        _lib = _load()
+    return _lib
+
+
+def _raise(rc, what):
+    """Raises the Python exception for a negative errno from the C ABI."""
+    why = f"{what}: {_c().bh_last_error().decode(errors='replace')}"
+    if rc == -errno.EINVAL:
+        raise ValueError(why)
+    raise OSError(-rc, why)  # FileNotFoundError, PermissionError, ... by errno
+
+
+class Permit:
+    """One admitted call. Use it as a context manager, or release it once."""
+
+    def __init__(self, dependency):
+        self._dependency = dependency
+        self._permit = _Permit()
+
+    def __bool__(self):
+        """True while the permit holds an admission."""
+        return bool(self._permit.dep)
+
+    def release(self, outcome=SUCCESS, latency_ns=None):
+        """Gives the permit back; latency_ns: a latency the caller measured
+        itself (saves two clock reads). Releasing twice does nothing."""
+        if self._permit.dep:
+            self._dependency._client._open_handle()  # its handle dies with the client
+        if latency_ns is None:
+            _c().bh_release(ctypes.byref(self._permit), outcome)
+        else:
+            _c().bh_release_latency(ctypes.byref(self._permit), outcome, max(0, int(latency_ns)))
+
+    def success(self):
+        self.release(SUCCESS)
+
+    def dropped(self):
+        """Timed out or met back-pressure: counted, its latency not kept."""
+        self.release(DROPPED)
+
+    def ignore(self):
+        """Neither (cancelled, the caller's own error): not a sample."""
+        self.release(IGNORE)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.release(SUCCESS if exc_type is None else IGNORE)
+        return False
+
+    def __del__(self):
+        # A permit forgotten unreleased is given back as ignored, like the
+        # C++ Permit's destructor.
+        if _lib is not None and self._permit.dep and self._dependency._client._handle:
+            self.release(IGNORE)
+
+
+class Dependency:
+    """A named downstream dependency; valid while its Client is open."""
+
+    def __init__(self, client, name, handle):
+        self._client = client  # keeps the client, and so the handle, alive
+        self.name = name
+        self._handle = handle
+
+    def try_acquire(self):
+        """A Permit, or None when the dependency is at its limit. Never blocks."""
+        permit, rc = self._try_acquire()
+        return permit if rc == 0 else None
+
+    def acquire(self):
+        """A Permit, or raises Rejected when the dependency is at its limit.
+        Never blocks."""
+        permit, rc = self._try_acquire()
+        if rc > 0:
+            raise Rejected(self.name, rc)
+        return permit
+
+    def _try_acquire(self):
+        self._client._open_handle()
+        permit = Permit(self)
+        rc = _c().bh_try_acquire(self._handle, ctypes.byref(permit._permit))
+        if rc < 0:
+            _raise(rc, self.name)
+        return permit, rc
+
+    @property
+    def limit(self):
+        """The limit in force, in calls."""
+        self._client._open_handle()
+        return _c().bh_limit(self._handle)
+
+    @property
+    def inflight(self):
+        """Calls in flight host-wide (standalone: in this process)."""
+        self._client._open_handle()
+        return _c().bh_inflight(self._handle)
+
+
+class Client:
+    """A process's connection to bulkheadd's segment (or standalone mode).
+
+    segment: the segment's name (None: $BULKHEAD_SEGMENT, else "bulkhead").
+    static_limit: the limit in standalone mode (0: $BULKHEAD_STATIC_LIMIT,
+    else none). require_segment: raise FileNotFoundError instead of running
+    standalone when there is no segment."""
+
+    def __init__(self, segment=None, static_limit=0, require_segment=False):
+        options = _Options(segment.encode() if segment is not None else None, static_limit,
+                           _OPEN_REQUIRE_SEGMENT if require_segment else 0)
+        handle = ctypes.c_void_p()
+        rc = _c().bh_client_open_opts(ctypes.byref(options), ctypes.byref(handle))
+        if rc < 0:
+            _raise(rc, f"segment {segment or os.environ.get('BULKHEAD_SEGMENT') or 'bulkhead'}")
+        self._handle = handle
+        self._dependencies = {}
+
+    def dependency(self, name):
+        """The Dependency called name (1 to 47 of A-Z a-z 0-9 . _ -)."""
+        if name not in self._dependencies:
+            handle = ctypes.c_void_p()
+            rc = _c().bh_dependency(self._open_handle(), name.encode(), ctypes.byref(handle))
+            if rc < 0:
+                _raise(rc, name)
+            self._dependencies[name] = Dependency(self, name, handle)
+        return self._dependencies[name]
+
+    @property
+    def standalone(self):
+        """True when no segment was found: limits are this process's own."""
+        return _c().bh_client_mode(self._open_handle()) == MODE_STANDALONE
+
+    @property
+    def status(self):
+        """A one-line description of the client's state."""
+        return _c().bh_client_status(self._open_handle()).decode(errors="replace")
+
+    def close(self):
+        """Closes the client; release every permit first. Idempotent."""
+        if self._handle:
+            _c().bh_client_close(self._handle)
+            self._handle = None
+            self._dependencies.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
+
+    def _open_handle(self):
+        if not self._handle:
+            raise ValueError("the client is closed")
+        return self._handle

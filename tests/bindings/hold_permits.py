@@ -1,0 +1,54 @@
+"""A Python process that takes permits of one dependency through the binding,
+for shared_limit_test (C++): it and a C++ process share one host-wide limit.
+
+  hold_permits.py SEGMENT DEPENDENCY take-all
+      takes permits until refused, prints "admitted N", gives them back
+  hold_permits.py SEGMENT DEPENDENCY hold N UNTIL_FILE
+      takes N permits (exit 3 if refused one), prints "holding N", waits for
+      UNTIL_FILE to exist (30 s at most: exit 4), gives them back, prints
+      "released"
+"""
+
+import contextlib
+import os
+import sys
+import time
+
+import bulkhead
+
+
+def main(segment, dependency, mode, *args):
+    client = bulkhead.Client(segment=segment, require_segment=True)
+    dep = client.dependency(dependency)
+    with contextlib.ExitStack() as held:
+        if mode == "take-all":
+            admitted = 0
+            while admitted < 10000:
+                try:
+                    held.enter_context(dep.acquire())
+                except bulkhead.Rejected:
+                    break
+                admitted += 1
+            print(f"admitted {admitted}", flush=True)
+            return 0
+        count, until = int(args[0]), args[1]
+        for taken in range(count):
+            try:
+                held.enter_context(dep.acquire())
+            except bulkhead.Rejected:
+                print(f"refused after {taken} permits", flush=True)
+                return 3
+        print(f"holding {count}", flush=True)
+        give_up = time.monotonic() + 30
+        while not os.path.exists(until):
+            if time.monotonic() > give_up:
+                print(f"{until} never appeared", flush=True)
+                return 4
+            time.sleep(0.01)
+    print("released", flush=True)
+    client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

@@ -1,0 +1,117 @@
+// A C++ process (this test) and a Python process (hold_permits.py, through
+// bindings/python) share one host-wide limit published by a real bulkheadd:
+// whatever one side holds, the other cannot have.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bulkhead/client.hpp"
+#include "tests/support/daemon_process.hpp"
+#include "tests/support/temp_segment.hpp"
+
+namespace bulkhead {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ChildProcess;
+using testing::DaemonProcess;
+using testing::TempSegmentName;
+
+constexpr long kLimit = 5;  // the fixed limit of "shared"
+constexpr int kHeld = 3;    // what one side holds while the other takes
+
+class SharedLimit : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(daemon_.wait_ready(segment_)) << daemon_.log();
+    client_.emplace(segment_.str());
+    ASSERT_EQ(client_->mode(), Client::Mode::kShared);
+    dep_.emplace(client_->dependency("shared"));
+    // The daemon publishes the configured limit at its next tick; the
+    // client's claim of the slot may have come first, with [defaults].
+    for (auto give_up = std::chrono::steady_clock::now() + 10s;
+         dep_->limit() != kLimit && std::chrono::steady_clock::now() < give_up;)
+      std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(dep_->limit(), kLimit);
+  }
+
+  // hold_permits.py run with the system python3 on the built library.
+  ChildProcess python(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {PYTHON3, SOURCE_DIR "/tests/bindings/hold_permits.py", segment_.str(),
+                                     "shared"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> env = {"PYTHONPATH=" SOURCE_DIR "/bindings/python",
+                                    "BULKHEAD_LIBRARY=" BULKHEAD_LIBRARY};
+    // A sanitized build's runtime, preloaded: python3 itself is not built with it.
+    std::istringstream sanitizer_env(PYTHON_SANITIZER_ENV);
+    for (std::string e; sanitizer_env >> e;) env.push_back(e);
+    return ChildProcess(argv, dir_ + "/python.log", env);
+  }
+
+  // Permits taken from C++ until refused (held in `held`).
+  int take_all(std::vector<Permit>& held) {
+    int admitted = 0;
+    while (Permit p = dep_->try_acquire()) {
+      held.push_back(std::move(p));
+      ++admitted;
+    }
+    return admitted;
+  }
+
+  TempSegmentName segment_{"py"};
+  std::string dir_ = testing::make_temp_dir();
+  DaemonProcess daemon_{BULKHEADD_PATH, dir_,
+                        "[daemon]\nsegment = \"" + segment_.str() +
+                            "\"\ntick_ms = 20\nmetrics_listen = \"\"\nmax_dependencies = 16\n"
+                            "max_processes = 16\nstats_stripes = 2\n\n"
+                            "[dependency.shared]\npolicy = \"fixed\"\nmin_limit = 1\nmax_limit = 5\n"
+                            "initial_limit = 5\n"};
+  std::optional<Client> client_;
+  std::optional<Dependency> dep_;
+};
+
+TEST_F(SharedLimit, PythonGetsWhatCppLeaves) {
+  std::vector<Permit> held;
+  for (int i = 0; i < kHeld; ++i) {
+    held.push_back(dep_->try_acquire());
+    ASSERT_TRUE(held.back());
+  }
+  ChildProcess py = python({"take-all"});
+  ASSERT_TRUE(py.wait_exit(60s));
+  EXPECT_EQ(py.exit_code(), 0) << py.log();
+  EXPECT_EQ(py.log(), "admitted " + std::to_string(kLimit - kHeld) + "\n");
+  // Python gave its permits back when it left its with-blocks; ours stay.
+  EXPECT_EQ(dep_->inflight(), kHeld);
+  held.clear();
+  EXPECT_EQ(dep_->inflight(), 0);
+}
+
+TEST_F(SharedLimit, CppGetsWhatPythonLeaves) {
+  const std::string release_file = dir_ + "/release";
+  ChildProcess py = python({"hold", std::to_string(kHeld), release_file});
+  for (auto give_up = std::chrono::steady_clock::now() + 60s;
+       py.log().find("holding") == std::string::npos && !py.exited() && std::chrono::steady_clock::now() < give_up;)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(py.log(), "holding " + std::to_string(kHeld) + "\n");
+
+  std::vector<Permit> held;
+  EXPECT_EQ(take_all(held), kLimit - kHeld);
+  EXPECT_EQ(dep_->inflight(), kLimit);
+  held.clear();
+
+  testing::write_file(release_file, "");
+  ASSERT_TRUE(py.wait_exit(60s));
+  EXPECT_EQ(py.exit_code(), 0) << py.log();
+  EXPECT_EQ(py.log(), "holding " + std::to_string(kHeld) + "\nreleased\n");
+  // Python's permits came back: the whole limit is C++'s now.
+  EXPECT_EQ(dep_->inflight(), 0);
+  EXPECT_EQ(take_all(held), kLimit);
+}
+
+}  // namespace
+}  // namespace bulkhead

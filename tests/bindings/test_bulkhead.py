@@ -1,0 +1,88 @@
+"""The Python binding over a real libbulkhead, in standalone mode (no daemon):
+permits as context managers, outcomes, rejections and errors. Run by ctest
+(python_bindings) with the system python3 and $BULKHEAD_LIBRARY set to the
+built library."""
+
+import os
+import unittest
+
+import bulkhead
+
+ABSENT = f"bhtest-py-absent-{os.getpid()}"  # no such segment: standalone
+
+
+class StandaloneTest(unittest.TestCase):
+    def setUp(self):
+        self.client = bulkhead.Client(segment=ABSENT, static_limit=2)
+        self.dep = self.client.dependency("payments")
+
+    def tearDown(self):
+        self.client.close()
+
+    def test_loads_the_library_it_was_told_to(self):
+        self.assertEqual(bulkhead.library_path(), os.environ["BULKHEAD_LIBRARY"])
+
+    def test_opens_standalone_without_a_segment(self):
+        self.assertTrue(self.client.standalone)
+        self.assertIn("standalone", self.client.status)
+        self.assertEqual(self.dep.limit, 2)
+
+    def test_context_manager_releases_on_exit(self):
+        with self.dep.acquire() as permit:
+            self.assertTrue(permit)
+            self.assertEqual(self.dep.inflight, 1)
+        self.assertFalse(permit)
+        self.assertEqual(self.dep.inflight, 0)
+
+    def test_context_manager_releases_when_the_call_raises(self):
+        with self.assertRaises(KeyError):
+            with self.dep.acquire():
+                raise KeyError("the call failed")
+        self.assertEqual(self.dep.inflight, 0)
+
+    def test_rejects_at_the_limit(self):
+        with self.dep.acquire(), self.dep.acquire():
+            with self.assertRaises(bulkhead.Rejected) as caught:
+                self.dep.acquire()
+            self.assertEqual(caught.exception.reason, 1)
+            self.assertEqual(caught.exception.dependency, "payments")
+            self.assertIsNone(self.dep.try_acquire())
+        self.assertEqual(self.dep.inflight, 0)
+        permit = self.dep.try_acquire()
+        self.assertTrue(permit)
+        permit.dropped()
+        permit.dropped()  # twice: harmless
+        self.assertEqual(self.dep.inflight, 0)
+
+    def test_release_with_a_measured_latency(self):
+        permit = self.dep.try_acquire()
+        permit.release(bulkhead.SUCCESS, latency_ns=1500)
+        self.assertFalse(permit)
+        self.assertEqual(self.dep.inflight, 0)
+
+    def test_a_forgotten_permit_is_given_back(self):
+        self.dep.try_acquire()  # dropped on the floor
+        self.assertEqual(self.dep.inflight, 0)
+
+    def test_a_bad_name_is_a_value_error(self):
+        with self.assertRaises(ValueError) as caught:
+            self.client.dependency("bad name")
+        self.assertIn("bad name", str(caught.exception))
+
+    def test_require_segment_raises_file_not_found(self):
+        with self.assertRaises(FileNotFoundError):
+            bulkhead.Client(segment=ABSENT, require_segment=True)
+
+    def test_a_closed_client_is_refused_not_crashed(self):
+        permit = self.dep.try_acquire()
+        permit.release()
+        self.client.close()
+        self.client.close()  # twice: harmless
+        with self.assertRaises(ValueError):
+            self.dep.try_acquire()
+        with self.assertRaises(ValueError):
+            self.client.dependency("payments")
+
+
+if __name__ == "__main__":
+    unittest.main()
