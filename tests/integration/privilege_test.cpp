@@ -1,0 +1,122 @@
+// Least privilege, with real users: bulkheadd runs as an unprivileged user
+// (nobody), creates its segment 0660 in its own group, and a process of a
+// user outside that group cannot attach while one inside it can.
+//
+// Switching users needs root: run as anyone else these tests skip and
+// say so (CI runs as root: scripts/install-deps.sh installs packages).
+#include <grp.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <string>
+
+#include "bulkhead/bulkhead.h"
+#include "daemon/config.hpp"
+#include "tests/support/daemon_process.hpp"
+#include "tests/support/temp_segment.hpp"
+
+namespace bulkhead {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ChildProcess;
+using testing::TempSegmentName;
+
+struct User {
+  uid_t uid;
+  gid_t gid;
+};
+
+User user(const char* name) {
+  const passwd* p = ::getpwnam(name);
+  if (p == nullptr) return {static_cast<uid_t>(-1), static_cast<gid_t>(-1)};
+  return {p->pw_uid, p->pw_gid};
+}
+
+// bh_client_open_opts()'s result in a child running as `u`, with `groups`
+// as its only supplementary groups.
+int open_as(const User& u, std::vector<gid_t> groups, const std::string& segment) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return -999;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int rc = -998;
+    if (::setgroups(groups.size(), groups.data()) == 0 && ::setgid(u.gid) == 0 && ::setuid(u.uid) == 0) {
+      bh_options options{};
+      options.segment = segment.c_str();
+      options.flags = BH_OPEN_REQUIRE_SEGMENT;
+      bh_client* client = nullptr;
+      rc = bh_client_open_opts(&options, &client);
+      if (rc == 0) bh_client_close(client);
+    }
+    (void)!::write(pipe_fds[1], &rc, sizeof rc);
+    std::_Exit(0);
+  }
+  ::close(pipe_fds[1]);
+  int rc = -997;
+  (void)!::read(pipe_fds[0], &rc, sizeof rc);
+  ::close(pipe_fds[0]);
+  ::waitpid(pid, nullptr, 0);
+  return rc;
+}
+
+TEST(LeastPrivilege, TheDaemonRunsUnprivilegedAndOnlyItsGroupAttaches) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch to the users nobody and daemon";
+  const User nobody = user("nobody");
+  const User outsider = user("daemon");
+  ASSERT_NE(nobody.uid, static_cast<uid_t>(-1));
+  ASSERT_NE(outsider.uid, static_cast<uid_t>(-1));
+  ASSERT_NE(outsider.gid, nobody.gid);
+
+  TempSegmentName segment{"priv"};
+  const std::string dir = testing::make_temp_dir();
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  const std::string config = dir + "/bulkhead.toml";
+  testing::write_file(config, "[daemon]\nsegment = \"" + segment.str() +
+                                  "\"\ntick_ms = 20\nmetrics_listen = \"127.0.0.1:0\"\n");
+  ASSERT_EQ(::chmod(config.c_str(), 0644), 0);
+  // setpriv drops every privilege before bulkheadd starts: no root, no
+  // capability, no supplementary group.
+  ChildProcess daemon({"/usr/bin/setpriv", "--reuid=nobody", "--regid=" + std::to_string(nobody.gid),
+                       "--clear-groups", "--inh-caps=-all", BULKHEADD_PATH, "--config", config},
+                      dir + "/bulkheadd.log");
+  bool up = false;
+  for (int i = 0; i < 1000 && !up && !daemon.exited(); ++i) {
+    std::this_thread::sleep_for(10ms);
+    try {
+      shm::Segment s = shm::Segment::attach(segment.str(), shm::Access::kReadOnly);
+      up = s.header().heartbeat.load() > 0;
+    } catch (const shm::SegmentError&) {
+    }
+  }
+  ASSERT_TRUE(up) << daemon.log();
+
+  struct stat st {};
+  ASSERT_EQ(::stat(("/dev/shm/" + segment.str()).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0660u);  // never world-readable or -writable
+  EXPECT_EQ(st.st_uid, nobody.uid);
+  EXPECT_EQ(st.st_gid, nobody.gid);
+
+  // A user outside the group: refused, with the reason.
+  EXPECT_EQ(open_as(outsider, {}, segment.str()), -EACCES);
+  // The same user made a member of the group: attaches.
+  EXPECT_EQ(open_as(outsider, {nobody.gid}, segment.str()), 0);
+
+  daemon.signal(SIGTERM);
+  ASSERT_TRUE(daemon.wait_exit(10s));
+  EXPECT_EQ(daemon.exit_code(), 0) << daemon.log();
+}
+
+TEST(LeastPrivilege, MetricsListenOnLoopbackByDefault) {
+  const auto config = daemon::parse_config(daemon::embedded_default_config(), "default");
+  EXPECT_EQ(config.daemon.metrics_listen.rfind("127.0.0.1:", 0), 0u) << config.daemon.metrics_listen;
+  EXPECT_EQ(config.daemon.segment_mode & 0007, 0u);
+}
+
+}  // namespace
+}  // namespace bulkhead
