@@ -1,5 +1,6 @@
 // Admission against a real segment: the limit holds under threads and
 // processes, counts return to zero, outcomes reach the statistics.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -289,6 +290,27 @@ TEST_F(AdmissionTest, ACorruptSegmentIsRefusedWithTheReason) {
   EXPECT_EQ(bh_client_open(name_.c_str(), &c), -EPROTO);
   EXPECT_EQ(c, nullptr);
   EXPECT_NE(std::string(bh_last_error()).find("ABI major"), std::string::npos) << bh_last_error();
+}
+
+TEST_F(AdmissionTest, WrongMagicSizesOrLengthAreRefusedWithTheReason) {
+  const auto refused = [&](const char* reason) {
+    bh_client* c = nullptr;
+    EXPECT_EQ(bh_client_open(name_.c_str(), &c), -EBADMSG) << reason;
+    EXPECT_EQ(c, nullptr);
+    EXPECT_NE(std::string(bh_last_error()).find(reason), std::string::npos) << bh_last_error();
+  };
+  const std::uint64_t magic = segment_->header().magic.load();
+  segment_->header().magic.store(0x1234);
+  refused("wrong magic");
+  segment_->header().magic.store(magic);
+  segment_->header().max_processes += 1;
+  refused("disagree");
+  segment_->header().max_processes -= 1;
+  const int fd = ::shm_open(("/" + name_.str()).c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 4096), 0);
+  ::close(fd);
+  refused("the header says");  // truncated: shorter than its header says
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The whole loop with the real bulkheadd binary: clients record, the daemon
 // learns, publishes, serves /metrics, reloads, gives back permits of dead
 // processes, and exits cleanly.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -319,14 +321,49 @@ TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
   EXPECT_THROW(shm::Segment::attach(segment_, shm::Access::kReadOnly), shm::SegmentError);
 }
 
+// The bytes of /dev/shm/NAME.
+std::string segment_bytes(const std::string& name) { return testing::read_file("/dev/shm/" + name); }
+
 TEST_F(DaemonIntegration, RefusesAForeignSegment) {
   shm::Segment foreign = shm::Segment::create(segment_, testing::small_segment());
   foreign.header().abi_major = 99;
+  const std::string before = segment_bytes(segment_.str());
   DaemonProcess daemon(BULKHEADD_PATH, dir_, config());
   ASSERT_TRUE(daemon.wait_exit(20s));
   EXPECT_NE(daemon.exit_code(), 0);
   EXPECT_NE(daemon.log().find("ABI major 99"), std::string::npos) << daemon.log();
-  EXPECT_EQ(foreign.header().abi_major, 99);  // not written into
+  EXPECT_EQ(segment_bytes(segment_.str()), before);  // not written into
+}
+
+TEST_F(DaemonIntegration, RefusesAWrongMagicWrongSizesOrTruncatedSegmentWithoutWritingIt) {
+  struct Case {
+    const char* reason;
+    std::function<void(shm::Segment&)> corrupt;
+  };
+  const std::vector<Case> cases = {
+      {"wrong magic", [](shm::Segment& s) { s.header().magic.store(0x1234); }},
+      {"disagree", [](shm::Segment& s) { s.header().dependency_slot_size += 64; }},
+      {"the header says", [&](shm::Segment&) {
+         const int fd = ::shm_open(("/" + segment_.str()).c_str(), O_RDWR, 0);
+         ASSERT_GE(fd, 0);
+         ASSERT_EQ(::ftruncate(fd, 8192), 0);
+         ::close(fd);
+       }},
+  };
+  for (const Case& c : cases) {
+    shm::Segment::remove(segment_.str());
+    {
+      shm::Segment s = shm::Segment::create(segment_, testing::small_segment());
+      c.corrupt(s);
+    }
+    const std::string before = segment_bytes(segment_.str());
+    DaemonProcess daemon(BULKHEADD_PATH, dir_, config());
+    ASSERT_TRUE(daemon.wait_exit(20s)) << c.reason;
+    EXPECT_NE(daemon.exit_code(), 0) << c.reason;
+    EXPECT_NE(daemon.log().find(c.reason), std::string::npos) << daemon.log();
+    EXPECT_NE(daemon.log().find("--recreate-segment"), std::string::npos) << daemon.log();
+    EXPECT_EQ(segment_bytes(segment_.str()), before) << c.reason << ": written into";
+  }
 }
 
 }  // namespace
