@@ -52,6 +52,10 @@ class ControlLoopTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) permits.push_back(dep.try_acquire());
     for (Permit& p : permits) p.release(Outcome::kSuccess, latency);
   }
+  // The admission word of a dependency the test looked up.
+  std::atomic<std::uint64_t>& admission_word(const std::string& name) {
+    return segment_->dependency(*shm::find_dependency(*segment_, name)).admission.word;
+  }
   ControlLoop::View view_of(const std::string& name) {
     for (const auto& v : loop_->view()) {
       if (v.name == name) return v;
@@ -314,8 +318,7 @@ TEST_F(ControlLoopTest, APermitLostBetweenTheTwoUpdatesIsGivenBackAfterThreeTick
   advance_ticks(1);
   // A thread of this process killed between the word's update and its
   // held count's: the word counts a permit that no process holds.
-  auto& word = segment_->dependency(*shm::find_dependency(*segment_, "orders")).admission.word;
-  word.fetch_add(shm::kAdmissionAcquire);
+  admission_word("orders").fetch_add(shm::kAdmissionAcquire);
   EXPECT_EQ(dep.inflight(), 3);
   advance_ticks(2);
   EXPECT_EQ(dep.inflight(), 3);  // a gap can be a call in progress
@@ -360,10 +363,7 @@ TEST_F(ControlLoopTest, AnInFlightCountShortOfWhatIsHeldIsRestored) {
   advance_ticks(1);
   // A correction that a thread stalled mid-call later proved wrong, or a
   // count that wrapped below zero: the word is short of what is held.
-  auto& word = segment_->dependency(*shm::find_dependency(*segment_, "orders")).admission.word;
-  word.fetch_add(shm::kAdmissionRelease);
-  word.fetch_add(shm::kAdmissionRelease);
-  word.fetch_add(shm::kAdmissionRelease);  // 2 - 3: wrapped
+  for (int i = 0; i < 3; ++i) admission_word("orders").fetch_add(shm::kAdmissionRelease);  // 2 - 3: wrapped
   EXPECT_GT(dep.inflight(), 1000);  // everything would be rejected
   advance_ticks(3);
   EXPECT_EQ(dep.inflight(), 2);

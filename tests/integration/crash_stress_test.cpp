@@ -57,10 +57,9 @@ TEST(CrashStress, AThousandKillsLeaveExactlyThePermitsReallyHeld) {
   TempSegmentName segment{"crash"};
   const std::string dir = testing::make_temp_dir();
   DaemonProcess daemon(BULKHEADD_PATH, dir,
-                       "[daemon]\nsegment = \"" + segment.str() +
-                           "\"\ntick_ms = 20\nmetrics_listen = \"\"\nmax_dependencies = 16\n"
-                           "max_processes = 32\nstats_stripes = 2\n\n[defaults]\npolicy = \"fixed\"\n"
-                           "min_limit = 1\nmax_limit = 1000\ninitial_limit = 1000\n");
+                       testing::test_daemon_config(
+                           segment.str(), "max_dependencies = 16\nmax_processes = 32\nstats_stripes = 2\n",
+                           "[defaults]\npolicy = \"fixed\"\nmin_limit = 1\nmax_limit = 1000\ninitial_limit = 1000\n"));
   ASSERT_TRUE(daemon.wait_ready(segment.str())) << daemon.log();
 
   Client client(segment.str());

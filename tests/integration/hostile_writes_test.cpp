@@ -73,11 +73,11 @@ TEST(HostileWrites, TheDaemonKeepsRunningAndPublishingSaneLimits) {
   TempSegmentName segment{"vandal"};
   const std::string dir = testing::make_temp_dir();
   DaemonProcess daemon(BULKHEADD_PATH, dir,
-                       "[daemon]\nsegment = \"" + segment.str() +
-                           "\"\ntick_ms = 20\nmetrics_listen = \"\"\nmax_dependencies = 8\n"
-                           "max_processes = 8\nstats_stripes = 2\n\n[defaults]\nmin_limit = 2\n"
-                           "max_limit = 50\ninitial_limit = 10\n\n[dependency.payments]\npolicy = \"aimd\"\n"
-                           "min_limit = 3\nmax_limit = 40\n\n[dependency.recs]\npolicy = \"gradient2\"\n");
+                       testing::test_daemon_config(
+                           segment.str(), "max_dependencies = 8\nmax_processes = 8\nstats_stripes = 2\n",
+                           "[defaults]\nmin_limit = 2\nmax_limit = 50\ninitial_limit = 10\n\n"
+                           "[dependency.payments]\npolicy = \"aimd\"\nmin_limit = 3\nmax_limit = 40\n\n"
+                           "[dependency.recs]\npolicy = \"gradient2\"\n"));
   auto attached = daemon.wait_ready(segment.str());
   ASSERT_TRUE(attached) << daemon.log();
   shm::Segment& s = *attached;

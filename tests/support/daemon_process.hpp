@@ -136,6 +136,14 @@ class ChildProcess {
   int exit_code_ = -1;
 };
 
+// A config for a test's bulkheadd: its own segment, 20 ms ticks, metrics
+// off, then `daemon_keys` (more [daemon] keys) and `tables`.
+inline std::string test_daemon_config(const std::string& segment, const std::string& daemon_keys,
+                                      const std::string& tables) {
+  return "[daemon]\nsegment = \"" + segment + "\"\ntick_ms = 20\nmetrics_listen = \"\"\n" + daemon_keys +
+         "\n" + tables;
+}
+
 class DaemonProcess {
  public:
   // Starts bulkheadd with `config_text` written to DIR/bulkhead.toml and
