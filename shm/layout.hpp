@@ -5,9 +5,12 @@
 //   DependencySlot[max_dependencies], each:
 //     identity line              tag (state + name hash), name: written once
 //     control line               limit, breaker, flags: written by the daemon
-//     admission line             in-flight word: every process, the hot line
-//     StatsStripe[stats_stripes] outcome counters and latency histogram,
-//                                striped so that processes rarely share one
+//     admission line             in-flight word, wait-queue futex and tickets:
+//                                every process, the hot line
+//     queue[queue_slots]         the wait queue: one record per waiting call
+//     StatsStripe[stats_stripes] outcome counters, latency and queue-wait
+//                                histograms, striped so that processes
+//                                rarely share one
 //   ProcessSlot[max_processes], each:
 //     identity line              pid, start time: written by its process
 //     held[max_dependencies]     permits this process holds, per dependency
@@ -36,8 +39,10 @@ inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kMagic = 0x444145484B4C5542ull;
 // A different major is refused; a newer minor only adds fields in reserved
 // space, so a reader accepts any minor of its major.
-inline constexpr std::uint16_t kAbiMajor = 1;
-inline constexpr std::uint16_t kAbiMinor = 1;  // 1: shadow mode
+// Major 2: the wait queue. A client of major 1 would neither wake waiters
+// on release nor know the records, so the two cannot share a segment.
+inline constexpr std::uint16_t kAbiMajor = 2;
+inline constexpr std::uint16_t kAbiMinor = 0;
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
@@ -56,7 +61,8 @@ struct alignas(kCacheLine) Header {
   std::uint32_t max_dependencies;
   std::uint32_t max_processes;
   std::uint32_t stats_stripes;
-  std::uint32_t histogram_buckets;
+  std::uint16_t histogram_buckets;
+  std::uint16_t queue_slots;           // wait-queue records per dependency
   std::uint32_t dependency_slot_size;  // bytes
   std::uint32_t process_slot_size;     // bytes
   std::uint64_t dependency_table_offset;  // bytes from the segment's start
@@ -97,14 +103,19 @@ inline constexpr std::uint32_t kDependencyConfigured = 1u << 0;  // has its own 
 // Shadow mode (enforce = false): admit past the limit, counting each such
 // admission in StatsStripe::shadow_admitted.
 inline constexpr std::uint32_t kDependencyShadow = 1u << 1;
+// The wait queue admits the newest waiter first (queue_order = "lifo").
+inline constexpr std::uint32_t kDependencyLifo = 1u << 2;
 
 struct alignas(kCacheLine) DependencyControl {
   std::atomic<std::uint32_t> limit;       // calls admitted at once, host-wide
   std::atomic<std::uint32_t> breaker;     // reserved: 0 = closed
-  std::atomic<std::uint32_t> max_queue;   // reserved: waiters allowed
+  std::atomic<std::uint32_t> max_queue;   // calls allowed to wait at once, host-wide
   std::atomic<std::uint32_t> flags;       // kDependency*
   std::atomic<std::uint64_t> generation;  // config generation that last set it
-  std::uint8_t reserved[40];
+  // Mean latency of the dependency's recent successful calls, in ns (0: not
+  // known yet): how long a permit is held, for the expected-wait estimate.
+  std::atomic<std::uint64_t> service_ns;
+  std::uint8_t reserved[32];
 };
 
 // The admission word: low 32 bits the host-wide in-flight count, high 32
@@ -116,11 +127,18 @@ constexpr std::uint32_t admission_inflight(std::uint64_t word) {
   return static_cast<std::uint32_t>(word);
 }
 
+// DependencyAdmission::futex: bit 0 says "a waiter may sleep on this word"
+// (set by waiters, cleared by the one who wakes them); the other bits count
+// wake-ups, so that a waiter about to sleep sees that one happened. See
+// shm/wait_queue.hpp.
+inline constexpr std::uint32_t kFutexSleepers = 1u;
+
 struct alignas(kCacheLine) DependencyAdmission {
   std::atomic<std::uint64_t> word;
-  std::atomic<std::uint32_t> waiters;  // reserved for the wait queue
-  std::atomic<std::uint32_t> futex;    // reserved for the wait queue
-  std::uint8_t reserved[48];
+  std::atomic<std::uint32_t> futex;    // kFutexSleepers | wake count << 1
+  std::uint32_t reserved0;
+  std::atomic<std::uint64_t> tickets;  // arrival order of waiters: taken by each
+  std::uint8_t reserved[40];
 };
 
 // Outcome statistics, written by the processes whose slot index maps to
@@ -137,15 +155,25 @@ struct alignas(kCacheLine) StatsStripe {
   std::atomic<std::uint32_t> max_inflight; // window; neutral 0
   std::uint8_t reserved[4];
   std::atomic<std::uint64_t> shadow_admitted;  // over the limit, admitted in shadow mode
+  // Line 1: the wait queue (bh_acquire).
+  alignas(kCacheLine) std::atomic<std::uint64_t> queue_full;  // refused: queue at max_queue
+  std::atomic<std::uint64_t> deadline_rejected;  // refused: deadline passed or could not be met
+  std::atomic<std::uint64_t> wait_sum_ns;        // time spent in the queue, all waits
+  std::uint8_t reserved1[40];
   // ok calls by latency bucket; the ok count is their sum.
   std::atomic<std::uint64_t> histogram[kHistogramBuckets];
+  // Calls that waited in the queue, by time waited (admitted or not); same
+  // encoding as the latency histogram.
+  std::atomic<std::uint64_t> wait_histogram[kHistogramBuckets];
 };
 
 struct DependencySlot {
   DependencyIdentity identity;
   DependencyControl control;
   DependencyAdmission admission;
-  // StatsStripe stripes[stats_stripes] follow.
+  // std::atomic<std::uint64_t> queue[queue_slots] follow, padded to a whole
+  // cache line: 0 for a free place, else queue_record() of a waiting call.
+  // Then StatsStripe stripes[stats_stripes].
 };
 
 struct alignas(kCacheLine) ProcessIdentity {
@@ -169,9 +197,14 @@ static_assert(sizeof(DependencyAdmission) == kCacheLine);
 static_assert(offsetof(DependencySlot, control) == 1 * kCacheLine);
 static_assert(offsetof(DependencySlot, admission) == 2 * kCacheLine);
 static_assert(sizeof(DependencySlot) == 3 * kCacheLine);
+static_assert(offsetof(DependencyControl, service_ns) == 24);
+static_assert(offsetof(DependencyAdmission, futex) == 8);
+static_assert(offsetof(DependencyAdmission, tickets) == 16);
 static_assert(offsetof(StatsStripe, shadow_admitted) == 56);
-static_assert(offsetof(StatsStripe, histogram) == kCacheLine);
-static_assert(sizeof(StatsStripe) == kCacheLine + kHistogramBuckets * 8);
+static_assert(offsetof(StatsStripe, queue_full) == kCacheLine);
+static_assert(offsetof(StatsStripe, histogram) == 2 * kCacheLine);
+static_assert(offsetof(StatsStripe, wait_histogram) == 2 * kCacheLine + kHistogramBuckets * 8);
+static_assert(sizeof(StatsStripe) == 2 * kCacheLine + 2 * kHistogramBuckets * 8);
 static_assert(sizeof(StatsStripe) % kCacheLine == 0);
 static_assert(sizeof(ProcessIdentity) == kCacheLine);
 static_assert(sizeof(ProcessSlot) == kCacheLine);
@@ -181,6 +214,7 @@ struct Capacities {
   std::uint32_t max_dependencies = 256;
   std::uint32_t max_processes = 256;
   std::uint32_t stats_stripes = 8;
+  std::uint32_t queue_slots = 64;  // wait-queue records per dependency: max_queue's ceiling
   friend bool operator==(const Capacities&, const Capacities&) = default;
 };
 
@@ -189,6 +223,7 @@ struct Capacities {
 inline constexpr std::uint32_t kMaxDependenciesLimit = 16384;
 inline constexpr std::uint32_t kMaxProcessesLimit = 4096;
 inline constexpr std::uint32_t kMaxStatsStripesLimit = 64;
+inline constexpr std::uint32_t kMaxQueueSlotsLimit = 1024;
 
 struct Layout {
   std::uint32_t dependency_slot_size;
@@ -202,10 +237,15 @@ constexpr std::uint64_t round_up_to_line(std::uint64_t n) {
   return (n + kCacheLine - 1) / kCacheLine * kCacheLine;
 }
 
+// The wait-queue records of one dependency slot, whole cache lines.
+constexpr std::uint64_t queue_bytes(std::uint32_t queue_slots) {
+  return round_up_to_line(std::uint64_t{queue_slots} * 8);
+}
+
 constexpr Layout segment_layout(const Capacities& c) {
   Layout l{};
-  l.dependency_slot_size =
-      static_cast<std::uint32_t>(sizeof(DependencySlot) + c.stats_stripes * sizeof(StatsStripe));
+  l.dependency_slot_size = static_cast<std::uint32_t>(
+      sizeof(DependencySlot) + queue_bytes(c.queue_slots) + c.stats_stripes * sizeof(StatsStripe));
   l.process_slot_size = static_cast<std::uint32_t>(
       sizeof(ProcessSlot) + round_up_to_line(std::uint64_t{c.max_dependencies} * 4));
   l.dependency_table_offset = sizeof(Header);

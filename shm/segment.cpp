@@ -46,6 +46,12 @@ void check_name(const std::string& name) {
   }
 }
 
+bool capacities_in_range(const Capacities& c) {
+  return c.max_dependencies != 0 && c.max_dependencies <= kMaxDependenciesLimit &&
+         c.max_processes != 0 && c.max_processes <= kMaxProcessesLimit && c.stats_stripes != 0 &&
+         c.stats_stripes <= kMaxStatsStripesLimit && c.queue_slots <= kMaxQueueSlotsLimit;
+}
+
 }  // namespace
 
 std::string validate_segment(const void* base, std::uint64_t size, int* code) {
@@ -75,13 +81,12 @@ std::string validate_segment(const void* base, std::uint64_t size, int* code) {
     return fail(EBADMSG, "histogram of " + std::to_string(h.histogram_buckets) +
                              " buckets, expected " + std::to_string(kHistogramBuckets));
   }
-  const Capacities c{h.max_dependencies, h.max_processes, h.stats_stripes};
-  if (c.max_dependencies == 0 || c.max_dependencies > kMaxDependenciesLimit ||
-      c.max_processes == 0 || c.max_processes > kMaxProcessesLimit || c.stats_stripes == 0 ||
-      c.stats_stripes > kMaxStatsStripesLimit) {
+  const Capacities c{h.max_dependencies, h.max_processes, h.stats_stripes, h.queue_slots};
+  if (!capacities_in_range(c)) {
     return fail(EBADMSG, "capacities out of range: " + std::to_string(c.max_dependencies) +
                              " dependencies, " + std::to_string(c.max_processes) + " processes, " +
-                             std::to_string(c.stats_stripes) + " stripes");
+                             std::to_string(c.stats_stripes) + " stripes, " +
+                             std::to_string(c.queue_slots) + " queue slots");
   }
   const Layout l = segment_layout(c);
   if (h.dependency_slot_size != l.dependency_slot_size ||
@@ -112,9 +117,7 @@ Segment::~Segment() = default;
 Segment Segment::create(const std::string& name, const CreateOptions& options) {
   check_name(name);
   const Capacities& c = options.capacities;
-  if (c.max_dependencies == 0 || c.max_dependencies > kMaxDependenciesLimit ||
-      c.max_processes == 0 || c.max_processes > kMaxProcessesLimit || c.stats_stripes == 0 ||
-      c.stats_stripes > kMaxStatsStripesLimit) {
+  if (!capacities_in_range(c)) {
     throw SegmentError(EINVAL, describe(name) + ": capacities out of range");
   }
   if ((options.mode & 0007) != 0) {
@@ -161,6 +164,7 @@ Segment Segment::create(const std::string& name, const CreateOptions& options) {
   h.max_processes = c.max_processes;
   h.stats_stripes = c.stats_stripes;
   h.histogram_buckets = kHistogramBuckets;
+  h.queue_slots = static_cast<std::uint16_t>(c.queue_slots);
   h.dependency_slot_size = l.dependency_slot_size;
   h.process_slot_size = l.process_slot_size;
   h.dependency_table_offset = l.dependency_table_offset;
@@ -206,7 +210,7 @@ Segment Segment::attach(const std::string& name, Access access) {
   if (!why.empty()) throw SegmentError(code, describe(name) + ": refused: " + why);
   // Read once, just validated; from now on only these are trusted.
   const auto& h = *static_cast<const Header*>(mapping->region.get_address());
-  const Capacities capacities{h.max_dependencies, h.max_processes, h.stats_stripes};
+  const Capacities capacities{h.max_dependencies, h.max_processes, h.stats_stripes, h.queue_slots};
   return Segment(name, std::move(mapping), capacities);
 }
 
@@ -219,8 +223,13 @@ DependencySlot& Segment::dependency(std::uint32_t index) const {
                                             std::uint64_t{index} * layout_.dependency_slot_size);
 }
 
+std::atomic<std::uint64_t>* Segment::queue(std::uint32_t dependency_index) const {
+  return reinterpret_cast<std::atomic<std::uint64_t>*>(reinterpret_cast<char*>(&dependency(dependency_index)) +
+                                                       sizeof(DependencySlot));
+}
+
 StatsStripe& Segment::stripe(std::uint32_t dependency_index, std::uint32_t stripe) const {
-  auto* first = reinterpret_cast<char*>(&dependency(dependency_index)) + sizeof(DependencySlot);
+  auto* first = reinterpret_cast<char*>(queue(dependency_index)) + queue_bytes(capacities_.queue_slots);
   return *reinterpret_cast<StatsStripe*>(first + std::uint64_t{stripe} * sizeof(StatsStripe));
 }
 

@@ -72,6 +72,9 @@ class Segment {
   Capacities capacities() const { return capacities_; }
 
   DependencySlot& dependency(std::uint32_t index) const;
+  // The wait-queue records of a dependency: queue_slots() of them.
+  std::atomic<std::uint64_t>* queue(std::uint32_t dependency) const;
+  std::uint32_t queue_slots() const { return capacities_.queue_slots; }
   StatsStripe& stripe(std::uint32_t dependency, std::uint32_t stripe) const;
   ProcessSlot& process(std::uint32_t index) const;
   // held[dependency] of a process slot.

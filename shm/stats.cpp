@@ -12,7 +12,14 @@ DependencyCounters DependencyCounters::since(const DependencyCounters& earlier) 
   d.rejected = rejected - earlier.rejected;
   d.shadow_admitted = shadow_admitted - earlier.shadow_admitted;
   d.rtt_sum_ns = rtt_sum_ns - earlier.rtt_sum_ns;
-  for (std::size_t b = 0; b < histogram.size(); ++b) d.histogram[b] = histogram[b] - earlier.histogram[b];
+  d.queue_full = queue_full - earlier.queue_full;
+  d.deadline_rejected = deadline_rejected - earlier.deadline_rejected;
+  d.waited = waited - earlier.waited;
+  d.wait_sum_ns = wait_sum_ns - earlier.wait_sum_ns;
+  for (std::size_t b = 0; b < histogram.size(); ++b) {
+    d.histogram[b] = histogram[b] - earlier.histogram[b];
+    d.wait_histogram[b] = wait_histogram[b] - earlier.wait_histogram[b];
+  }
   return d;
 }
 
@@ -28,11 +35,16 @@ DependencyCounters read_counters(const Segment& segment, std::uint32_t index) {
     c.rejected += st.rejected.load(std::memory_order_relaxed);
     c.shadow_admitted += st.shadow_admitted.load(std::memory_order_relaxed);
     c.rtt_sum_ns += st.rtt_sum_ns.load(std::memory_order_relaxed);
+    c.queue_full += st.queue_full.load(std::memory_order_relaxed);
+    c.deadline_rejected += st.deadline_rejected.load(std::memory_order_relaxed);
+    c.wait_sum_ns += st.wait_sum_ns.load(std::memory_order_relaxed);
     for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
       c.histogram[b] += st.histogram[b].load(std::memory_order_relaxed);
+      c.wait_histogram[b] += st.wait_histogram[b].load(std::memory_order_relaxed);
     }
   }
   for (std::uint64_t n : c.histogram) c.ok += n;
+  for (std::uint64_t n : c.wait_histogram) c.waited += n;
   return c;
 }
 

@@ -22,6 +22,12 @@ struct DependencyCounters {
   std::uint64_t shadow_admitted = 0;  // over the limit, admitted in shadow mode
   std::uint64_t rtt_sum_ns = 0;
   std::array<std::uint64_t, kHistogramBuckets> histogram{};
+  // The wait queue (bh_acquire).
+  std::uint64_t queue_full = 0;         // refused: the queue was full
+  std::uint64_t deadline_rejected = 0;  // refused: the deadline passed or could not be met
+  std::uint64_t waited = 0;             // calls that waited: the wait histogram's total
+  std::uint64_t wait_sum_ns = 0;
+  std::array<std::uint64_t, kHistogramBuckets> wait_histogram{};
 
   // What was added between `earlier` and this reading (modulo 2^64, so a
   // counter that wrapped still gives the right delta).

@@ -25,9 +25,10 @@ TEST(Layout, WritersNeverShareACacheLine) {
 }
 
 TEST(Layout, TablesFollowTheHeaderAndEachOther) {
-  const Layout l = segment_layout({100, 10, 3});
+  const Layout l = segment_layout({100, 10, 3, 20});
   EXPECT_EQ(l.dependency_table_offset, sizeof(Header));
-  EXPECT_EQ(l.dependency_slot_size, sizeof(DependencySlot) + 3 * sizeof(StatsStripe));
+  // 20 queue records of 8 bytes round up to 192 bytes (3 lines).
+  EXPECT_EQ(l.dependency_slot_size, sizeof(DependencySlot) + 192 + 3 * sizeof(StatsStripe));
   // 100 held counts of 4 bytes round up to 448 bytes (7 lines).
   EXPECT_EQ(l.process_slot_size, sizeof(ProcessSlot) + 448);
   EXPECT_EQ(l.process_table_offset, l.dependency_table_offset + 100ull * l.dependency_slot_size);

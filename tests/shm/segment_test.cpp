@@ -36,8 +36,8 @@ TEST(Segment, CreatedSegmentAttachesWithItsCapacities) {
   TempSegmentName name;
   Segment created = Segment::create(name, small_segment(16, 8, 2));
   Segment attached = Segment::attach(name, Access::kReadOnly);
-  EXPECT_EQ(attached.capacities(), (Capacities{16, 8, 2}));
-  EXPECT_EQ(attached.size(), segment_layout({16, 8, 2}).total_size);
+  EXPECT_EQ(attached.capacities(), (Capacities{16, 8, 2, 8}));
+  EXPECT_EQ(attached.size(), segment_layout({16, 8, 2, 8}).total_size);
   EXPECT_EQ(attached.header().abi_major, kAbiMajor);
 }
 
@@ -94,7 +94,21 @@ TEST(Segment, OtherAbiMajorIsRefused) {
   s.header().abi_major = kAbiMajor + 1;
   std::string what;
   EXPECT_EQ(attach_error(name, &what), EPROTO);
-  EXPECT_NE(what.find("ABI major 2, this build speaks 1"), std::string::npos) << what;
+  EXPECT_NE(what.find("ABI major " + std::to_string(kAbiMajor + 1) + ", this build speaks " +
+                      std::to_string(kAbiMajor)),
+            std::string::npos)
+      << what;
+}
+
+// A segment of ABI 1 (before the wait queue) is refused by name, not
+// misread: its clients would never wake a waiter.
+TEST(Segment, AbiOneSegmentIsRefusedClearly) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  s.header().abi_major = 1;
+  std::string what;
+  EXPECT_EQ(attach_error(name, &what), EPROTO);
+  EXPECT_NE(what.find("ABI major 1, this build speaks 2"), std::string::npos) << what;
 }
 
 TEST(Segment, NewerAbiMinorIsAccepted) {
@@ -146,6 +160,33 @@ TEST(Segment, AddressesComeFromTheValidatedLayoutNotTheHeaderAfterIt) {
   EXPECT_EQ(s.stripe_of_process(5), 5 % before.stats_stripes);
   // A new attach validates again, and refuses what it now finds.
   EXPECT_NE(attach_error(name), 0);
+}
+
+TEST(Segment, TooManyQueueSlotsAreRefused) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  s.header().queue_slots = kMaxQueueSlotsLimit + 1;
+  std::string what;
+  EXPECT_EQ(attach_error(name, &what), EBADMSG);
+  EXPECT_NE(what.find("queue slots"), std::string::npos) << what;
+  CreateOptions too_many = small_segment();
+  too_many.capacities.queue_slots = kMaxQueueSlotsLimit + 1;
+  TempSegmentName other;
+  EXPECT_THROW(Segment::create(other, too_many), SegmentError);
+}
+
+TEST(Segment, QueueRecordsLieBetweenTheAdmissionLineAndTheStripes) {
+  TempSegmentName name;
+  CreateOptions o = small_segment(4, 4, 2);
+  o.capacities.queue_slots = 9;  // 72 bytes: two lines
+  Segment s = Segment::create(name, o);
+  EXPECT_EQ(s.queue_slots(), 9u);
+  auto* slot = reinterpret_cast<char*>(&s.dependency(1));
+  EXPECT_EQ(reinterpret_cast<char*>(s.queue(1)), slot + sizeof(DependencySlot));
+  EXPECT_EQ(reinterpret_cast<char*>(&s.stripe(1, 0)), slot + sizeof(DependencySlot) + 2 * kCacheLine);
+  EXPECT_EQ(reinterpret_cast<char*>(&s.dependency(2)),
+            slot + sizeof(DependencySlot) + 2 * kCacheLine + 2 * sizeof(StatsStripe));
+  for (std::uint32_t i = 0; i < 9; ++i) EXPECT_EQ(s.queue(1)[i].load(), 0u);
 }
 
 TEST(Segment, TruncatedSegmentIsRefused) {
@@ -293,6 +334,24 @@ TEST(Stats, ReadingsSumStripesAndDeltasSubtract) {
   EXPECT_EQ(d.dropped, 5u);
   EXPECT_EQ(d.rtt_sum_ns, 5'000'000u);
   EXPECT_EQ(read_counters(s, 0).ok, 0u);  // other dependencies untouched
+}
+
+TEST(Stats, QueueCountersAndWaitHistogramAreSummed) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(4, 4, 2));
+  const DependencyCounters before = read_counters(s, 2);
+  s.stripe(2, 0).queue_full.fetch_add(3);
+  s.stripe(2, 1).deadline_rejected.fetch_add(2);
+  s.stripe(2, 0).wait_histogram[histogram_bucket(5'000'000)].fetch_add(1);
+  s.stripe(2, 1).wait_histogram[histogram_bucket(7'000'000)].fetch_add(1);
+  s.stripe(2, 1).wait_sum_ns.fetch_add(12'000'000);
+  const DependencyCounters d = read_counters(s, 2).since(before);
+  EXPECT_EQ(d.queue_full, 3u);
+  EXPECT_EQ(d.deadline_rejected, 2u);
+  EXPECT_EQ(d.waited, 2u);
+  EXPECT_EQ(d.wait_sum_ns, 12'000'000u);
+  EXPECT_EQ(d.ok, 0u);  // waits are not latency samples
+  EXPECT_EQ(d.wait_histogram[histogram_bucket(5'000'000)], 1u);
 }
 
 TEST(Stats, WindowExtremesAreTakenOnce) {

@@ -30,9 +30,9 @@ class TempSegmentName {
 };
 
 inline shm::CreateOptions small_segment(std::uint32_t dependencies = 16, std::uint32_t processes = 16,
-                                        std::uint32_t stripes = 4) {
+                                        std::uint32_t stripes = 4, std::uint32_t queue_slots = 8) {
   shm::CreateOptions o;
-  o.capacities = {dependencies, processes, stripes};
+  o.capacities = {dependencies, processes, stripes, queue_slots};
   return o;
 }
 
