@@ -8,10 +8,16 @@
 //   release  one clock read, two or three adds to this process's stripe,
 //            one add to the held count, one add to the admission word.
 // A rejection reads the admission word and counts itself on the stripe; it
-// never writes the admission line.
+// never writes the admission line. Release adds one load of the futex word,
+// on the admission line it has just written, and makes a system call only
+// when a waiter may be asleep (shm/wait_queue.hpp).
+//
+// Waiting (bh_acquire) is the slow path and lives apart from this: see
+// wait_in_queue().
 #include <pthread.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -25,6 +31,7 @@
 
 #include "bulkhead/bulkhead.h"
 #include "shm/segment.hpp"
+#include "shm/wait_queue.hpp"
 
 namespace shm = bulkhead::shm;
 
@@ -77,6 +84,13 @@ struct bh_dep {
   shm::StatsStripe* stats;
   std::uint32_t index;  // slot in the segment; unused standalone
   std::unique_ptr<LocalSlot> local;
+  // The wait queue: its futex and tickets, its records (none standalone),
+  // max_queue and service time on the daemon's line.
+  shm::DependencyAdmission* line;
+  const shm::DependencyControl* control;
+  std::atomic<std::uint64_t>* queue;
+  std::uint32_t queue_slots;
+  std::uint32_t process;  // this process's slot, named in its queue records
 };
 
 struct bh_client {
@@ -114,6 +128,7 @@ void rebind_after_fork() {
     for (auto& [name, dep] : c->deps) {
       dep->held = &c->segment->held(c->process_index, dep->index);
       dep->stats = &c->segment->stripe(dep->index, stripe);
+      dep->process = c->process_index;
     }
   }
   g_clients_mutex.unlock();
@@ -162,7 +177,139 @@ void give_back(bh_dep* d) {
   // the daemon's reclaim can only under-correct, never over-correct.
   // Release pairs with the daemon's acquire loads in its reclaim scan.
   d->held->fetch_sub(1, std::memory_order_release);
-  d->admission->fetch_add(shm::kAdmissionRelease, std::memory_order_release);
+  // seq_cst (the same lock xadd as release on x86): the store side of the
+  // Dekker pair with a waiter, completed by the load in wake_waiters().
+  d->admission->fetch_add(shm::kAdmissionRelease, std::memory_order_seq_cst);
+  shm::wake_waiters(d->line->futex);
+}
+
+// After a successful compare-and-swap from `word`: the held count (shared
+// word first, then held; see give_back()) and the stripe's peak.
+inline void count_admission(bh_dep* d, std::uint64_t word) {
+  // Release pairs with the daemon's acquire load of held: if it sees this
+  // add it sees the CAS.
+  d->held->fetch_add(1, std::memory_order_release);
+  raise_to(d->stats->max_inflight, shm::admission_inflight(word) + 1);
+}
+
+// bh_acquire() marks the permits it fills by the low bit of dep_ (a bh_dep
+// is aligned): they carry a deadline in deadline_ns_, which bh_try_acquire()
+// never writes (a caller built before the field has no room for it).
+constexpr std::uintptr_t kPermitHasDeadline = 1;
+
+bh_dep* permit_dep(const bh_permit* p) {
+  return reinterpret_cast<bh_dep*>(reinterpret_cast<std::uintptr_t>(p->dep_) & ~kPermitHasDeadline);
+}
+
+void fill_permit(bh_permit* out, bh_dep* d, std::uint64_t deadline_ns) {
+  static_assert(alignof(bh_dep) > kPermitHasDeadline);
+  out->dep_ = reinterpret_cast<bh_dep*>(reinterpret_cast<std::uintptr_t>(d) | kPermitHasDeadline);
+  out->deadline_ns_ = deadline_ns;
+  out->start_ns_ = monotonic_ns();
+}
+
+void record_wait(bh_dep* d, std::uint64_t waited_ns) {
+  // Relaxed: statistics, as in record().
+  d->stats->wait_histogram[shm::histogram_bucket(waited_ns)].fetch_add(1, std::memory_order_relaxed);
+  d->stats->wait_sum_ns.fetch_add(waited_ns, std::memory_order_relaxed);
+}
+
+int reject_queue_full(bh_dep* d) {
+  d->stats->queue_full.fetch_add(1, std::memory_order_relaxed);
+  return BH_REJECT_QUEUE_FULL;
+}
+
+int reject_deadline(bh_dep* d) {
+  d->stats->deadline_rejected.fetch_add(1, std::memory_order_relaxed);
+  return BH_REJECT_DEADLINE;
+}
+
+// Whether a call that joins the queue now can expect a permit before
+// `deadline_ns`: the calls ahead of it that no free permit covers, each
+// lasting the recent service time, served `limit` at a time. An estimate:
+// when the daemon has not published a service time (no successful call
+// yet), every call may try.
+bool expected_wait_fits(const bh_dep* d, std::uint32_t limit, std::uint32_t inflight, bool lifo,
+                        std::uint64_t now_ns, std::uint64_t deadline_ns) {
+  // Relaxed: a lone estimate the daemon publishes.
+  const std::uint64_t service_ns = d->control->service_ns.load(std::memory_order_relaxed);
+  if (service_ns == 0 || deadline_ns == BH_NO_DEADLINE) return true;
+  // LIFO serves a newcomer first.
+  const std::uint64_t ahead = lifo ? 0 : shm::queue_length(d->queue, d->queue_slots);
+  const std::uint64_t free_permits = limit > inflight ? limit - inflight : 0;
+  if (ahead < free_permits) return true;
+  const double expected_ns = static_cast<double>(ahead + 1 - free_permits) *
+                             static_cast<double>(service_ns) / static_cast<double>(std::max(limit, 1u));
+  return expected_ns <= static_cast<double>(deadline_ns - now_ns);
+}
+
+// The slow path of bh_acquire(): at the limit, or others wait already.
+// Takes a place in the queue, then sleeps until a permit is free and fewer
+// waiters come before this one than there are free permits, or until the
+// deadline. shm/wait_queue.hpp has the protocol.
+int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh_permit* out) {
+  const std::uint64_t joined_ns = now_ns;
+  // Relaxed: lone values from the daemon; one a little stale changes how
+  // long this call may wait, never how many are admitted.
+  const std::uint32_t max_queue =
+      std::min(d->control->max_queue.load(std::memory_order_relaxed), d->queue_slots);
+  if (max_queue == 0) return reject_queue_full(d);
+  const bool lifo = (d->flags->load(std::memory_order_relaxed) & shm::kDependencyLifo) != 0;
+  const std::uint32_t limit = d->limit->load(std::memory_order_relaxed);
+  const std::uint32_t inflight =
+      shm::admission_inflight(d->admission->load(std::memory_order_relaxed));
+  if (!expected_wait_fits(d, limit, inflight, lifo, now_ns, deadline_ns)) return reject_deadline(d);
+
+  // Relaxed: the ticket only orders waiters among themselves; the record
+  // that carries it is published by the seq_cst CAS below.
+  const std::uint64_t ticket = d->line->tickets.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t record = shm::queue_record(ticket, d->process);
+  std::atomic<std::uint64_t>* place = nullptr;
+  for (std::uint32_t i = 0; i < max_queue && place == nullptr; ++i) {
+    std::uint64_t free = 0;
+    // seq_cst: the records are part of what wake_waiters() pairs with.
+    if (d->queue[i].load(std::memory_order_relaxed) == 0 &&
+        d->queue[i].compare_exchange_strong(free, record, std::memory_order_seq_cst)) {
+      place = &d->queue[i];
+    }
+  }
+  if (place == nullptr) return reject_queue_full(d);
+
+  bool admitted = false;
+  std::uint64_t word = 0;
+  for (;;) {
+    const std::uint32_t seen = shm::announce_waiter(d->line->futex);
+    const std::uint32_t limit_now = d->limit->load(std::memory_order_relaxed);
+    // seq_cst: the load side of the Dekker pair with give_back().
+    word = d->admission->load(std::memory_order_seq_cst);
+    while (shm::admission_inflight(word) < limit_now) {
+      const std::uint32_t free_permits = limit_now - shm::admission_inflight(word);
+      if (shm::waiters_ahead(d->queue, d->queue_slots, ticket, lifo) >= free_permits) break;
+      // seq_cst, for the same pairing as the load.
+      if (d->admission->compare_exchange_weak(word, word + shm::kAdmissionAcquire,
+                                              std::memory_order_seq_cst)) {
+        count_admission(d, word);  // the held count at once, as bh_try_acquire()
+        admitted = true;
+        break;
+      }
+    }
+    if (admitted) break;
+    now_ns = monotonic_ns();
+    if (now_ns >= deadline_ns) break;
+    shm::futex_sleep(d->line->futex, seen, std::min(deadline_ns, now_ns + shm::kWaitPollNs));
+  }
+  // Leave the queue; the waiters behind this one move up. seq_cst: the
+  // store side of the pair with their announce_waiter(), for wake_waiters().
+  place->store(0, std::memory_order_seq_cst);
+  record_wait(d, monotonic_ns() - joined_ns);
+  // Another waiter may take a permit still free: let it look.
+  if (shm::admission_inflight(d->admission->load(std::memory_order_seq_cst)) <
+      d->limit->load(std::memory_order_relaxed)) {
+    shm::wake_waiters(d->line->futex);
+  }
+  if (!admitted) return reject_deadline(d);
+  fill_permit(out, d, deadline_ns);
+  return 0;
 }
 
 }  // namespace
@@ -281,6 +428,11 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->flags = &slot.control.flags;
       dep->held = &s.held(c->process_index, index);
       dep->stats = &s.stripe(index, s.stripe_of_process(c->process_index));
+      dep->line = &slot.admission;
+      dep->control = &slot.control;
+      dep->queue = s.queue(index);
+      dep->queue_slots = s.queue_slots();
+      dep->process = c->process_index;
     } else {
       dep->local = std::make_unique<LocalSlot>();
       dep->local->control.limit.store(c->static_limit, std::memory_order_relaxed);
@@ -291,6 +443,12 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->flags = &dep->local->control.flags;
       dep->held = &dep->local->held;
       dep->stats = &dep->local->stripe;
+      // No queue standalone: bh_acquire() at the limit is refused at once.
+      dep->line = &dep->local->admission;
+      dep->control = &dep->local->control;
+      dep->queue = nullptr;
+      dep->queue_slots = 0;
+      dep->process = 0;
     }
   } catch (const shm::SegmentError& e) {
     return fail(e.code(), e.what());
@@ -324,14 +482,53 @@ int bh_try_acquire(bh_dep* d, bh_permit* out) {
   } while (!d->admission->compare_exchange_weak(word, word + shm::kAdmissionAcquire,
                                                 std::memory_order_relaxed));
   if (over) d->stats->shadow_admitted.fetch_add(1, std::memory_order_relaxed);
-  // Shared word first, then held (see give_back()). Release pairs with the
-  // daemon's acquire load of held: if it sees this add it sees the CAS.
-  d->held->fetch_add(1, std::memory_order_release);
-  raise_to(d->stats->max_inflight, shm::admission_inflight(word) + 1);
+  count_admission(d, word);
   out->dep_ = d;
   out->start_ns_ = monotonic_ns();
   return 0;
 }
+
+int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
+  if (d == nullptr || out == nullptr) return fail(EINVAL, "bh_acquire: NULL argument");
+  out->dep_ = nullptr;
+  const std::uint64_t now_ns = monotonic_ns();
+  // A call whose budget is spent never reaches the dependency.
+  if (now_ns >= deadline_ns) return reject_deadline(d);
+  // With no one waiting (as far as the futex word says), the admission of
+  // bh_try_acquire(), shadow mode included, without counting a rejection.
+  // Relaxed: a hint; a waiter that is missed here is one a newcomer passes,
+  // as a bh_try_acquire() caller may.
+  if ((d->line->futex.load(std::memory_order_relaxed) & shm::kFutexSleepers) == 0) {
+    const std::uint32_t limit = d->limit->load(std::memory_order_relaxed);
+    std::uint64_t word = d->admission->load(std::memory_order_relaxed);
+    const bool shadow = (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) != 0;
+    while (shm::admission_inflight(word) < limit || shadow) {
+      // Relaxed, as in bh_try_acquire().
+      if (d->admission->compare_exchange_weak(word, word + shm::kAdmissionAcquire,
+                                              std::memory_order_relaxed)) {
+        if (shm::admission_inflight(word) >= limit) {
+          d->stats->shadow_admitted.fetch_add(1, std::memory_order_relaxed);
+        }
+        count_admission(d, word);
+        fill_permit(out, d, deadline_ns);
+        return 0;
+      }
+    }
+  }
+  return wait_in_queue(d, now_ns, deadline_ns, out);
+}
+
+std::uint64_t bh_permit_remaining_ns(const bh_permit* p) {
+  if (p == nullptr || p->dep_ == nullptr) return 0;
+  if ((reinterpret_cast<std::uintptr_t>(p->dep_) & kPermitHasDeadline) == 0 ||
+      p->deadline_ns_ == BH_NO_DEADLINE) {
+    return UINT64_MAX;
+  }
+  const std::uint64_t now = monotonic_ns();
+  return p->deadline_ns_ > now ? p->deadline_ns_ - now : 0;
+}
+
+std::uint64_t bh_now_ns(void) { return monotonic_ns(); }
 
 void bh_release(bh_permit* p, int outcome) {
   if (p == nullptr || p->dep_ == nullptr) return;
@@ -341,7 +538,7 @@ void bh_release(bh_permit* p, int outcome) {
 
 void bh_release_latency(bh_permit* p, int outcome, std::uint64_t latency_ns) {
   if (p == nullptr || p->dep_ == nullptr) return;
-  bh_dep* d = p->dep_;
+  bh_dep* d = permit_dep(p);
   p->dep_ = nullptr;
   record(d, outcome, latency_ns);
   give_back(d);

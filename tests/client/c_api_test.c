@@ -38,6 +38,19 @@ int main(void) {
   bh_release(&c, BH_SUCCESS); /* never admitted: harmless */
   CHECK(bh_inflight(dep) == 0);
 
+  /* Waiting: standalone has no queue, so at the limit it is refused. */
+  CHECK(bh_acquire(dep, BH_NO_DEADLINE, &a) == 0);
+  CHECK(bh_permit_remaining_ns(&a) == UINT64_MAX);
+  CHECK(bh_acquire(dep, bh_now_ns() + 1000000000u, &b) == 0);
+  CHECK(bh_permit_remaining_ns(&b) > 0);
+  CHECK(bh_acquire(dep, BH_NO_DEADLINE, &c) == BH_REJECT_QUEUE_FULL);
+  CHECK(bh_acquire(dep, 0, &c) == BH_REJECT_DEADLINE);
+  CHECK(bh_permit_remaining_ns(&c) == 0);
+  bh_release(&a, BH_SUCCESS);
+  bh_release(&b, BH_IGNORE);
+  CHECK(bh_inflight(dep) == 0);
+  CHECK(bh_acquire(NULL, 0, &a) == -EINVAL);
+
   CHECK(bh_dependency(client, "bad name", &dep) == -EINVAL);
   CHECK(strlen(bh_last_error()) > 0);
   CHECK(bh_try_acquire(NULL, &a) == -EINVAL);

@@ -8,10 +8,16 @@
  * allocation. When no daemon runs (no segment), the client still works: it
  * admits against a static limit of its own (default: everything).
  *
+ * A caller that would rather wait for a permit than be refused uses
+ * bh_acquire() with a deadline: it joins the dependency's wait queue, which
+ * is host-wide, bounded (max_queue in bulkheadd's config) and ordered (FIFO,
+ * or LIFO per dependency), sleeping on a futex in shared memory until a
+ * permit is released or the deadline passes.
+ *
  * Every function that can fail returns 0 on success, a positive BH_REJECT_*
  * reason when a call is not admitted, or a negative errno value for misuse
  * or a segment that cannot be used; bh_last_error() then says why in words.
- * Nothing here throws, logs or blocks.
+ * Nothing here throws or logs; only bh_acquire() blocks.
  *
  * Thread safety: a bh_client and its bh_dep handles may be used from any
  * number of threads at once. A bh_permit belongs to the thread that holds it.
@@ -35,10 +41,14 @@ typedef struct bh_client bh_client;
 typedef struct bh_dep bh_dep;
 
 /* A permit: a value the caller owns (on its stack), filled by a successful
- * bh_try_acquire() and emptied by bh_release(). Its fields are private. */
+ * bh_try_acquire() or bh_acquire() and emptied by bh_release(). Its fields
+ * are private. deadline_ns_ came with bh_acquire(): bh_try_acquire() never
+ * writes it, so a caller built against the header without it still passes
+ * a permit big enough. */
 typedef struct bh_permit {
-  bh_dep *dep_;        /* NULL when the permit holds nothing */
-  uint64_t start_ns_;  /* CLOCK_MONOTONIC at admission */
+  bh_dep *dep_;           /* NULL when the permit holds nothing */
+  uint64_t start_ns_;     /* CLOCK_MONOTONIC at admission */
+  uint64_t deadline_ns_;  /* bh_acquire()'s deadline, when dep_ says so */
 } bh_permit;
 
 /* Outcomes, for bh_release(). */
@@ -48,10 +58,15 @@ enum {
   BH_IGNORE = 2   /* neither (cancelled, client error): not a sample */
 };
 
-/* Rejection reasons, returned by bh_try_acquire(). */
+/* Rejection reasons, returned by bh_try_acquire() and bh_acquire(). */
 enum {
-  BH_REJECT_LIMIT = 1 /* the dependency's in-flight count is at its limit */
+  BH_REJECT_LIMIT = 1,      /* the dependency's in-flight count is at its limit */
+  BH_REJECT_QUEUE_FULL = 2, /* at the limit, and max_queue calls wait already */
+  BH_REJECT_DEADLINE = 3    /* the deadline passed, or the expected wait exceeds it */
 };
+
+/* A deadline for bh_acquire() that never comes. */
+#define BH_NO_DEADLINE UINT64_MAX
 
 /* Client modes, from bh_client_mode(). */
 enum {
@@ -98,6 +113,28 @@ BH_API int bh_try_acquire(bh_dep *d, bh_permit *out);
 BH_API void bh_release(bh_permit *p, int outcome);
 /* The same with a latency the caller measured itself, in nanoseconds. */
 BH_API void bh_release_latency(bh_permit *p, int outcome, uint64_t latency_ns);
+
+/* Admits a call, waiting for a permit if the dependency is at its limit, up
+ * to deadline_ns (absolute, CLOCK_MONOTONIC: bh_now_ns() + budget). Returns
+ * 0 and a filled permit, or with an empty permit:
+ *   BH_REJECT_QUEUE_FULL  at once: max_queue calls wait already (max_queue
+ *                         0, the default, means no one waits);
+ *   BH_REJECT_DEADLINE    the deadline passed before a permit came, or had
+ *                         passed on entry, or at once when the expected wait
+ *                         (calls ahead x recent latency / limit) exceeds what
+ *                         is left of it.
+ * Time spent waiting counts against the deadline. Calls that wait are
+ * admitted in the dependency's queue order (FIFO, or LIFO); a call to
+ * bh_try_acquire() does not queue and may take a permit first. In shadow
+ * mode nothing waits. */
+BH_API int bh_acquire(bh_dep *d, uint64_t deadline_ns, bh_permit *out);
+/* What is left of the deadline of a permit bh_acquire() filled, in
+ * nanoseconds (0 once it has passed): the budget for the call itself.
+ * UINT64_MAX for a permit without a deadline (bh_try_acquire(),
+ * BH_NO_DEADLINE); 0 for an empty permit. */
+BH_API uint64_t bh_permit_remaining_ns(const bh_permit *p);
+/* CLOCK_MONOTONIC now, in nanoseconds: the clock of deadlines. */
+BH_API uint64_t bh_now_ns(void);
 
 /* The limit in force and the host-wide in-flight count, -EINVAL for NULL. */
 BH_API long bh_limit(const bh_dep *d);

@@ -9,6 +9,16 @@
 //     ...shed the call: permit.reason() == BH_REJECT_LIMIT...
 //   }
 //
+// To wait for a permit rather than be refused, with a deadline that bounds
+// the wait and the call together:
+//
+//   if (bulkhead::Permit permit = payments.acquire(std::chrono::milliseconds(200))) {
+//     call_payments(permit.remaining());            // what the wait left over
+//     permit.success();
+//   } else {
+//     ...permit.reason(): BH_REJECT_QUEUE_FULL or BH_REJECT_DEADLINE...
+//   }
+//
 // A Permit that goes out of scope unreleased is released as "ignore": an
 // exception or an early return is not a latency sample.
 //
@@ -18,6 +28,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -57,6 +68,15 @@ class Permit {
   explicit operator bool() const { return permit_.dep_ != nullptr; }
   // 0 when admitted, else the BH_REJECT_* reason.
   int reason() const { return reason_; }
+  // What is left of the deadline acquire() was given (zero once passed):
+  // the budget for the call. nanoseconds::max() without a deadline
+  // (try_acquire()), zero for an empty permit.
+  std::chrono::nanoseconds remaining() const {
+    const std::uint64_t ns = bh_permit_remaining_ns(&permit_);
+    return ns > static_cast<std::uint64_t>(std::chrono::nanoseconds::max().count())
+               ? std::chrono::nanoseconds::max()
+               : std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(ns));
+  }
 
   void success() { release(Outcome::kSuccess); }
   void dropped() { release(Outcome::kDropped); }
@@ -85,6 +105,29 @@ class Dependency {
     if (rc < 0) throw Error(rc);
     p.reason_ = rc;
     return p;
+  }
+  // Waits for a permit until `deadline` if the dependency is at its limit
+  // (see bh_acquire()). std::chrono::steady_clock is CLOCK_MONOTONIC, the
+  // clock of bh_acquire()'s deadlines; time_point::max() never comes.
+  Permit acquire(std::chrono::steady_clock::time_point deadline) {
+    const auto since_epoch = deadline.time_since_epoch();
+    std::uint64_t deadline_ns = BH_NO_DEADLINE;
+    if (deadline != std::chrono::steady_clock::time_point::max()) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count();
+      deadline_ns = ns < 0 ? 0 : static_cast<std::uint64_t>(ns);
+    }
+    Permit p;
+    const int rc = bh_acquire(handle_, deadline_ns, &p.permit_);
+    if (rc < 0) throw Error(rc);
+    p.reason_ = rc;
+    return p;
+  }
+  // The same with a budget from now.
+  Permit acquire(std::chrono::nanoseconds budget) {
+    const auto now = std::chrono::steady_clock::now();
+    return acquire(budget >= std::chrono::steady_clock::time_point::max() - now
+                       ? std::chrono::steady_clock::time_point::max()
+                       : now + budget);
   }
   long limit() const { return bh_limit(handle_); }
   long inflight() const { return bh_inflight(handle_); }

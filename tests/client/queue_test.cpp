@@ -1,0 +1,295 @@
+// The wait queue (bh_acquire) on a real segment: the bound, deadlines, the
+// expected-wait refusal, wake-ups across processes, FIFO and LIFO order.
+// No test measures a duration: deadlines are far in the past or future, or
+// order is read from the segment and from what the callers record.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "bulkhead/bulkhead.h"
+#include "bulkhead/client.hpp"
+#include "shm/segment.hpp"
+#include "shm/stats.hpp"
+#include "shm/wait_queue.hpp"
+#include "tests/support/temp_segment.hpp"
+
+namespace bulkhead {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TempSegmentName;
+
+constexpr auto kLongBudget = 60s;  // a wait that ends only by a wake-up
+
+// Memory shared with forked children: the order in which they were admitted.
+struct AdmissionLog {
+  std::atomic<int> count{0};
+  int order[16];
+  void add(int who) { order[count.fetch_add(1)] = who; }
+};
+
+class QueueTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    segment_.emplace(shm::Segment::create(name_, testing::small_segment(16, 16, 4, 8)));
+    segment_->header().default_limit.store(20);
+    client_.emplace(name_.str());
+    dep_.emplace(client_->dependency("payments"));
+    slot_ = *shm::find_dependency(*segment_, "payments");
+    log_ = static_cast<AdmissionLog*>(
+        ::mmap(nullptr, sizeof(AdmissionLog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(log_, MAP_FAILED);
+    new (log_) AdmissionLog();
+  }
+  void TearDown() override { ::munmap(log_, sizeof(AdmissionLog)); }
+
+  shm::DependencyControl& control() { return segment_->dependency(slot_).control; }
+  // What the daemon would publish.
+  void publish(std::uint32_t limit, std::uint32_t max_queue, std::uint32_t flags = 0) {
+    control().limit.store(limit);
+    control().max_queue.store(max_queue);
+    control().flags.store(flags);
+  }
+  std::uint32_t waiting() { return shm::queue_length(segment_->queue(slot_), segment_->queue_slots()); }
+  // Until `n` calls wait in the queue, as the segment shows.
+  void wait_for_waiters(std::uint32_t n) {
+    while (waiting() != n) std::this_thread::yield();
+  }
+  shm::DependencyCounters counters() { return shm::read_counters(*segment_, slot_); }
+
+  // Forks `n` children one after the other, each queued behind the one
+  // before (the segment shows it waiting before the next is forked), while
+  // this process holds the only permit; then releases it. Each child logs
+  // itself when admitted and releases at once. Returns the admission order.
+  std::vector<int> queue_children_then_release(int n) {
+    Permit only = dep_->try_acquire();
+    EXPECT_TRUE(only);
+    std::vector<pid_t> children;
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        Permit p = dep_->acquire(kLongBudget);
+        if (!p) std::_Exit(10 + p.reason());
+        log_->add(i);
+        p.success();
+        std::_Exit(0);
+      }
+      children.push_back(pid);
+      wait_for_waiters(static_cast<std::uint32_t>(i + 1));
+    }
+    only.success();
+    for (pid_t pid : children) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child " << pid << " status " << status;
+    }
+    return std::vector<int>(log_->order, log_->order + log_->count.load());
+  }
+
+  TempSegmentName name_{"queue"};
+  std::optional<shm::Segment> segment_;
+  std::optional<Client> client_;
+  std::optional<Dependency> dep_;
+  std::uint32_t slot_ = 0;
+  AdmissionLog* log_ = nullptr;
+};
+
+TEST_F(QueueTest, UnderTheLimitAcquireAdmitsAtOnce) {
+  publish(2, 0);
+  Permit p = dep_->acquire(kLongBudget);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(dep_->inflight(), 1);
+  EXPECT_GT(p.remaining(), 0ns);
+  EXPECT_LE(p.remaining(), kLongBudget);
+  EXPECT_EQ(counters().waited, 0u);  // never queued
+}
+
+TEST_F(QueueTest, NoQueueMeansQueueFullAtTheLimit) {
+  publish(1, 0);  // max_queue 0: no one waits
+  Permit held = dep_->try_acquire();
+  Permit p = dep_->acquire(kLongBudget);
+  EXPECT_FALSE(p);
+  EXPECT_EQ(p.reason(), BH_REJECT_QUEUE_FULL);
+  EXPECT_EQ(counters().queue_full, 1u);
+  EXPECT_EQ(waiting(), 0u);
+}
+
+TEST_F(QueueTest, ACallPastMaxQueueIsRefusedAtOnceAndTheWaiterGetsIn) {
+  publish(1, 1);
+  Permit held = dep_->try_acquire();
+  std::atomic<int> waiter_result{-1};
+  std::thread waiter([&] {
+    Permit p = dep_->acquire(kLongBudget);
+    waiter_result = p ? 0 : p.reason();
+  });
+  wait_for_waiters(1);
+  Permit refused = dep_->acquire(kLongBudget);
+  EXPECT_EQ(refused.reason(), BH_REJECT_QUEUE_FULL);
+  held.success();  // wakes the waiter
+  waiter.join();
+  EXPECT_EQ(waiter_result.load(), 0);
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(dep_->inflight(), 0);
+  const shm::DependencyCounters c = counters();
+  EXPECT_EQ(c.queue_full, 1u);
+  EXPECT_EQ(c.waited, 1u);
+}
+
+TEST_F(QueueTest, ADeadlineAlreadyPassedIsRefusedEvenUnderTheLimit) {
+  publish(5, 4);
+  bh_permit p;
+  EXPECT_EQ(bh_acquire(dep_->handle(), bh_now_ns() - 1, &p), BH_REJECT_DEADLINE);
+  EXPECT_EQ(p.dep_, nullptr);
+  EXPECT_EQ(bh_acquire(dep_->handle(), 0, &p), BH_REJECT_DEADLINE);
+  EXPECT_EQ(dep_->inflight(), 0);
+  EXPECT_EQ(counters().deadline_rejected, 2u);
+}
+
+TEST_F(QueueTest, AWaiterLeavesAtItsDeadlineWithoutAPermit) {
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  const std::uint64_t deadline = bh_now_ns() + 20'000'000;  // 20 ms
+  bh_permit p;
+  EXPECT_EQ(bh_acquire(dep_->handle(), deadline, &p), BH_REJECT_DEADLINE);
+  EXPECT_GE(bh_now_ns(), deadline);  // it did not give up early
+  EXPECT_EQ(p.dep_, nullptr);
+  EXPECT_EQ(dep_->inflight(), 1);
+  EXPECT_EQ(waiting(), 0u);  // its place is free again
+  const shm::DependencyCounters c = counters();
+  EXPECT_EQ(c.deadline_rejected, 1u);
+  EXPECT_EQ(c.waited, 1u);  // the time it waited is counted
+  EXPECT_GE(c.wait_sum_ns, 1u);
+}
+
+TEST_F(QueueTest, AnExpectedWaitBeyondTheBudgetIsRefusedWithoutQueueing) {
+  publish(1, 4);
+  control().service_ns.store(10'000'000'000);  // calls take 10 s
+  Permit held = dep_->try_acquire();
+  const std::uint64_t tickets = segment_->dependency(slot_).admission.tickets.load();
+  Permit p = dep_->acquire(1s);  // one call ahead, 10 s: cannot make it
+  EXPECT_EQ(p.reason(), BH_REJECT_DEADLINE);
+  EXPECT_EQ(segment_->dependency(slot_).admission.tickets.load(), tickets);  // never queued
+  EXPECT_EQ(counters().waited, 0u);
+  EXPECT_EQ(counters().deadline_rejected, 1u);
+}
+
+TEST_F(QueueTest, AnExpectedWaitWithinTheBudgetQueues) {
+  publish(1, 4);
+  control().service_ns.store(1'000'000);  // calls take 1 ms
+  Permit held = dep_->try_acquire();
+  std::atomic<int> result{-1};
+  std::thread waiter([&] {
+    Permit p = dep_->acquire(kLongBudget);
+    result = p ? 0 : p.reason();
+  });
+  wait_for_waiters(1);
+  held.success();
+  waiter.join();
+  EXPECT_EQ(result.load(), 0);
+}
+
+TEST_F(QueueTest, AReleaseInAnotherProcessWakesTheWaiter) {
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Permit p = dep_->acquire(kLongBudget);
+    std::_Exit(p ? 0 : 10 + p.reason());
+  }
+  wait_for_waiters(1);
+  auto& futex = segment_->dependency(slot_).admission.futex;
+  while ((futex.load() & shm::kFutexSleepers) == 0) std::this_thread::yield();  // it may sleep
+  const std::uint32_t wakes = futex.load() >> 1;
+  held.success();
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(counters().waited, 1u);
+  // The release woke it (not its poll timeout): one wake-up counted.
+  EXPECT_EQ(futex.load() >> 1, wakes + 1);
+}
+
+TEST_F(QueueTest, WaitersAcrossProcessesAreAdmittedFirstInFirstOut) {
+  publish(1, 8);
+  EXPECT_EQ(queue_children_then_release(4), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(dep_->inflight(), 0);
+}
+
+TEST_F(QueueTest, WaitersAcrossProcessesAreAdmittedLastInFirstOutWhenLifo) {
+  publish(1, 8, shm::kDependencyLifo);
+  EXPECT_EQ(queue_children_then_release(4), (std::vector<int>{3, 2, 1, 0}));
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(dep_->inflight(), 0);
+}
+
+TEST_F(QueueTest, ThreadsWaitingNeverExceedTheLimitAndAllGetIn) {
+  publish(2, 8);
+  std::atomic<int> now{0}, peak{0}, admitted{0};
+  constexpr int kThreads = 4, kCalls = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kCalls; ++i) {
+        Permit p = dep_->acquire(kLongBudget);
+        if (!p) continue;
+        const int n = now.fetch_add(1) + 1;
+        int seen = peak.load();
+        while (n > seen && !peak.compare_exchange_weak(seen, n)) {
+        }
+        admitted.fetch_add(1);
+        std::this_thread::yield();
+        now.fetch_sub(1);
+        p.success();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LE(peak.load(), 2);
+  EXPECT_EQ(admitted.load(), kThreads * kCalls);  // no one refused: 2 waiters at most
+  EXPECT_EQ(dep_->inflight(), 0);
+  EXPECT_EQ(waiting(), 0u);
+}
+
+TEST_F(QueueTest, ShadowModeNeverWaits) {
+  publish(1, 4, shm::kDependencyShadow);
+  Permit held = dep_->try_acquire();
+  Permit p = dep_->acquire(kLongBudget);
+  EXPECT_TRUE(p);
+  EXPECT_EQ(counters().shadow_admitted, 1u);
+}
+
+TEST_F(QueueTest, RemainingBudgetOfEachKindOfPermit) {
+  publish(5, 0);
+  bh_permit p;
+  ASSERT_EQ(bh_acquire(dep_->handle(), BH_NO_DEADLINE, &p), 0);
+  EXPECT_EQ(bh_permit_remaining_ns(&p), UINT64_MAX);
+  bh_release(&p, BH_SUCCESS);
+  EXPECT_EQ(bh_permit_remaining_ns(&p), 0u);  // empty
+  Permit tried = dep_->try_acquire();
+  EXPECT_EQ(tried.remaining(), std::chrono::nanoseconds::max());
+  Permit forever = dep_->acquire(std::chrono::nanoseconds::max());
+  EXPECT_EQ(forever.remaining(), std::chrono::nanoseconds::max());
+  EXPECT_EQ(dep_->inflight(), 2);
+}
+
+TEST(QueueStandalone, NoQueueWithoutADaemon) {
+  TempSegmentName name{"none"};
+  bh_options o{};
+  o.segment = name.c_str();
+  o.static_limit = 1;
+  Client client(o);
+  Dependency dep = client.dependency("payments");
+  Permit a = dep.acquire(kLongBudget);
+  EXPECT_TRUE(a);
+  EXPECT_EQ(dep.acquire(kLongBudget).reason(), BH_REJECT_QUEUE_FULL);
+}
+
+}  // namespace
+}  // namespace bulkhead
