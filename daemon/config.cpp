@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "shm/layout.hpp"
 #include "shm/names.hpp"
 #include "tomlread/reader.hpp"
 
@@ -44,6 +45,10 @@ constexpr std::int64_t kMaxLimit = 1'000'000;  // calls
 // A config file with 16384 dependencies is a few MiB; anything much larger is
 // not a config file (or is /dev/zero), and is refused before parsing.
 constexpr std::size_t kMaxFileBytes = 16u << 20;
+
+// The most wait-queue places a segment may have per dependency (and so the
+// most calls that may wait for one dependency, host-wide).
+constexpr std::int64_t kMaxQueueSlots = shm::kMaxQueueSlotsLimit;
 
 constexpr std::string_view kLimitKeys[] = {"min_limit", "max_limit", "initial_limit"};
 
@@ -134,6 +139,8 @@ DaemonConfig read_daemon(const Reporter& report, const toml::table& table) {
       d.max_processes = static_cast<std::uint32_t>(read_integer(report, e, path, {1, 4'096}));
     } else if (e.key == "stats_stripes") {
       d.stats_stripes = static_cast<std::uint32_t>(read_integer(report, e, path, {1, 64}));
+    } else if (e.key == "queue_slots") {
+      d.queue_slots = static_cast<std::uint32_t>(read_integer(report, e, path, {0, kMaxQueueSlots}));
     } else if (e.key == "segment_group") {
       d.segment_group = read_string(report, e, path);
       if (const char* why = check_group_name(d.segment_group)) report.fail(e.line, path, why);
@@ -180,6 +187,8 @@ struct RawTable {
   std::optional<std::int64_t> window_min_samples;
   std::optional<std::int64_t> window_max_ms;
   std::optional<bool> enforce;
+  std::optional<std::int64_t> max_queue;
+  std::optional<QueueOrder> queue_order;
   policies::ParamMap params;
   std::map<std::string, std::uint32_t, std::less<>> lines;  // every key set: its line
 
@@ -228,6 +237,15 @@ RawTable read_dependency_table(const Reporter& report, const toml::table& table,
       raw.window_max_ms = read_integer(report, e, path_here, {1, 600'000});
     } else if (e.key == "enforce") {
       raw.enforce = read_boolean(report, e, path_here);
+    } else if (e.key == "max_queue") {
+      raw.max_queue = read_integer(report, e, path_here, {0, kMaxQueueSlots},
+                                   "must be an integer (a number of waiting calls)");
+    } else if (e.key == "queue_order") {
+      const std::string& order = read_string(report, e, path_here);
+      if (order != "fifo" && order != "lifo") {
+        report.fail(e.line, path_here, "must be \"fifo\" or \"lifo\", got \"" + order + "\"");
+      }
+      raw.queue_order = order == "lifo" ? QueueOrder::kLifo : QueueOrder::kFifo;
     } else if (e.node->is_table()) {
       // [dependency.search.v2] makes "v2" a table inside dependency "search".
       report.fail(e.line, path_here,
@@ -342,8 +360,18 @@ void check_bounds(const Reporter& report, const RawTable& raw, const DependencyC
 // A table's settings on top of `base`: the struct defaults for [defaults],
 // the resolved [defaults] for a dependency. Policy parameters carry over only
 // to the same policy: another policy's parameters mean nothing to this one.
+// max_queue fits in the segment's queue_slots. Only a table that sets it
+// can fail: the built-in 0 always fits, and [defaults] is checked before
+// the dependencies that inherit from it.
+void check_queue(const Reporter& report, const RawTable& raw, const DependencyConfig& dep,
+                 std::uint32_t queue_slots) {
+  if (dep.max_queue <= queue_slots) return;
+  report.fail(raw.line_of("max_queue"), key_path(raw.path, "max_queue"),
+              "must be <= daemon.queue_slots (" + std::to_string(queue_slots) + ")");
+}
+
 DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, const RawTable& raw,
-                         std::string_view inherited) {
+                         std::uint32_t queue_slots, std::string_view inherited) {
   DependencyConfig dep = base;
   dep.name = raw.name;
   if (raw.policy) dep.policy = *raw.policy;
@@ -355,7 +383,10 @@ DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, c
   if (raw.window_min_samples) dep.window_min_samples = static_cast<std::uint32_t>(*raw.window_min_samples);
   if (raw.window_max_ms) dep.window_max_age = std::chrono::milliseconds(*raw.window_max_ms);
   if (raw.enforce) dep.enforce = *raw.enforce;
+  if (raw.max_queue) dep.max_queue = static_cast<std::uint32_t>(*raw.max_queue);
+  if (raw.queue_order) dep.queue_order = *raw.queue_order;
   check_bounds(report, raw, dep, inherited);
+  check_queue(report, raw, dep, queue_slots);
   check_policy(report, raw, dep, inherited);
   return dep;
 }
@@ -419,10 +450,11 @@ Config parse_config(std::string_view text, std::string_view source) {
                     " dependencies configured, more than daemon.max_dependencies (" +
                     std::to_string(max_dependencies) + ")");
   }
-  config.defaults = resolve(report, DependencyConfig{}, raw_defaults, "the default");
+  const std::uint32_t queue_slots = config.daemon.queue_slots;
+  config.defaults = resolve(report, DependencyConfig{}, raw_defaults, queue_slots, "the default");
   config.dependencies.reserve(raw_dependencies.size());
   for (const RawTable& raw : raw_dependencies) {
-    config.dependencies.push_back(resolve(report, config.defaults, raw, "from [defaults]"));
+    config.dependencies.push_back(resolve(report, config.defaults, raw, queue_slots, "from [defaults]"));
   }
   std::sort(config.dependencies.begin(), config.dependencies.end(),
             [](const DependencyConfig& a, const DependencyConfig& b) { return a.name < b.name; });

@@ -20,9 +20,16 @@ namespace bulkhead::daemon {
 
 // How one dependency's limit is learned. [defaults] and every
 // [dependency.NAME] table have these keys.
+// The order in which a dependency's wait queue admits its waiters.
+enum class QueueOrder { kFifo, kLifo };
+
 struct DependencyConfig : control::LimitSettings {
   std::string name;     // empty for [defaults]
   bool enforce = true;  // false: shadow mode, admit everything and count would-be rejections
+  // Calls (bh_acquire) that may wait for a permit at once, host-wide; 0: none
+  // waits, as in Hystrix and resilience4j, so that queueing is a choice.
+  std::uint32_t max_queue = 0;
+  QueueOrder queue_order = QueueOrder::kFifo;
 };
 
 struct DaemonConfig {
@@ -33,6 +40,7 @@ struct DaemonConfig {
   std::uint32_t max_dependencies = 256;         // dependency slots
   std::uint32_t max_processes = 256;            // process slots
   std::uint32_t stats_stripes = 8;              // statistics stripes per dependency
+  std::uint32_t queue_slots = 64;               // wait-queue places per dependency: max_queue's ceiling
   std::string segment_group;                    // "" : the daemon's own group
   std::uint32_t segment_mode = 0660;            // never world-writable
   std::string log_level = "info";               // trace debug info warn error

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "shm/names.hpp"
+#include "shm/wait_queue.hpp"
 
 namespace bulkhead::daemon {
 
@@ -76,10 +77,21 @@ void ControlLoop::apply(const Config& config) {
       metrics_->set_limit_bounds(d.name, bounds.min, bounds.max);
     }
     publish_limit(d);
-    // Relaxed: lone flags, read by clients on their way to a rejection.
-    segment_.dependency(index).control.flags.store(flags_for(d.name), std::memory_order_relaxed);
+    publish_settings(index, d.name);
     segment_.dependency(index).control.generation.store(generation, std::memory_order_relaxed);
   }
+}
+
+void ControlLoop::publish_settings(std::uint32_t index, std::string_view name) {
+  shm::DependencyControl& control = segment_.dependency(index).control;
+  // Relaxed: lone values, read by clients on their way to a rejection or
+  // into the queue; a client that reads the old one for an instant waits or
+  // is refused by the old rule.
+  control.flags.store(flags_for(name), std::memory_order_relaxed);
+  // A reload cannot grow the segment's queue (queue_slots lives as long as
+  // the segment): clamp to what it has.
+  control.max_queue.store(std::min(config_.effective(name).max_queue, segment_.queue_slots()),
+                          std::memory_order_relaxed);
 }
 
 void ControlLoop::claim_configured() {
@@ -93,7 +105,7 @@ void ControlLoop::claim_configured() {
       const auto claim = shm::find_or_claim_dependency(
           segment_, name, static_cast<std::uint32_t>(config_.effective(name).bounds.initial),
           flags_for(name), std::chrono::milliseconds(0));
-      segment_.dependency(claim.index).control.flags.store(flags_for(name), std::memory_order_relaxed);
+      publish_settings(claim.index, name);
       return true;
     } catch (const shm::SegmentError& e) {
       spdlog::warn("dependency {}: no slot yet ({}); trying again next tick", name, e.what());
@@ -128,7 +140,7 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   spdlog::info("dependency {}: policy {}, limit {} in [{}, {}]", d.name, settings.policy,
                d.controller->limit(), settings.bounds.min, settings.bounds.max);
   publish_limit(d);
-  slot.control.flags.store(flags_for(d.name), std::memory_order_relaxed);
+  publish_settings(index, d.name);
   slot.control.generation.store(segment_.header().config_generation.load(std::memory_order_relaxed),
                                 std::memory_order_relaxed);
   dependencies_.emplace(index, std::move(d));
@@ -138,7 +150,9 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
 std::uint32_t ControlLoop::flags_for(std::string_view name) const {
   std::uint32_t flags = 0;
   if (config_.find(name) != nullptr) flags |= shm::kDependencyConfigured;
-  if (!config_.effective(name).enforce) flags |= shm::kDependencyShadow;
+  const DependencyConfig settings = config_.effective(name);
+  if (!settings.enforce) flags |= shm::kDependencyShadow;
+  if (settings.queue_order == QueueOrder::kLifo) flags |= shm::kDependencyLifo;
   return flags;
 }
 
@@ -194,6 +208,7 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
   o.extremes = shm::take_window_extremes(segment_, d.index);
   o.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
   if (d.controller->observe(o, now_ns)) publish_limit(d);
+  publish_service_time(d, o.delta);
 
   if (d.metrics != nullptr) {
     d.metrics->success->Increment(static_cast<double>(o.delta.ok));
@@ -204,16 +219,36 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
     metrics_->observe_latency(*d.metrics, o.delta.histogram, o.delta.rtt_sum_ns);
     d.metrics->limit->Set(d.controller->limit());
     d.metrics->inflight->Set(o.inflight);
+    d.metrics->queue_full->Increment(static_cast<double>(o.delta.queue_full));
+    d.metrics->deadline->Increment(static_cast<double>(o.delta.deadline_rejected));
+    metrics_->observe_wait(*d.metrics, o.delta.wait_histogram, o.delta.wait_sum_ns);
+    d.metrics->waiters->Set(shm::queue_length(segment_.queue(d.index), segment_.queue_slots()));
   }
+}
+
+void ControlLoop::publish_service_time(Dependency& d, const shm::DependencyCounters& delta) {
+  // The mean latency of the tick's successful calls, smoothed over ticks
+  // (weight 1/4 each) so that one odd tick does not swing the expected-wait
+  // estimate; kept through ticks without a call.
+  if (delta.ok == 0) return;
+  const std::uint64_t mean_ns = delta.rtt_sum_ns / delta.ok;
+  d.service_ns = d.service_ns == 0 ? mean_ns : d.service_ns - d.service_ns / 4 + mean_ns / 4;
+  // Relaxed: a lone estimate, read by clients deciding whether to queue.
+  segment_.dependency(d.index).control.service_ns.store(d.service_ns, std::memory_order_relaxed);
 }
 
 void ControlLoop::publish_limit(const Dependency& d) {
   auto& limit = segment_.dependency(d.index).control.limit;
   // Relaxed: the limit is a lone value that clients read with a relaxed
-  // load in bh_try_acquire(); nothing else is published with it.
-  if (limit.exchange(d.controller->limit(), std::memory_order_relaxed) != d.controller->limit()) {
+  // load in bh_try_acquire(); nothing else is published with it. The wake
+  // below makes its own order (seq_cst there).
+  const std::uint32_t before = limit.exchange(d.controller->limit(), std::memory_order_relaxed);
+  if (before != d.controller->limit()) {
     spdlog::debug("dependency {}: limit {}", d.name, d.controller->limit());
   }
+  // A higher limit lets waiters in: tell them now rather than at their
+  // next poll.
+  if (d.controller->limit() > before) shm::wake_waiters(segment_.dependency(d.index).admission.futex);
 }
 
 void ControlLoop::reclaim_dead_processes() {
@@ -241,23 +276,35 @@ void ControlLoop::reclaim_dead_processes() {
     if (process_alive(pid, id.start_time.load(std::memory_order_relaxed))) continue;
     std::uint64_t total = 0;
     for (std::uint32_t d = 0; d < capacity; ++d) {
+      // Its places in the wait queue first: the waiters behind them move up.
+      const std::uint32_t waited =
+          shm::free_records_of(segment_.queue(d), segment_.queue_slots(), p);
       // Acquire pairs with the release adds of held in bh_try_acquire() and
       // give_back(): the shared word's matching update is visible.
       const std::uint32_t held = segment_.held(p, d).exchange(0, std::memory_order_acquire);
-      if (held == 0) continue;
-      auto& word = segment_.dependency(d).admission.word;
-      // Never take back more than the word holds (a client may have written
-      // garbage into its held count).
-      std::uint64_t w = word.load(std::memory_order_relaxed);
-      std::uint32_t take;
-      do {
-        take = std::min(held, shm::admission_inflight(w));
-      } while (!word.compare_exchange_weak(w, w - take, std::memory_order_relaxed));
-      total += take;
+      if (held == 0 && waited == 0) continue;
       auto it = dependencies_.find(d);
       const std::string name = it != dependencies_.end() ? it->second.name : std::to_string(d);
-      spdlog::warn("process {} died holding {} permit(s) of {}: given back", pid, take, name);
-      if (metrics_ != nullptr) metrics_->count_reclaimed(name, take);
+      if (waited != 0) {
+        spdlog::warn("process {} died waiting for {} ({} place(s) in its queue): freed", pid, name, waited);
+        waiters_reclaimed_ += waited;
+        if (metrics_ != nullptr) metrics_->count_reclaimed_waiters(name, waited);
+      }
+      if (held != 0) {
+        auto& word = segment_.dependency(d).admission.word;
+        // Never take back more than the word holds (a client may have written
+        // garbage into its held count). seq_cst: paired with the waiters'
+        // announce, as in give_back(), for the wake below.
+        std::uint64_t w = word.load(std::memory_order_relaxed);
+        std::uint32_t take;
+        do {
+          take = std::min(held, shm::admission_inflight(w));
+        } while (!word.compare_exchange_weak(w, w - take, std::memory_order_seq_cst));
+        total += take;
+        spdlog::warn("process {} died holding {} permit(s) of {}: given back", pid, take, name);
+        if (metrics_ != nullptr) metrics_->count_reclaimed(name, take);
+      }
+      shm::wake_waiters(segment_.dependency(d).admission.futex);
     }
     permits_reclaimed_ += total;
     shm::release_process_slot(segment_, p);

@@ -7,7 +7,8 @@
 //   2. Per dependency: read the counters and hand the deltas since the last
 //      tick to its control::Controller (window carry-over, policy, clamp);
 //      publish the limit it answers.
-//   3. Give back the permits of processes that died holding them.
+//   3. Give back the permits of processes that died holding them, and
+//      their places in wait queues; wake the waiters.
 //   4. Advance the heartbeat; update metrics.
 //
 // Sampling: the counters only grow; the loop keeps the last reading per
@@ -59,6 +60,8 @@ class ControlLoop {
   std::vector<View> view() const;
 
   std::uint64_t permits_reclaimed() const { return permits_reclaimed_; }
+  // Wait-queue places freed on behalf of processes that died waiting.
+  std::uint64_t waiters_reclaimed() const { return waiters_reclaimed_; }
 
  private:
   struct Dependency {
@@ -69,6 +72,7 @@ class ControlLoop {
     int drift_ticks = 0;           // ticks in a row in-flight exceeded the held counts
     std::int64_t drift_min = 0;    // the smallest excess over those ticks
     Metrics::Dependency* metrics = nullptr;
+    std::uint64_t service_ns = 0;  // published as DependencyControl::service_ns
   };
 
   void adopt_new_slots(std::uint64_t now_ns);
@@ -80,6 +84,10 @@ class ControlLoop {
   // Gives back permits counted in flight that no process holds.
   void scan_drift();
   void publish_limit(const Dependency& d);
+  // Flags and max_queue, as the config gives them to a dependency.
+  void publish_settings(std::uint32_t index, std::string_view name);
+  // The service time clients estimate their wait from.
+  void publish_service_time(Dependency& d, const shm::DependencyCounters& delta);
   // The kDependency* flags the config gives a dependency of that name.
   std::uint32_t flags_for(std::string_view name) const;
 
@@ -94,6 +102,7 @@ class ControlLoop {
   std::map<std::uint32_t, std::uint64_t> process_claiming_since_;
   std::uint64_t heartbeat_ = 0;
   std::uint64_t permits_reclaimed_ = 0;
+  std::uint64_t waiters_reclaimed_ = 0;
 };
 
 }  // namespace bulkhead::daemon

@@ -87,7 +87,7 @@ std::optional<gid_t> segment_group(const Config& config) {
 shm::Segment open_segment(const Config& config, bool recreate) {
   const std::string& name = config.daemon.segment;
   const shm::Capacities wanted{config.daemon.max_dependencies, config.daemon.max_processes,
-                               config.daemon.stats_stripes};
+                               config.daemon.stats_stripes, config.daemon.queue_slots};
   const shm::CreateOptions create{wanted, config.daemon.segment_mode, segment_group(config)};
   try {
     shm::Segment segment = shm::Segment::attach(name, shm::Access::kReadWrite);
@@ -108,8 +108,8 @@ shm::Segment open_segment(const Config& config, bool recreate) {
       throw std::runtime_error(
           "segment /dev/shm/" + name + " has other capacities than the config (" +
           std::to_string(h.max_dependencies) + " dependencies, " + std::to_string(h.max_processes) +
-          " processes, " + std::to_string(h.stats_stripes) +
-          " stripes): stop its clients and run with --recreate-segment");
+          " processes, " + std::to_string(h.stats_stripes) + " stripes, " +
+          std::to_string(h.queue_slots) + " queue slots): stop its clients and run with --recreate-segment");
     }
   } catch (const shm::SegmentError& e) {
     if (e.code() == ENOENT) return shm::Segment::create(name, create);
@@ -134,6 +134,7 @@ void keep_process_lifetime_settings(const Config& running, Config& next) {
   keep("max_dependencies", next.daemon.max_dependencies, running.daemon.max_dependencies);
   keep("max_processes", next.daemon.max_processes, running.daemon.max_processes);
   keep("stats_stripes", next.daemon.stats_stripes, running.daemon.stats_stripes);
+  keep("queue_slots", next.daemon.queue_slots, running.daemon.queue_slots);
   keep("segment_group", next.daemon.segment_group, running.daemon.segment_group);
   keep("segment_mode", next.daemon.segment_mode, running.daemon.segment_mode);
   keep("metrics_listen", next.daemon.metrics_listen, running.daemon.metrics_listen);

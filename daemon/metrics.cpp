@@ -60,6 +60,23 @@ Metrics::Metrics(const std::string& listen)
                      .Name("bulkhead_max_limit")
                      .Help("Highest limit the config allows the dependency (max_limit), in calls.")
                      .Register(*registry_)),
+      queue_rejections_(prometheus::BuildCounter()
+                            .Name("bulkhead_queue_rejections_total")
+                            .Help("Calls that asked to wait (bh_acquire) and were refused, by reason: "
+                                  "queue_full, or deadline (passed, or the expected wait exceeded it).")
+                            .Register(*registry_)),
+      waiters_(prometheus::BuildGauge()
+                   .Name("bulkhead_queue_waiters")
+                   .Help("Calls waiting for a permit of the dependency, host-wide, at the last tick.")
+                   .Register(*registry_)),
+      wait_(prometheus::BuildHistogram()
+                .Name("bulkhead_queue_wait_seconds")
+                .Help("Time calls spent in the dependency's wait queue, admitted or not.")
+                .Register(*registry_)),
+      waiters_reclaimed_(prometheus::BuildCounter()
+                             .Name("bulkhead_waiters_reclaimed_total")
+                             .Help("Wait-queue places freed on behalf of processes that died waiting.")
+                             .Register(*registry_)),
       tick_seconds_(tick_.Add({}, prometheus::Histogram::BucketBoundaries{
                                       0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05})),
       reloads_ok_(reloads_.Add({{"result", "applied"}})),
@@ -93,15 +110,33 @@ Metrics::Dependency& Metrics::dependency(const std::string& name) {
     l.emplace("outcome", outcome);
     return &requests_.Add(l);
   };
+  auto rejected_for = [&](const char* reason) {
+    prometheus::Labels l = labels;
+    l.emplace("reason", reason);
+    return &queue_rejections_.Add(l);
+  };
   Dependency d{&limit_.Add(labels),   &inflight_.Add(labels), with("success"),
                with("dropped"),      with("ignored"),        with("rejected"),
-               &shadow_.Add(labels), &latency_.Add(labels, latency_bounds())};
+               &shadow_.Add(labels), &latency_.Add(labels, latency_bounds()),
+               rejected_for("queue_full"), rejected_for("deadline"), &waiters_.Add(labels),
+               &wait_.Add(labels, latency_bounds())};
   return dependencies_.emplace(name, d).first->second;
 }
 
 void Metrics::observe_latency(Dependency& d,
                               const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
                               std::uint64_t sum_ns) {
+  observe(*d.latency, counts, sum_ns);
+}
+
+void Metrics::observe_wait(Dependency& d, const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
+                           std::uint64_t sum_ns) {
+  observe(*d.wait, counts, sum_ns);
+}
+
+void Metrics::observe(prometheus::Histogram& histogram,
+                      const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
+                      std::uint64_t sum_ns) {
   std::vector<double> increments(latency_bounds().size() + 1, 0.0);
   bool any = false;
   for (std::uint32_t b = 0; b < counts.size(); ++b) {
@@ -109,7 +144,7 @@ void Metrics::observe_latency(Dependency& d,
     increments[bucket_map_[b]] += static_cast<double>(counts[b]);
     any = true;
   }
-  if (any) d.latency->ObserveMultiple(increments, static_cast<double>(sum_ns) / 1e9);
+  if (any) histogram.ObserveMultiple(increments, static_cast<double>(sum_ns) / 1e9);
 }
 
 void Metrics::observe_tick(double seconds) { tick_seconds_.Observe(seconds); }
@@ -123,6 +158,10 @@ void Metrics::count_reclaimed(const std::string& dependency, std::uint64_t permi
 void Metrics::set_limit_bounds(const std::string& dependency, double min_limit, double max_limit) {
   min_limit_.Add({{"dependency", dependency}}).Set(min_limit);
   max_limit_.Add({{"dependency", dependency}}).Set(max_limit);
+}
+
+void Metrics::count_reclaimed_waiters(const std::string& dependency, std::uint64_t places) {
+  waiters_reclaimed_.Add({{"dependency", dependency}}).Increment(static_cast<double>(places));
 }
 
 }  // namespace bulkhead::daemon

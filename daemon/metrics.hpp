@@ -33,6 +33,11 @@ class Metrics {
     prometheus::Counter* rejected;
     prometheus::Counter* shadow;  // over the limit, admitted in shadow mode
     prometheus::Histogram* latency;
+    // The wait queue.
+    prometheus::Counter* queue_full;  // refused: the queue was full
+    prometheus::Counter* deadline;    // refused: the deadline passed or could not be met
+    prometheus::Gauge* waiters;       // calls waiting at the last tick
+    prometheus::Histogram* wait;      // time calls spent in the queue
   };
 
   // Listens on `listen` ("host:port"; port 0 picks a free one). Throws
@@ -49,6 +54,9 @@ class Metrics {
   // latency sum to the dependency's Prometheus histogram.
   void observe_latency(Dependency& d, const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
                        std::uint64_t sum_ns);
+  // The same for the time calls waited in the queue.
+  void observe_wait(Dependency& d, const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
+                    std::uint64_t sum_ns);
 
   void observe_tick(double seconds);
   void count_reload(bool ok);
@@ -56,6 +64,7 @@ class Metrics {
   // The [min_limit, max_limit] the config gives the dependency: alerts
   // compare the limit with them (pinned at the minimum).
   void set_limit_bounds(const std::string& dependency, double min_limit, double max_limit);
+  void count_reclaimed_waiters(const std::string& dependency, std::uint64_t places);
 
  private:
   // Created before the exposer and destroyed after it (see ECOSYSTEM.md).
@@ -70,9 +79,16 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& shadow_;
   prometheus::Family<prometheus::Gauge>& min_limit_;
   prometheus::Family<prometheus::Gauge>& max_limit_;
+  prometheus::Family<prometheus::Counter>& queue_rejections_;
+  prometheus::Family<prometheus::Gauge>& waiters_;
+  prometheus::Family<prometheus::Histogram>& wait_;
+  prometheus::Family<prometheus::Counter>& waiters_reclaimed_;
   prometheus::Histogram& tick_seconds_;
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_failed_;
+  void observe(prometheus::Histogram& histogram,
+               const std::array<std::uint64_t, shm::kHistogramBuckets>& counts, std::uint64_t sum_ns);
+
   std::map<std::string, Dependency> dependencies_;
   // Segment bucket -> Prometheus bucket (the first whose bound is at or
   // above the segment bucket's upper edge).

@@ -74,6 +74,7 @@ void expect_default_daemon(const DaemonConfig& d) {
   EXPECT_EQ(d.max_dependencies, want.max_dependencies);
   EXPECT_EQ(d.max_processes, want.max_processes);
   EXPECT_EQ(d.stats_stripes, want.stats_stripes);
+  EXPECT_EQ(d.queue_slots, want.queue_slots);
   EXPECT_EQ(d.segment_group, want.segment_group);
   EXPECT_EQ(d.segment_mode, want.segment_mode);
   EXPECT_EQ(d.log_level, want.log_level);
@@ -90,6 +91,8 @@ void expect_default_dependency(const DependencyConfig& dep) {
   EXPECT_EQ(dep.window_min_samples, want.window_min_samples);
   EXPECT_EQ(dep.window_max_age, want.window_max_age);
   EXPECT_EQ(dep.enforce, want.enforce);
+  EXPECT_EQ(dep.max_queue, want.max_queue);
+  EXPECT_EQ(dep.queue_order, want.queue_order);
 }
 
 // ---------------------------------------------------------------------------
@@ -108,10 +111,11 @@ TEST(EmbeddedDefaultConfig, ShowsEveryKeyWithItsValue) {
   for (std::string_view line :
        {"[daemon]\n", "\nsegment = \"bulkhead\"\n", "\ntick_ms = 100\n",
         "\nmetrics_listen = \"127.0.0.1:9477\"\n", "\nstrict = false\n", "\nmax_dependencies = 256 ",
-        "\nmax_processes = 256 ", "\nstats_stripes = 8 ", "\nsegment_group = \"\"\n",
+        "\nmax_processes = 256 ", "\nstats_stripes = 8 ", "\nqueue_slots = 64 ", "\nsegment_group = \"\"\n",
         "\nsegment_mode = 0o660\n", "\nlog_level = \"info\"\n", "\n[defaults]\n",
         "\npolicy = \"balance\"\n", "\nmin_limit = 1\n", "\nmax_limit = 1000\n",
         "\ninitial_limit = 20\n", "\nwindow_min_samples = 10\n", "\nwindow_max_ms = 1000\n", "\nenforce = true\n",
+        "\nmax_queue = 0\n", "\nqueue_order = \"fifo\"\n",
         "\n# [dependency.payments-db]\n"}) {
     EXPECT_NE(text.find(line), std::string_view::npos) << "missing: " << line;
   }
@@ -316,6 +320,19 @@ TEST(ParseConfig, EnforceIsInheritedAndOverridden) {
   EXPECT_FALSE(config.effective("unlisted").enforce);
 }
 
+TEST(ParseConfig, QueueSettingsAreInheritedAndOverridden) {
+  const Config config = parse_config(
+      "[daemon]\nqueue_slots = 100\n[defaults]\nmax_queue = 10\nqueue_order = \"lifo\"\n"
+      "[dependency.a]\nmin_limit = 2\n[dependency.b]\nmax_queue = 100\nqueue_order = \"fifo\"\n",
+      "t.toml");
+  EXPECT_EQ(config.daemon.queue_slots, 100u);
+  EXPECT_EQ(config.find("a")->max_queue, 10u);  // inherited
+  EXPECT_EQ(config.find("a")->queue_order, QueueOrder::kLifo);
+  EXPECT_EQ(config.find("b")->max_queue, 100u);  // its own, up to queue_slots
+  EXPECT_EQ(config.find("b")->queue_order, QueueOrder::kFifo);
+  EXPECT_EQ(config.effective("unlisted").max_queue, 10u);
+}
+
 TEST(ParseConfig, MetricsCanBeTurnedOff) {
   EXPECT_EQ(parse_config("[daemon]\nmetrics_listen = \"\"\n", "t.toml").daemon.metrics_listen, "");
   EXPECT_EQ(parse_config("[daemon]\nmetrics_listen = \"0.0.0.0:0\"\n", "t.toml").daemon.metrics_listen,
@@ -463,6 +480,27 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:3: dependency.payments-db.backoff: policy aimd: must be in [0.5, 1)"},
     {"EnforceNotBoolean", "[dependency.db]\nenforce = \"no\"\n",
      "bad.toml:2: dependency.db.enforce: must be a boolean (true or false)"},
+    {"MaxQueueNegative", "[defaults]\nmax_queue = -1\n",
+     "bad.toml:2: defaults.max_queue: must be in [0, 1024]"},
+    {"MaxQueueFraction", "[dependency.db]\nmax_queue = 2.5\n",
+     "bad.toml:2: dependency.db.max_queue: must be an integer (a number of waiting calls)"},
+    {"MaxQueueOverQueueSlots", "[daemon]\nqueue_slots = 16\n\n[dependency.db]\nmax_queue = 17\n",
+     "bad.toml:5: dependency.db.max_queue: must be <= daemon.queue_slots (16)"},
+    {"MaxQueueOverQueueSlotsSetLater", "[defaults]\nmax_queue = 100\n[daemon]\nqueue_slots = 10\n",
+     "bad.toml:2: defaults.max_queue: must be <= daemon.queue_slots (10)"},
+    {"MaxQueueOverTheDefaultQueueSlots", "[dependency.db]\nmax_queue = 65\n",
+     "bad.toml:2: dependency.db.max_queue: must be <= daemon.queue_slots (64)"},
+    {"MaxQueueInDefaultsAfterTheDependencies", "[daemon]\nqueue_slots = 0\n[dependency.db]\nmax_queue = 0\n"
+     "[defaults]\nmax_queue = 3\n",
+     "bad.toml:6: defaults.max_queue: must be <= daemon.queue_slots (0)"},
+    {"QueueOrderUnknown", "[dependency.db]\nqueue_order = \"random\"\n",
+     "bad.toml:2: dependency.db.queue_order: must be \"fifo\" or \"lifo\", got \"random\""},
+    {"QueueOrderUpperCase", "[defaults]\nqueue_order = \"FIFO\"\n",
+     "bad.toml:2: defaults.queue_order: must be \"fifo\" or \"lifo\", got \"FIFO\""},
+    {"QueueOrderNotAString", "[defaults]\nqueue_order = 1\n",
+     "bad.toml:2: defaults.queue_order: must be a string"},
+    {"QueueSlotsTooMany", "[daemon]\nqueue_slots = 1025\n",
+     "bad.toml:2: daemon.queue_slots: must be in [0, 1024]"},
     {"LongWindowFraction", "[defaults]\npolicy = \"gradient2\"\nlong_window = 2.5\n",
      "bad.toml:3: defaults.long_window: policy gradient2: must be an integer >= 1"},
     {"QuotedNameInKeyPath", "[dependency.\"search.v2\"]\ntolerance = 0\n",

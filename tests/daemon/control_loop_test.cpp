@@ -8,8 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <csignal>
 #include <functional>
 #include <thread>
+
+#include "shm/wait_queue.hpp"
 
 #include "bulkhead/client.hpp"
 #include "tests/support/temp_segment.hpp"
@@ -254,6 +258,76 @@ TEST_F(ControlLoopTest, APidReusedByAnotherProcessCountsAsDead) {
   Permit mine = dep.try_acquire();
   advance_ticks(1);
   EXPECT_EQ(dep.inflight(), 1);
+}
+
+TEST_F(ControlLoopTest, QueueSettingsArePublishedClampedToTheSegment) {
+  start("[defaults]\nmax_queue = 3\n[dependency.newest-first]\nqueue_order = \"lifo\"\n"
+        "[dependency.big]\nmax_queue = 20\n");
+  client_->dependency("plain");
+  advance_ticks(1);
+  const auto control = [&](const char* name) -> shm::DependencyControl& {
+    return segment_->dependency(*shm::find_dependency(*segment_, name)).control;
+  };
+  EXPECT_EQ(control("plain").max_queue.load(), 3u);
+  EXPECT_EQ(control("plain").flags.load() & shm::kDependencyLifo, 0u);
+  EXPECT_EQ(control("newest-first").max_queue.load(), 3u);
+  EXPECT_NE(control("newest-first").flags.load() & shm::kDependencyLifo, 0u);
+  // The test's segment has 8 queue slots, fewer than the config's 64.
+  EXPECT_EQ(control("big").max_queue.load(), 8u);
+}
+
+TEST_F(ControlLoopTest, TheServiceTimeIsPublishedForTheExpectedWait) {
+  start("");
+  Dependency dep = client_->dependency("orders");
+  auto& service_ns = segment_->dependency(*shm::find_dependency(*segment_, "orders")).control.service_ns;
+  advance_ticks(1);
+  EXPECT_EQ(service_ns.load(), 0u);  // no call yet: nothing known
+  feed_calls(dep, 4, 4ms);
+  advance_ticks(1);
+  EXPECT_EQ(service_ns.load(), 4'000'000u);
+  feed_calls(dep, 4, 8ms);
+  advance_ticks(1);
+  EXPECT_EQ(service_ns.load(), 5'000'000u);  // smoothed: 4 + (8 - 4) / 4
+  advance_ticks(1);
+  EXPECT_EQ(service_ns.load(), 5'000'000u);  // kept through an idle tick
+}
+
+// A waiter killed in the queue keeps its place only until the next tick,
+// and the waiter behind it then gets the permit.
+TEST_F(ControlLoopTest, AWaiterKilledInTheQueueGivesItsPlaceBack) {
+  start("[defaults]\npolicy = \"fixed\"\ninitial_limit = 1\nmax_queue = 2\n");
+  Dependency dep = client_->dependency("orders");
+  advance_ticks(1);
+  const std::uint32_t slot = *shm::find_dependency(*segment_, "orders");
+  const auto waiting = [&] { return shm::queue_length(segment_->queue(slot), segment_->queue_slots()); };
+  Permit mine = dep.try_acquire();
+  ASSERT_TRUE(mine);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Permit p = dep.acquire(60s);  // killed while it waits
+    std::_Exit(3);
+  }
+  while (waiting() != 1) std::this_thread::yield();
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(waiting(), 1u);  // its record outlives it
+
+  std::atomic<int> behind{-1};
+  std::thread waiter([&] {
+    Permit p = dep.acquire(60s);
+    behind = p ? 0 : p.reason();
+  });
+  while (waiting() != 2) std::this_thread::yield();
+  EXPECT_EQ(dep.acquire(60s).reason(), BH_REJECT_QUEUE_FULL);  // the dead one still counts
+  mine.success();
+  advance_ticks(1);  // frees the dead waiter's place and wakes the one behind
+  waiter.join();
+  EXPECT_EQ(behind.load(), 0);
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(loop_->waiters_reclaimed(), 1u);
+  EXPECT_EQ(dep.inflight(), 0);
 }
 
 TEST_F(ControlLoopTest, StuckClaimsAreAbandoned) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bulkhead/client.hpp"
+#include "shm/wait_queue.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/temp_segment.hpp"
 
@@ -118,6 +119,47 @@ TEST_F(DaemonIntegration, LimitFallsWhenLatencyJumpsAndRecoversWhenItHeals) {
             std::string::npos);
   EXPECT_NE(metrics.find("bulkhead_latency_seconds_bucket{dependency=\"checkout\""), std::string::npos);
   EXPECT_NE(metrics.find("bulkhead_daemon_tick_seconds_count"), std::string::npos);
+}
+
+// The daemon publishes a dependency's queue from its config; a call waits
+// in it, and its wait shows in /metrics.
+TEST_F(DaemonIntegration, CallsWaitInTheConfiguredQueueAndTheWaitIsAMetric) {
+  DaemonProcess daemon(BULKHEADD_PATH, dir_,
+                       config("\n[dependency.q]\npolicy = \"fixed\"\ninitial_limit = 1\n"
+                              "min_limit = 1\nmax_queue = 4\nqueue_order = \"lifo\"\n"));
+  auto seg = daemon.wait_ready(segment_);
+  ASSERT_TRUE(seg) << daemon.log();
+  Client client(segment_.str());
+  Dependency dep = client.dependency("q");
+  const std::uint32_t slot = *shm::find_dependency(*seg, "q");
+  EXPECT_EQ(seg->dependency(slot).control.max_queue.load(), 4u);
+  EXPECT_NE(seg->dependency(slot).control.flags.load() & shm::kDependencyLifo, 0u);
+
+  Permit held = dep.try_acquire();
+  ASSERT_TRUE(held);
+  std::atomic<int> result{-1};
+  std::thread waiter([&] {
+    Permit p = dep.acquire(60s);
+    result = p ? 0 : p.reason();
+  });
+  while (shm::queue_length(seg->queue(slot), seg->queue_slots()) != 1) std::this_thread::yield();
+  held.success();
+  waiter.join();
+  EXPECT_EQ(result.load(), 0);
+
+  const std::uint16_t port = static_cast<std::uint16_t>(seg->header().metrics_port.load());
+  ASSERT_NE(port, 0);
+  const std::string want = "bulkhead_queue_wait_seconds_count{dependency=\"q\"} 1";
+  std::string metrics;
+  for (auto give_up = std::chrono::steady_clock::now() + 10s;
+       metrics.find(want) == std::string::npos && std::chrono::steady_clock::now() < give_up;) {
+    std::this_thread::sleep_for(20ms);  // a few ticks
+    metrics = testing::http_get(port, "/metrics");
+  }
+  EXPECT_NE(metrics.find(want), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("bulkhead_queue_rejections_total{dependency=\"q\",reason=\"queue_full\"} 0"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("bulkhead_queue_waiters{dependency=\"q\"} 0"), std::string::npos);
 }
 
 TEST_F(DaemonIntegration, GivesBackThePermitsOfAProcessThatDied) {
