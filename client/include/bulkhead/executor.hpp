@@ -1,0 +1,247 @@
+// bulkhead::Executor: a thread-pool bulkhead for one dependency, for client
+// libraries that block and cannot be called asynchronously.
+//
+//   bulkhead::Executor payments_pool(client.dependency("payments"), {.threads = 8, .queue_capacity = 32});
+//   auto s = payments_pool.submit([] { return blocking_payments_call(); }, std::chrono::milliseconds(300));
+//   if (!s) return shed(s.reason());          // refused at once: BH_REJECT_QUEUE_FULL, ...
+//   Reply reply = s.future().get();           // or bulkhead::Rejected with its reason
+//
+// Algorithm: submit() puts the task in a bounded queue of this executor and
+// returns its future, or refuses at once: the queue is full
+// (BH_REJECT_QUEUE_FULL), the deadline has passed (BH_REJECT_DEADLINE), or
+// the executor is stopped (kExecutorStopped). A fixed set of worker threads
+// takes tasks in order. A worker first drops a task whose deadline passed
+// while it was queued (the future gets Rejected(BH_REJECT_DEADLINE); the
+// task never runs), then admits it through the dependency's host-wide
+// permits with Dependency::acquire(deadline), which waits in the
+// dependency's wait queue when the daemon configures one, and refuses
+// (Rejected with the reason) otherwise. So an executor bounds what this
+// process runs at once by its threads, and the host-wide limit bounds what
+// every process runs together.
+//
+// A task is called with no argument, or with the `const Permit&` it runs
+// under, whose remaining() is its budget. Its return is a success; an
+// exception it throws reaches the future and counts as dropped.
+//
+// Thread safety: submit(), queued() and shutdown() may be called from any
+// thread; the destructor must not run while another thread submits.
+#pragma once
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "bulkhead/client.hpp"
+
+namespace bulkhead {
+
+// The reason of a task refused because its executor is stopping.
+inline constexpr int kExecutorStopped = -ECANCELED;
+
+// What a refused task's future holds: the BH_REJECT_* reason, or
+// kExecutorStopped.
+class Rejected : public std::runtime_error {
+ public:
+  explicit Rejected(int reason)
+      : std::runtime_error("bulkhead: task not run (" + describe(reason) + ")"), reason_(reason) {}
+  int reason() const { return reason_; }
+
+ private:
+  static std::string describe(int reason) {
+    switch (reason) {
+      case BH_REJECT_LIMIT: return "dependency at its limit";
+      case BH_REJECT_QUEUE_FULL: return "queue full";
+      case BH_REJECT_DEADLINE: return "deadline";
+      case kExecutorStopped: return "executor stopped";
+      default: return "reason " + std::to_string(reason);
+    }
+  }
+  int reason_;
+};
+
+// What submit() returns: a future, or the reason the task was refused at once.
+template <typename T>
+class Submission {
+ public:
+  explicit Submission(std::future<T> future) : future_(std::move(future)) {}
+  explicit Submission(int reason) : reason_(reason) {}
+
+  // True when the task was queued; its future then tells the rest.
+  explicit operator bool() const { return reason_ == 0; }
+  // 0 when queued, else the BH_REJECT_* reason or kExecutorStopped.
+  int reason() const { return reason_; }
+  std::future<T>& future() { return future_; }
+
+ private:
+  std::future<T> future_;
+  int reason_ = 0;
+};
+
+struct ExecutorOptions {
+  unsigned threads = 4;             // worker threads: calls this executor makes at once, at most
+  std::size_t queue_capacity = 64;  // tasks waiting for a worker, at most
+};
+
+class Executor {
+ public:
+  using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC, as bh_acquire()'s deadlines
+
+  Executor(Dependency dependency, ExecutorOptions options = {})
+      : dependency_(dependency), capacity_(options.queue_capacity) {
+    const unsigned threads = options.threads == 0 ? 1 : options.threads;
+    workers_.reserve(threads);
+    for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  }
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+  // Stops (see shutdown()) and waits for the tasks that run.
+  ~Executor() {
+    shutdown();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  // Queues `task` to run before `deadline` (time_point::max(): none).
+  template <typename F>
+  auto submit(F&& task, Clock::time_point deadline = Clock::time_point::max()) {
+    using R = Result<F>;
+    auto queued = std::make_unique<Task<std::decay_t<F>, R>>(std::forward<F>(task), deadline);
+    std::future<R> future = queued->promise.get_future();
+    if (deadline != Clock::time_point::max() && Clock::now() >= deadline) {
+      return Submission<R>(BH_REJECT_DEADLINE);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return Submission<R>(kExecutorStopped);
+      if (queue_.size() >= capacity_) return Submission<R>(BH_REJECT_QUEUE_FULL);
+      queue_.push_back(std::move(queued));
+    }
+    ready_.notify_one();
+    return Submission<R>(std::move(future));
+  }
+  // The same with a budget from now.
+  template <typename F>
+  auto submit(F&& task, std::chrono::nanoseconds budget) {
+    const auto now = Clock::now();
+    return submit(std::forward<F>(task),
+                  budget >= Clock::time_point::max() - now ? Clock::time_point::max() : now + budget);
+  }
+
+  // Tasks waiting for a worker.
+  std::size_t queued() const {
+    std::lock_guard lock(mutex_);
+    return queue_.size();
+  }
+
+  // Refuses new tasks and every queued one (Rejected(kExecutorStopped));
+  // the tasks that run finish. Does not wait for them.
+  void shutdown() {
+    std::deque<std::unique_ptr<TaskBase>> dropped;
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+      dropped.swap(queue_);
+    }
+    ready_.notify_all();
+    for (auto& task : dropped) task->reject(kExecutorStopped);
+  }
+
+ private:
+  template <typename F>
+  using Result = std::conditional_t<std::is_invocable_v<F&, const Permit&>,
+                                    std::invoke_result<F&, const Permit&>, std::invoke_result<F&>>::type;
+
+  struct TaskBase {
+    virtual ~TaskBase() = default;
+    virtual void run(Dependency& dependency) = 0;
+    virtual void reject(int reason) = 0;
+  };
+
+  template <typename F, typename R>
+  struct Task final : TaskBase {
+    Task(F&& f, Clock::time_point until) : fn(std::move(f)), deadline(until) {}
+    Task(const F& f, Clock::time_point until) : fn(f), deadline(until) {}
+
+    void run(Dependency& dependency) override {
+      // A task whose deadline passed in the queue is not run.
+      if (deadline != Clock::time_point::max() && Clock::now() >= deadline) {
+        reject(BH_REJECT_DEADLINE);
+        return;
+      }
+      Permit permit;
+      try {
+        permit = dependency.acquire(deadline);
+      } catch (...) {
+        promise.set_exception(std::current_exception());
+        return;
+      }
+      if (!permit) {
+        reject(permit.reason());
+        return;
+      }
+      try {
+        if constexpr (std::is_void_v<R>) {
+          call(permit);
+          permit.success();
+          promise.set_value();
+        } else {
+          R result = call(permit);
+          permit.success();
+          promise.set_value(std::move(result));
+        }
+      } catch (...) {
+        permit.dropped();
+        promise.set_exception(std::current_exception());
+      }
+    }
+    void reject(int reason) override { promise.set_exception(std::make_exception_ptr(Rejected(reason))); }
+
+    R call(const Permit& permit) {
+      if constexpr (std::is_invocable_v<F&, const Permit&>) {
+        return std::invoke(fn, permit);
+      } else {
+        return std::invoke(fn);
+      }
+    }
+
+    F fn;
+    Clock::time_point deadline;
+    std::promise<R> promise;
+  };
+
+  void work() {
+    for (;;) {
+      std::unique_ptr<TaskBase> task;
+      {
+        std::unique_lock lock(mutex_);
+        ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, nothing left
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task->run(dependency_);
+    }
+  }
+
+  Dependency dependency_;
+  const std::size_t capacity_;
+  mutable std::mutex mutex_;  // guards queue_ and stopping_
+  std::condition_variable ready_;
+  std::deque<std::unique_ptr<TaskBase>> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace bulkhead

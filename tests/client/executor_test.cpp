@@ -1,0 +1,190 @@
+// bulkhead::Executor on a real segment: tasks run under host-wide permits,
+// a full queue and a passed deadline are refused at once, a task whose
+// deadline passes while queued is not run, shutdown refuses what waits.
+#include "bulkhead/executor.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <stdexcept>
+#include <thread>
+
+#include "shm/segment.hpp"
+#include "shm/stats.hpp"
+#include "shm/wait_queue.hpp"
+#include "tests/support/temp_segment.hpp"
+
+namespace bulkhead {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TempSegmentName;
+using Clock = Executor::Clock;
+
+// A task that holds its worker until the test opens the gate.
+class Gate {
+ public:
+  auto blocker() {
+    return [this] {
+      started_.store(true);
+      open_.wait();
+      return 1;
+    };
+  }
+  void wait_started() const {
+    while (!started_.load()) std::this_thread::yield();
+  }
+  void open() { promise_.set_value(); }
+
+ private:
+  std::promise<void> promise_;
+  std::shared_future<void> open_ = promise_.get_future().share();
+  std::atomic<bool> started_{false};
+};
+
+// The reason in a refused task's future, or 0 if it ran.
+template <typename T>
+int reason_of(std::future<T>& future) {
+  try {
+    future.get();
+  } catch (const Rejected& r) {
+    return r.reason();
+  }
+  return 0;
+}
+
+class ExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    segment_.emplace(shm::Segment::create(name_, testing::small_segment()));
+    segment_->header().default_limit.store(10);
+    client_.emplace(name_.str());
+    dep_.emplace(client_->dependency("legacy"));
+    slot_ = *shm::find_dependency(*segment_, "legacy");
+  }
+  shm::DependencyControl& control() { return segment_->dependency(slot_).control; }
+  shm::DependencyCounters counters() { return shm::read_counters(*segment_, slot_); }
+
+  TempSegmentName name_{"exec"};
+  std::optional<shm::Segment> segment_;
+  std::optional<Client> client_;
+  std::optional<Dependency> dep_;
+  std::uint32_t slot_ = 0;
+};
+
+TEST_F(ExecutorTest, RunsATaskUnderAPermitAndReturnsItsValue) {
+  Executor pool(*dep_, {.threads = 2, .queue_capacity = 4});
+  auto s = pool.submit([] { return 42; });
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s.future().get(), 42);
+  auto v = pool.submit([] {});
+  ASSERT_TRUE(v);
+  v.future().get();
+  EXPECT_EQ(counters().ok, 2u);  // each a latency sample, through the permit
+  EXPECT_EQ(dep_->inflight(), 0);
+}
+
+TEST_F(ExecutorTest, ATaskCanReadItsRemainingBudget) {
+  Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
+  auto s = pool.submit([](const Permit& p) { return p.remaining(); }, 60s);
+  ASSERT_TRUE(s);
+  const std::chrono::nanoseconds left = s.future().get();
+  EXPECT_GT(left, 0ns);
+  EXPECT_LE(left, 60s);
+  auto unbounded = pool.submit([](const Permit& p) { return p.remaining(); });
+  EXPECT_EQ(unbounded.future().get(), std::chrono::nanoseconds::max());
+}
+
+TEST_F(ExecutorTest, AFullQueueIsRefusedAtOnce) {
+  Executor pool(*dep_, {.threads = 1, .queue_capacity = 1});
+  Gate gate;
+  auto running = pool.submit(gate.blocker());
+  gate.wait_started();
+  auto queued = pool.submit([] { return 2; });
+  ASSERT_TRUE(queued);
+  EXPECT_EQ(pool.queued(), 1u);
+  auto refused = pool.submit([] { return 3; });
+  EXPECT_FALSE(refused);
+  EXPECT_EQ(refused.reason(), BH_REJECT_QUEUE_FULL);
+  gate.open();
+  EXPECT_EQ(running.future().get(), 1);
+  EXPECT_EQ(queued.future().get(), 2);
+}
+
+TEST_F(ExecutorTest, ADeadlinePassedAtSubmitIsRefusedAtOnce) {
+  Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
+  std::atomic<bool> ran{false};
+  auto s = pool.submit([&] { ran = true; }, Clock::now() - 1ms);
+  EXPECT_FALSE(s);
+  EXPECT_EQ(s.reason(), BH_REJECT_DEADLINE);
+  EXPECT_EQ(pool.queued(), 0u);
+  EXPECT_FALSE(ran.load());
+}
+
+TEST_F(ExecutorTest, ATaskWhoseDeadlinePassedWhileQueuedIsNotRun) {
+  Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
+  Gate gate;
+  auto running = pool.submit(gate.blocker());
+  gate.wait_started();
+  std::atomic<bool> ran{false};
+  const auto deadline = Clock::now() + 1ms;
+  auto late = pool.submit([&] { ran = true; }, deadline);
+  ASSERT_TRUE(late);
+  while (Clock::now() <= deadline) std::this_thread::yield();  // it expires in the queue
+  gate.open();
+  EXPECT_EQ(reason_of(late.future()), BH_REJECT_DEADLINE);
+  EXPECT_FALSE(ran.load());
+  EXPECT_EQ(running.future().get(), 1);
+  EXPECT_EQ(counters().ok, 1u);  // only the blocker called the dependency
+}
+
+TEST_F(ExecutorTest, HostWidePermitsAdmitTheTasks) {
+  control().limit.store(1);
+  control().max_queue.store(0);  // no host-wide queue
+  Permit elsewhere = dep_->try_acquire();  // another caller holds the only permit
+  ASSERT_TRUE(elsewhere);
+  Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
+  std::atomic<bool> ran{false};
+  auto refused = pool.submit([&] { ran = true; });
+  ASSERT_TRUE(refused);  // queued here; refused by the dependency's limit
+  EXPECT_EQ(reason_of(refused.future()), BH_REJECT_QUEUE_FULL);
+  EXPECT_FALSE(ran.load());
+
+  // With a host-wide queue the worker waits there for the permit.
+  control().max_queue.store(4);
+  auto waits = pool.submit([&] { ran = true; }, 60s);
+  ASSERT_TRUE(waits);
+  while (shm::queue_length(segment_->queue(slot_), segment_->queue_slots()) != 1) std::this_thread::yield();
+  elsewhere.success();
+  EXPECT_EQ(reason_of(waits.future()), 0);
+  EXPECT_TRUE(ran.load());
+}
+
+TEST_F(ExecutorTest, AnExceptionReachesTheFutureAndCountsAsDropped) {
+  Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
+  auto s = pool.submit([]() -> int { throw std::runtime_error("connection reset"); });
+  ASSERT_TRUE(s);
+  EXPECT_THROW(s.future().get(), std::runtime_error);
+  EXPECT_EQ(counters().dropped, 1u);
+  EXPECT_EQ(dep_->inflight(), 0);
+}
+
+TEST_F(ExecutorTest, ShutdownRefusesQueuedAndNewTasksAndLetsRunningOnesFinish) {
+  Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
+  Gate gate;
+  auto running = pool.submit(gate.blocker());
+  gate.wait_started();
+  std::atomic<bool> ran{false};
+  auto queued = pool.submit([&] { ran = true; });
+  ASSERT_TRUE(queued);
+  pool.shutdown();
+  EXPECT_EQ(reason_of(queued.future()), kExecutorStopped);
+  EXPECT_EQ(pool.submit([] {}).reason(), kExecutorStopped);
+  gate.open();
+  EXPECT_EQ(running.future().get(), 1);
+  EXPECT_FALSE(ran.load());
+}
+
+}  // namespace
+}  // namespace bulkhead
