@@ -65,6 +65,12 @@ class ExecutorTest : public ::testing::Test {
   }
   shm::DependencyControl& control() { return segment_->dependency(slot_).control; }
   shm::DependencyCounters counters() { return shm::read_counters(*segment_, slot_); }
+  // Keeps the pool's worker busy until the gate opens; the blocker's future.
+  static std::future<int> occupy_worker(Executor& pool, Gate& gate) {
+    auto running = pool.submit(gate.blocker());
+    gate.wait_started();
+    return std::move(running.future());
+  }
 
   TempSegmentName name_{"exec"};
   std::optional<shm::Segment> segment_;
@@ -99,8 +105,7 @@ TEST_F(ExecutorTest, ATaskCanReadItsRemainingBudget) {
 TEST_F(ExecutorTest, AFullQueueIsRefusedAtOnce) {
   Executor pool(*dep_, {.threads = 1, .queue_capacity = 1});
   Gate gate;
-  auto running = pool.submit(gate.blocker());
-  gate.wait_started();
+  std::future<int> running = occupy_worker(pool, gate);
   auto queued = pool.submit([] { return 2; });
   ASSERT_TRUE(queued);
   EXPECT_EQ(pool.queued(), 1u);
@@ -108,7 +113,7 @@ TEST_F(ExecutorTest, AFullQueueIsRefusedAtOnce) {
   EXPECT_FALSE(refused);
   EXPECT_EQ(refused.reason(), BH_REJECT_QUEUE_FULL);
   gate.open();
-  EXPECT_EQ(running.future().get(), 1);
+  EXPECT_EQ(running.get(), 1);
   EXPECT_EQ(queued.future().get(), 2);
 }
 
@@ -125,8 +130,7 @@ TEST_F(ExecutorTest, ADeadlinePassedAtSubmitIsRefusedAtOnce) {
 TEST_F(ExecutorTest, ATaskWhoseDeadlinePassedWhileQueuedIsNotRun) {
   Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
   Gate gate;
-  auto running = pool.submit(gate.blocker());
-  gate.wait_started();
+  std::future<int> running = occupy_worker(pool, gate);
   std::atomic<bool> ran{false};
   const auto deadline = Clock::now() + 1ms;
   auto late = pool.submit([&] { ran = true; }, deadline);
@@ -135,7 +139,7 @@ TEST_F(ExecutorTest, ATaskWhoseDeadlinePassedWhileQueuedIsNotRun) {
   gate.open();
   EXPECT_EQ(reason_of(late.future()), BH_REJECT_DEADLINE);
   EXPECT_FALSE(ran.load());
-  EXPECT_EQ(running.future().get(), 1);
+  EXPECT_EQ(running.get(), 1);
   EXPECT_EQ(counters().ok, 1u);  // only the blocker called the dependency
 }
 
@@ -173,8 +177,7 @@ TEST_F(ExecutorTest, AnExceptionReachesTheFutureAndCountsAsDropped) {
 TEST_F(ExecutorTest, ShutdownRefusesQueuedAndNewTasksAndLetsRunningOnesFinish) {
   Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
   Gate gate;
-  auto running = pool.submit(gate.blocker());
-  gate.wait_started();
+  std::future<int> running = occupy_worker(pool, gate);
   std::atomic<bool> ran{false};
   auto queued = pool.submit([&] { ran = true; });
   ASSERT_TRUE(queued);
@@ -182,7 +185,7 @@ TEST_F(ExecutorTest, ShutdownRefusesQueuedAndNewTasksAndLetsRunningOnesFinish) {
   EXPECT_EQ(reason_of(queued.future()), kExecutorStopped);
   EXPECT_EQ(pool.submit([] {}).reason(), kExecutorStopped);
   gate.open();
-  EXPECT_EQ(running.future().get(), 1);
+  EXPECT_EQ(running.get(), 1);
   EXPECT_FALSE(ran.load());
 }
 

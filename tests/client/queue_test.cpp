@@ -18,6 +18,7 @@
 #include "shm/stats.hpp"
 #include "shm/wait_queue.hpp"
 #include "tests/support/temp_segment.hpp"
+#include "tests/support/waiter.hpp"
 
 namespace bulkhead {
 namespace {
@@ -123,17 +124,12 @@ TEST_F(QueueTest, NoQueueMeansQueueFullAtTheLimit) {
 TEST_F(QueueTest, ACallPastMaxQueueIsRefusedAtOnceAndTheWaiterGetsIn) {
   publish(1, 1);
   Permit held = dep_->try_acquire();
-  std::atomic<int> waiter_result{-1};
-  std::thread waiter([&] {
-    Permit p = dep_->acquire(kLongBudget);
-    waiter_result = p ? 0 : p.reason();
-  });
+  testing::BackgroundWaiter waiter(*dep_);
   wait_for_waiters(1);
   Permit refused = dep_->acquire(kLongBudget);
   EXPECT_EQ(refused.reason(), BH_REJECT_QUEUE_FULL);
   held.success();  // wakes the waiter
-  waiter.join();
-  EXPECT_EQ(waiter_result.load(), 0);
+  EXPECT_EQ(waiter.result(), 0);
   EXPECT_EQ(waiting(), 0u);
   EXPECT_EQ(dep_->inflight(), 0);
   const shm::DependencyCounters c = counters();
@@ -183,15 +179,10 @@ TEST_F(QueueTest, AnExpectedWaitWithinTheBudgetQueues) {
   publish(1, 4);
   control().service_ns.store(1'000'000);  // calls take 1 ms
   Permit held = dep_->try_acquire();
-  std::atomic<int> result{-1};
-  std::thread waiter([&] {
-    Permit p = dep_->acquire(kLongBudget);
-    result = p ? 0 : p.reason();
-  });
+  testing::BackgroundWaiter waiter(*dep_);
   wait_for_waiters(1);
   held.success();
-  waiter.join();
-  EXPECT_EQ(result.load(), 0);
+  EXPECT_EQ(waiter.result(), 0);
 }
 
 TEST_F(QueueTest, AReleaseInAnotherProcessWakesTheWaiter) {
@@ -277,18 +268,6 @@ TEST_F(QueueTest, RemainingBudgetOfEachKindOfPermit) {
   Permit forever = dep_->acquire(std::chrono::nanoseconds::max());
   EXPECT_EQ(forever.remaining(), std::chrono::nanoseconds::max());
   EXPECT_EQ(dep_->inflight(), 2);
-}
-
-TEST(QueueStandalone, NoQueueWithoutADaemon) {
-  TempSegmentName name{"none"};
-  bh_options o{};
-  o.segment = name.c_str();
-  o.static_limit = 1;
-  Client client(o);
-  Dependency dep = client.dependency("payments");
-  Permit a = dep.acquire(kLongBudget);
-  EXPECT_TRUE(a);
-  EXPECT_EQ(dep.acquire(kLongBudget).reason(), BH_REJECT_QUEUE_FULL);
 }
 
 }  // namespace

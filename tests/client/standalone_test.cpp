@@ -38,8 +38,11 @@ TEST(Standalone, StaticLimitCaps) {
   EXPECT_TRUE(b);
   EXPECT_FALSE(c);
   EXPECT_EQ(c.reason(), BH_REJECT_LIMIT);
+  // No queue without a daemon: a call that would wait is refused at once.
+  EXPECT_EQ(dep.acquire(std::chrono::seconds(60)).reason(), BH_REJECT_QUEUE_FULL);
   a.success();
   EXPECT_EQ(dep.inflight(), 1);
+  EXPECT_TRUE(dep.acquire(std::chrono::seconds(60)));
 }
 
 TEST(Standalone, StaticLimitFromTheEnvironment) {

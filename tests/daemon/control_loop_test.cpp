@@ -8,7 +8,6 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <csignal>
 #include <functional>
 #include <thread>
@@ -17,6 +16,7 @@
 
 #include "bulkhead/client.hpp"
 #include "tests/support/temp_segment.hpp"
+#include "tests/support/waiter.hpp"
 
 namespace bulkhead::daemon {
 namespace {
@@ -314,17 +314,12 @@ TEST_F(ControlLoopTest, AWaiterKilledInTheQueueGivesItsPlaceBack) {
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(waiting(), 1u);  // its record outlives it
 
-  std::atomic<int> behind{-1};
-  std::thread waiter([&] {
-    Permit p = dep.acquire(60s);
-    behind = p ? 0 : p.reason();
-  });
+  testing::BackgroundWaiter behind(dep);
   while (waiting() != 2) std::this_thread::yield();
   EXPECT_EQ(dep.acquire(60s).reason(), BH_REJECT_QUEUE_FULL);  // the dead one still counts
   mine.success();
   advance_ticks(1);  // frees the dead waiter's place and wakes the one behind
-  waiter.join();
-  EXPECT_EQ(behind.load(), 0);
+  EXPECT_EQ(behind.result(), 0);
   EXPECT_EQ(waiting(), 0u);
   EXPECT_EQ(loop_->waiters_reclaimed(), 1u);
   EXPECT_EQ(dep.inflight(), 0);

@@ -19,6 +19,7 @@
 #include "shm/wait_queue.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/temp_segment.hpp"
+#include "tests/support/waiter.hpp"
 
 namespace bulkhead {
 namespace {
@@ -137,15 +138,10 @@ TEST_F(DaemonIntegration, CallsWaitInTheConfiguredQueueAndTheWaitIsAMetric) {
 
   Permit held = dep.try_acquire();
   ASSERT_TRUE(held);
-  std::atomic<int> result{-1};
-  std::thread waiter([&] {
-    Permit p = dep.acquire(60s);
-    result = p ? 0 : p.reason();
-  });
+  testing::BackgroundWaiter waiter(dep);
   while (shm::queue_length(seg->queue(slot), seg->queue_slots()) != 1) std::this_thread::yield();
   held.success();
-  waiter.join();
-  EXPECT_EQ(result.load(), 0);
+  EXPECT_EQ(waiter.result(), 0);
 
   const std::uint16_t port = static_cast<std::uint16_t>(seg->header().metrics_port.load());
   ASSERT_NE(port, 0);
