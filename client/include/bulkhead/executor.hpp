@@ -99,7 +99,7 @@ class Executor {
  public:
   using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC, as bh_acquire()'s deadlines
 
-  Executor(Dependency dependency, ExecutorOptions options = {})
+  explicit Executor(Dependency dependency, ExecutorOptions options = {})
       : dependency_(dependency), capacity_(options.queue_capacity) {
     const unsigned threads = options.threads == 0 ? 1 : options.threads;
     workers_.reserve(threads);
