@@ -24,7 +24,10 @@
 // exception it throws reaches the future and counts as dropped.
 //
 // Thread safety: submit(), queued() and shutdown() may be called from any
-// thread; the destructor must not run while another thread submits.
+// thread; the destructor must not run while another thread submits. Under
+// ThreadSanitizer with Debian's (uninstrumented) libstdc++, reading a
+// Rejected from a future may be reported as a race in
+// std::exception_ptr::_M_release; tests/tsan.supp says why and suppresses it.
 #pragma once
 
 #include <cerrno>
