@@ -120,6 +120,9 @@ Metrics::Dependency& Metrics::dependency(const std::string& name) {
                &shadow_.Add(labels), &latency_.Add(labels, latency_bounds()),
                rejected_for("queue_full"), rejected_for("deadline"), &waiters_.Add(labels),
                &wait_.Add(labels, latency_bounds())};
+  // At 0 from the start: a dead waiter is rare, and a dashboard should not
+  // have to tell "none yet" from "no such series".
+  waiters_reclaimed_.Add(labels);
   return dependencies_.emplace(name, d).first->second;
 }
 
