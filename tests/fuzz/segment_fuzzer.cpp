@@ -12,7 +12,8 @@
 // Input: a sequence of patches, each
 //   region (1 byte) | index (1 byte) | offset (2 bytes, LE) | length (1 byte) | bytes
 // where region picks the header, a dependency slot's identity, control or
-// admission line, a statistics stripe, a process slot or its held[] array,
+// admission line, a statistics stripe, a process slot, its held[] array or
+// a dependency's wait-queue records,
 // and index the slot (modulo the table). Addresses come from the Segment
 // API, so the harness follows the layout as it changes.
 #include <unistd.h>
@@ -42,11 +43,13 @@ constexpr char kConfig[] = R"(
 max_dependencies = 8
 max_processes = 4
 stats_stripes = 2
+queue_slots = 8
 
 [defaults]
 min_limit = 2
 max_limit = 50
 initial_limit = 10
+max_queue = 4
 
 [dependency.payments]
 policy = "aimd"
@@ -74,6 +77,7 @@ struct Fixture {
     options.capacities.max_dependencies = config.daemon.max_dependencies;
     options.capacities.max_processes = config.daemon.max_processes;
     options.capacities.stats_stripes = config.daemon.stats_stripes;
+    options.capacities.queue_slots = config.daemon.queue_slots;
     segment = std::make_unique<shm::Segment>(shm::Segment::create(name, options));
     shm::Segment::remove(name);  // the mapping lives on; nothing is left in /dev/shm
     // What a live host leaves in it: the daemon's slots, a client's
@@ -101,7 +105,7 @@ struct Fixture {
     const shm::Capacities c = segment->capacities();
     const std::uint32_t d = index % c.max_dependencies;
     const std::uint32_t p = index % c.max_processes;
-    switch (region % 7) {
+    switch (region % 8) {
       case 0: return {reinterpret_cast<char*>(&segment->header()), sizeof(shm::Header)};
       case 1: return {reinterpret_cast<char*>(&segment->dependency(d).identity), sizeof(shm::DependencyIdentity)};
       case 2: return {reinterpret_cast<char*>(&segment->dependency(d).control), sizeof(shm::DependencyControl)};
@@ -109,7 +113,8 @@ struct Fixture {
       case 4: return {reinterpret_cast<char*>(&segment->stripe(d, index / c.max_dependencies % c.stats_stripes)),
                       sizeof(shm::StatsStripe)};
       case 5: return {reinterpret_cast<char*>(&segment->process(p)), sizeof(shm::ProcessIdentity)};
-      default: return {reinterpret_cast<char*>(&segment->held(p, 0)), c.max_dependencies * sizeof(std::uint32_t)};
+      case 6: return {reinterpret_cast<char*>(&segment->held(p, 0)), c.max_dependencies * sizeof(std::uint32_t)};
+      default: return {reinterpret_cast<char*>(segment->queue(d)), segment->queue_slots() * sizeof(std::uint64_t)};
     }
   }
 };

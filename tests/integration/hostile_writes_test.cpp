@@ -1,8 +1,8 @@
 // Every field a client can write is untrusted: while the real bulkheadd
 // runs, a vandal process writes random bytes into every client-writable
 // part of the segment (the header's live fields, every dependency slot's
-// identity, control and admission lines, every statistics stripe, every
-// process slot and held count). The daemon must keep running, keep
+// identity, control and admission lines and wait-queue records, every
+// statistics stripe, every process slot and held count). The daemon must keep running, keep
 // ticking, and once the vandal stops publish limits inside their
 // configured bounds again.
 #include <signal.h>
@@ -56,6 +56,7 @@ std::uint64_t daemon_heartbeat(const shm::Segment& s) { return s.header().heartb
       scribble(reinterpret_cast<char*>(&slot.identity), sizeof(slot.identity), rng, 1);
       scribble(reinterpret_cast<char*>(&slot.control), sizeof(slot.control), rng, 1);
       scribble(reinterpret_cast<char*>(&slot.admission), sizeof(slot.admission), rng, 1);
+      scribble(reinterpret_cast<char*>(s.queue(d)), s.queue_slots() * sizeof(std::uint64_t), rng, 1);
       for (std::uint32_t st = 0; st < c.stats_stripes; ++st) {
         scribble(reinterpret_cast<char*>(&s.stripe(d, st)), sizeof(shm::StatsStripe), rng, 2);
       }
@@ -74,8 +75,8 @@ TEST(HostileWrites, TheDaemonKeepsRunningAndPublishingSaneLimits) {
   const std::string dir = testing::make_temp_dir();
   DaemonProcess daemon(BULKHEADD_PATH, dir,
                        testing::test_daemon_config(
-                           segment.str(), "max_dependencies = 8\nmax_processes = 8\nstats_stripes = 2\n",
-                           "[defaults]\nmin_limit = 2\nmax_limit = 50\ninitial_limit = 10\n\n"
+                           segment.str(), "max_dependencies = 8\nmax_processes = 8\nstats_stripes = 2\nqueue_slots = 8\n",
+                           "[defaults]\nmin_limit = 2\nmax_limit = 50\ninitial_limit = 10\nmax_queue = 4\n\n"
                            "[dependency.payments]\npolicy = \"aimd\"\nmin_limit = 3\nmax_limit = 40\n\n"
                            "[dependency.recs]\npolicy = \"gradient2\"\n"));
   auto attached = daemon.wait_ready(segment.str());
