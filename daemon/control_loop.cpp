@@ -1,9 +1,6 @@
 #include "daemon/control_loop.hpp"
 
-#include <signal.h>
-
 #include <algorithm>
-#include <cerrno>
 
 #include <spdlog/spdlog.h>
 
@@ -30,21 +27,6 @@ std::uint64_t abandon_after_ticks(const Config& config) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(config.daemon.tick).count());
   return std::max<std::uint64_t>(2, kAbandonAfterNs / std::max<std::uint64_t>(tick_ns, 1));
 }
-
-// False only when the process is certainly gone: no such pid, a zombie,
-// or a pid that lives with another start time (reused). When the start time cannot
-// be read (hidepid, a /proc the sandbox hides) the process counts as alive:
-// giving back the permits of a live process would admit over the limit.
-bool process_alive(std::int32_t pid, std::uint64_t start_time) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  const auto stat = shm::read_process_stat(pid);
-  if (!stat) return true;
-  // A zombie has run its last instruction; its parent just has not reaped it.
-  if (stat->state == 'Z' || stat->state == 'X') return false;
-  return start_time == 0 || stat->start_time == start_time;
-}
-
 }  // namespace
 
 ControlLoop::ControlLoop(shm::Segment& segment, const Config& config, Metrics* metrics)
@@ -273,7 +255,12 @@ void ControlLoop::reclaim_dead_processes() {
     process_claiming_since_.erase(p);
     if (state != shm::kSlotReady) continue;
     const std::int32_t pid = id.pid.load(std::memory_order_relaxed);
-    if (process_alive(pid, id.start_time.load(std::memory_order_relaxed))) continue;
+    // A process /proc hides (kUnknown) counts as alive: giving back the
+    // permits of a live process would admit over the limit.
+    if (shm::process_liveness(pid, id.start_time.load(std::memory_order_relaxed)) !=
+        shm::Liveness::kDead) {
+      continue;
+    }
     std::uint64_t total = 0;
     for (std::uint32_t d = 0; d < capacity; ++d) {
       // Its places in the wait queue first: the waiters behind them move up.

@@ -1,6 +1,7 @@
 #include "shm/segment.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -368,6 +369,16 @@ std::optional<std::uint64_t> process_start_time(pid_t pid) {
   const auto stat = read_process_stat(pid);
   if (!stat) return std::nullopt;
   return stat->start_time;
+}
+
+Liveness process_liveness(pid_t pid, std::uint64_t start_time) {
+  if (pid <= 0) return Liveness::kDead;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return Liveness::kDead;
+  const auto stat = read_process_stat(pid);
+  if (!stat) return Liveness::kUnknown;
+  // A zombie has run its last instruction; its parent just has not reaped it.
+  if (stat->state == 'Z' || stat->state == 'X') return Liveness::kDead;
+  return start_time == 0 || stat->start_time == start_time ? Liveness::kAlive : Liveness::kDead;
 }
 
 std::uint32_t claim_process_slot(Segment& segment) {

@@ -139,6 +139,13 @@ std::optional<ProcessStat> read_process_stat(pid_t pid);
 // read_process_stat(pid)->start_time.
 std::optional<std::uint64_t> process_start_time(pid_t pid);
 
+// Whether the process a slot names (pid and the start time recorded with
+// it, 0 if unknown) still runs. kDead: no such pid, a zombie, or the pid
+// was reused (another start time). kUnknown: the pid exists but /proc hides
+// it (a hidepid mount); whoever acts on the answer must treat that as alive.
+enum class Liveness { kAlive, kDead, kUnknown };
+Liveness process_liveness(pid_t pid, std::uint64_t start_time);
+
 // Claims a free process slot for the calling process. Throws SegmentError
 // ENOSPC when the table is full.
 std::uint32_t claim_process_slot(Segment& segment);

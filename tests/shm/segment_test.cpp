@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <set>
 #include <thread>
 #include <vector>
@@ -310,6 +311,24 @@ TEST(ProcessTable, StartTimeOfAMissingProcessIsNothing) {
   ::waitpid(pid, nullptr, 0);
   EXPECT_EQ(process_start_time(pid), std::nullopt);
   EXPECT_TRUE(process_start_time(::getpid()).has_value());
+}
+
+TEST(ProcessTable, LivenessTellsAliveDeadZombieAndReusedPids) {
+  const pid_t self = ::getpid();
+  const std::uint64_t start = process_start_time(self).value();
+  EXPECT_EQ(process_liveness(self, start), Liveness::kAlive);
+  EXPECT_EQ(process_liveness(self, 0), Liveness::kAlive);          // start time not recorded
+  EXPECT_EQ(process_liveness(self, start + 1), Liveness::kDead);   // the pid was reused
+  EXPECT_EQ(process_liveness(0, 0), Liveness::kDead);
+  const pid_t child = ::fork();
+  if (child == 0) std::_Exit(0);
+  // Exited, not reaped: a zombie has run its last instruction.
+  for (int i = 0; i < 1000 && read_process_stat(child).value_or(ProcessStat{'R', 0}).state != 'Z'; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(process_liveness(child, 0), Liveness::kDead);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_EQ(process_liveness(child, 0), Liveness::kDead);
 }
 
 TEST(Stats, ReadingsSumStripesAndDeltasSubtract) {
