@@ -1,0 +1,570 @@
+// bulkheadctl's library against segments the tests build with known
+// counters: the readings, the derived rates and percentiles, the text and
+// the JSON; that it opens read-only and never writes; and its errors. The
+// last tests run the built binary for exit codes and messages.
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "shm/histogram.hpp"
+#include "shm/stats.hpp"
+#include "tests/support/daemon_process.hpp"
+#include "tests/support/json.hpp"
+#include "tests/support/temp_segment.hpp"
+#include "tools/ctl/json.hpp"
+#include "tools/ctl/render.hpp"
+#include "tools/ctl/snapshot.hpp"
+
+namespace bulkhead::ctl {
+namespace {
+
+using testing::Json;
+using testing::JsonParser;
+using testing::TempSegmentName;
+
+constexpr std::uint64_t kT0 = 1'000'000'000'000;  // ns, an arbitrary monotonic time
+constexpr std::uint64_t kSecond = 1'000'000'000;
+
+// The midpoint of the histogram bucket that holds `ns`, in ms: what a
+// percentile of samples all equal to `ns` reads.
+double bucket_mid_ms(std::uint64_t ns) {
+  const std::uint32_t b = shm::histogram_bucket(ns);
+  const std::uint64_t lo = shm::histogram_bucket_lower_ns(b);
+  return static_cast<double>(lo + (shm::histogram_bucket_upper_ns(b) - lo) / 2) / 1e6;
+}
+
+// The whitespace-separated cells of the first line of `text` that starts
+// with `prefix`.
+std::vector<std::string> cells_of_line(const std::string& text, const std::string& prefix) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    std::istringstream in(line);
+    std::vector<std::string> out;
+    for (std::string c; in >> c;) out.push_back(c);
+    return out;
+  }
+  return {};
+}
+
+// A segment with a "daemon" (this process), one attached process (also this
+// one) and two dependencies whose counters the test sets.
+class CtlSegment : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    shm::Header& h = segment_.header();
+    h.daemon_pid.store(::getpid());
+    h.daemon_start_time.store(shm::process_start_time(::getpid()).value());
+    h.config_generation.store(3);
+    h.metrics_port.store(9477);
+    payments_ = shm::find_or_claim_dependency(segment_, "payments", 12, shm::kDependencyConfigured).index;
+    recs_ = shm::find_or_claim_dependency(segment_, "recs", 25, shm::kDependencyShadow).index;
+    process_ = shm::claim_process_slot(segment_);
+  }
+
+  // `n` successful calls of `latency_ns` each, on stripe `stripe`.
+  void record_ok(std::uint32_t dep, std::uint32_t stripe, std::uint64_t n, std::uint64_t latency_ns) {
+    shm::StatsStripe& s = segment_.stripe(dep, stripe);
+    s.histogram[shm::histogram_bucket(latency_ns)] += n;
+    s.rtt_sum_ns += n * latency_ns;
+  }
+  void set_inflight(std::uint32_t dep, std::uint32_t n) {
+    segment_.dependency(dep).admission.word.store((std::uint64_t{7} << 32) | n);
+  }
+  void heartbeat_at(std::uint64_t ns, std::uint64_t count = 42) {
+    segment_.header().heartbeat.store(count);
+    segment_.header().heartbeat_ns.store(ns);
+  }
+  Snapshot snapshot_at(std::uint64_t ns) const { return read_snapshot(segment_, ns); }
+
+  // The standard scene: before at kT0, then over 2 s payments completes 200
+  // ok calls of 4 ms, 10 dropped, 6 ignored and has 60 rejected; recs 30
+  // shadow admissions and no completed call.
+  Status standard_status(std::uint64_t heartbeat_age_ns = kSecond / 2) {
+    record_ok(payments_, 0, 100, 2'000'000);  // before the interval
+    segment_.stripe(payments_, 1).rejected += 5;
+    Snapshot before = snapshot_at(kT0);
+    record_ok(payments_, 0, 120, 4'000'000);
+    record_ok(payments_, 2, 80, 4'000'000);
+    segment_.stripe(payments_, 0).dropped += 10;
+    segment_.stripe(payments_, 3).ignored += 6;
+    segment_.stripe(payments_, 1).rejected += 60;
+    segment_.stripe(recs_, 0).shadow_admitted += 30;
+    set_inflight(payments_, 9);
+    segment_.held(process_, payments_).store(3);
+    heartbeat_at(kT0 + 2 * kSecond - heartbeat_age_ns);
+    return derive_status(std::move(before), snapshot_at(kT0 + 2 * kSecond));
+  }
+
+  TempSegmentName name_{"ctl"};
+  shm::Segment segment_ = shm::Segment::create(name_, testing::small_segment(16, 8, 4));
+  std::uint32_t payments_ = 0, recs_ = 0, process_ = 0;
+};
+
+TEST_F(CtlSegment, SnapshotReadsDependenciesProcessesAndDaemon) {
+  set_inflight(payments_, 4);
+  segment_.held(process_, payments_).store(4);
+  const Snapshot s = snapshot_at(kT0);
+  ASSERT_EQ(s.dependencies.size(), 2u);
+  const DependencyReading* p = s.find("payments");
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->index, payments_);
+  EXPECT_EQ(p->limit, 12u);
+  EXPECT_EQ(p->inflight, 4u);  // the in-flight half of the admission word only
+  EXPECT_TRUE(p->configured());
+  EXPECT_FALSE(p->shadow());
+  EXPECT_TRUE(s.find("recs")->shadow());
+  EXPECT_EQ(s.find("nope"), nullptr);
+  ASSERT_EQ(s.processes.size(), 1u);
+  EXPECT_EQ(s.processes[0].pid, ::getpid());
+  EXPECT_EQ(s.processes[0].liveness, shm::Liveness::kAlive);
+  ASSERT_EQ(s.processes[0].held.size(), 1u);
+  EXPECT_EQ(s.processes[0].held[0].dependency, payments_);
+  EXPECT_EQ(s.processes[0].held[0].permits, 4u);
+  EXPECT_EQ(s.daemon.pid, ::getpid());
+  EXPECT_EQ(s.daemon.config_generation, 3u);
+  EXPECT_EQ(s.capacities, (shm::Capacities{16, 8, 4}));
+}
+
+TEST_F(CtlSegment, RatesAndPercentilesComeFromTheIntervalOnly) {
+  const Status st = standard_status();
+  EXPECT_DOUBLE_EQ(st.interval_s, 2.0);
+  ASSERT_EQ(st.dependencies.size(), 2u);
+  const DependencyStatus& p = st.dependencies[0].now.name == "payments" ? st.dependencies[0] : st.dependencies[1];
+  EXPECT_DOUBLE_EQ(p.admitted_per_s(), (200 + 10 + 6) / 2.0);
+  EXPECT_DOUBLE_EQ(p.rejected_limit_per_s(), 30.0);
+  // Only the interval's 4 ms calls, not the earlier 2 ms ones.
+  EXPECT_DOUBLE_EQ(p.interval_latency_ms(0.5).value(), bucket_mid_ms(4'000'000));
+  EXPECT_DOUBLE_EQ(p.interval_latency_ms(0.99).value(), bucket_mid_ms(4'000'000));
+  // Since creation: 100 at 2 ms and 200 at 4 ms, so the median is 4 ms and
+  // the 30th percentile 2 ms.
+  EXPECT_DOUBLE_EQ(p.total_latency_ms(0.3).value(), bucket_mid_ms(2'000'000));
+  const DependencyStatus& r = st.dependencies[0].now.name == "recs" ? st.dependencies[0] : st.dependencies[1];
+  EXPECT_DOUBLE_EQ(r.shadow_admitted_per_s(), 15.0);
+  EXPECT_FALSE(r.interval_latency_ms(0.5).has_value());  // no call: no number
+}
+
+TEST_F(CtlSegment, DaemonIsRunningStaleOrNone) {
+  EXPECT_EQ(standard_status(kSecond / 2).daemon_state, DaemonState::kRunning);
+  heartbeat_at(kT0 - 10 * kSecond);
+  EXPECT_EQ(derive_status(snapshot_at(kT0), snapshot_at(kT0)).daemon_state, DaemonState::kStale);
+  EXPECT_NEAR(derive_status(snapshot_at(kT0), snapshot_at(kT0)).heartbeat_age_s.value(), 10.0, 1e-9);
+  // A pid that is gone.
+  const pid_t child = ::fork();
+  if (child == 0) std::_Exit(0);
+  ::waitpid(child, nullptr, 0);
+  segment_.header().daemon_pid.store(child);
+  EXPECT_EQ(derive_status(snapshot_at(kT0), snapshot_at(kT0)).daemon_state, DaemonState::kNone);
+  // Stopped cleanly: pid 0.
+  segment_.header().daemon_pid.store(0);
+  const Status st = derive_status(snapshot_at(kT0), snapshot_at(kT0));
+  EXPECT_EQ(st.daemon_state, DaemonState::kNone);
+  EXPECT_NE(status_text(st).find("daemon: none (stopped)"), std::string::npos) << status_text(st);
+}
+
+TEST_F(CtlSegment, StatusTextIsATableWithOneRowPerDependency) {
+  const std::string text = status_text(standard_status());
+  SCOPED_TRACE(text);
+  EXPECT_NE(text.find("segment /dev/shm/" + name_.str() + ": ABI "), std::string::npos);
+  EXPECT_NE(text.find("daemon: pid " + std::to_string(::getpid()) + ", running, heartbeat 0.50 s ago, tick 42"),
+            std::string::npos);
+  EXPECT_NE(text.find("processes: 1 attached, 1 alive"), std::string::npos);
+  EXPECT_NE(text.find("over the last 2.00 s"), std::string::npos);
+  // The header row, then the rows: cells in the columns' order.
+  std::istringstream lines(text);
+  std::string line;
+  std::vector<std::string> table;
+  bool in_table = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("dependency  ", 0) == 0) in_table = true;
+    if (in_table) table.push_back(line);
+  }
+  ASSERT_EQ(table.size(), 3u);
+  auto cells = [](const std::string& l) {
+    std::istringstream in(l);
+    std::vector<std::string> out;
+    for (std::string c; in >> c;) out.push_back(c);
+    return out;
+  };
+  std::vector<std::string> headers;
+  for (const StatusColumn& c : status_columns()) headers.emplace_back(c.header);
+  EXPECT_EQ(cells(table[0]), headers);
+  char p50[16];
+  std::snprintf(p50, sizeof p50, "%.2f", bucket_mid_ms(4'000'000));
+  EXPECT_EQ(cells(table[1]), (std::vector<std::string>{"payments", "12", "9", p50, p50, "108", "30", "0",
+                                                       "own", "enforce"}));
+  EXPECT_EQ(cells(table[2]),
+            (std::vector<std::string>{"recs", "25", "0", "-", "-", "0", "0", "15", "defaults", "shadow"}));
+  // Columns line up: every row is as wide as the header up to the last
+  // right-aligned column.
+  EXPECT_EQ(table[1].find("enforce"), table[0].find("mode"));
+}
+
+TEST_F(CtlSegment, StatusJsonHasTheDocumentedSchemaAndNumbers) {
+  const Status st = standard_status();
+  const Json j = JsonParser::parse(status_json(st));
+  EXPECT_EQ(j["schema_version"].number, kJsonSchemaVersion);
+  EXPECT_EQ(j["kind"].string, "status");
+  EXPECT_EQ(j["segment"]["name"].string, name_.str());
+  EXPECT_EQ(j["segment"]["abi_major"].number, shm::kAbiMajor);
+  EXPECT_EQ(j["segment"]["max_dependencies"].number, 16);
+  EXPECT_EQ(j["daemon"]["state"].string, "running");
+  EXPECT_EQ(j["daemon"]["pid"].number, ::getpid());
+  EXPECT_EQ(j["daemon"]["heartbeat"].number, 42);
+  EXPECT_DOUBLE_EQ(j["daemon"]["heartbeat_age_s"].number, 0.5);
+  EXPECT_EQ(j["daemon"]["config_generation"].number, 3);
+  EXPECT_EQ(j["daemon"]["metrics_port"].number, 9477);
+  EXPECT_EQ(j["processes"]["attached"].number, 1);
+  EXPECT_EQ(j["processes"]["alive"].number, 1);
+  EXPECT_DOUBLE_EQ(j["interval_s"].number, 2.0);
+  const Json& deps = j["dependencies"];
+  ASSERT_EQ(deps.array.size(), 2u);
+  const Json& p = deps[0]["name"].string == "payments" ? deps[0] : deps[1];
+  const Json& r = deps[0]["name"].string == "recs" ? deps[0] : deps[1];
+  EXPECT_EQ(p["slot"].number, payments_);
+  EXPECT_EQ(p["limit"].number, 12);
+  EXPECT_EQ(p["inflight"].number, 9);
+  EXPECT_TRUE(p["configured"].boolean);
+  EXPECT_FALSE(p["shadow"].boolean);
+  EXPECT_DOUBLE_EQ(p["per_s"]["admitted"].number, 108);
+  EXPECT_DOUBLE_EQ(p["per_s"]["rejected"]["limit"].number, 30);
+  EXPECT_DOUBLE_EQ(p["per_s"]["shadow_admitted"].number, 0);
+  EXPECT_EQ(p["latency_ms"]["samples"].number, 200);
+  EXPECT_NEAR(p["latency_ms"]["p50"].number, bucket_mid_ms(4'000'000), 0.0005);
+  EXPECT_NEAR(p["latency_ms"]["p99"].number, bucket_mid_ms(4'000'000), 0.0005);
+  EXPECT_TRUE(r["shadow"].boolean);
+  EXPECT_DOUBLE_EQ(r["per_s"]["shadow_admitted"].number, 15);
+  EXPECT_TRUE(r["latency_ms"]["p50"].is_null());
+  EXPECT_EQ(r["latency_ms"]["samples"].number, 0);
+}
+
+TEST_F(CtlSegment, StatusJsonSaysWhenThereIsNoDaemon) {
+  segment_.header().daemon_pid.store(0);
+  const Json j = JsonParser::parse(status_json(derive_status(snapshot_at(kT0), snapshot_at(kT0 + kSecond))));
+  EXPECT_EQ(j["daemon"]["state"].string, "none");
+  EXPECT_TRUE(j["daemon"]["pid"].is_null());
+  EXPECT_TRUE(j["daemon"]["heartbeat_age_s"].is_null());  // it never ticked
+}
+
+TEST_F(CtlSegment, GetShowsEveryCounterPercentilesAndHolders) {
+  const Status st = standard_status();
+  const DependencyStatus& p = st.dependencies[0].now.name == "payments" ? st.dependencies[0] : st.dependencies[1];
+  const Json j = JsonParser::parse(dependency_json(st, p));
+  EXPECT_EQ(j["kind"].string, "dependency");
+  const Json& d = j["dependency"];
+  EXPECT_EQ(d["name"].string, "payments");
+  EXPECT_EQ(d["counters"]["success"].number, 300);
+  EXPECT_EQ(d["counters"]["dropped"].number, 10);
+  EXPECT_EQ(d["counters"]["ignored"].number, 6);
+  EXPECT_EQ(d["counters"]["rejected"]["limit"].number, 65);
+  EXPECT_EQ(d["counters"]["shadow_admitted"].number, 0);
+  EXPECT_EQ(d["counters"]["latency_sum_ns"].number, 100 * 2e6 + 200 * 4e6);
+  EXPECT_DOUBLE_EQ(d["per_s"]["success"].number, 100);
+  EXPECT_DOUBLE_EQ(d["per_s"]["dropped"].number, 5);
+  EXPECT_DOUBLE_EQ(d["per_s"]["ignored"].number, 3);
+  EXPECT_DOUBLE_EQ(d["per_s"]["rejected"]["limit"].number, 30);
+  const Json& interval = d["latency_ms"]["interval"];
+  EXPECT_EQ(interval["samples"].number, 200);
+  for (const char* q : {"p50", "p90", "p99", "p999"}) {
+    EXPECT_NEAR(interval[q].number, bucket_mid_ms(4'000'000), 0.0005) << q;
+  }
+  EXPECT_NEAR(interval["mean"].number, 4.0, 0.0005);
+  const Json& total = d["latency_ms"]["since_created"];
+  EXPECT_EQ(total["samples"].number, 300);
+  EXPECT_NEAR(total["p50"].number, bucket_mid_ms(4'000'000), 0.0005);
+  EXPECT_NEAR(total["mean"].number, (100 * 2.0 + 200 * 4.0) / 300, 0.0005);
+  ASSERT_EQ(d["held_by"].array.size(), 1u);
+  EXPECT_EQ(d["held_by"][0]["pid"].number, ::getpid());
+  EXPECT_EQ(d["held_by"][0]["permits"].number, 3);
+
+  const std::string text = dependency_text(st, p);
+  SCOPED_TRACE(text);
+  EXPECT_NE(text.find("dependency payments (slot " + std::to_string(payments_) + ")"), std::string::npos);
+  EXPECT_NE(text.find("limit       12"), std::string::npos);
+  EXPECT_EQ(cells_of_line(text, "  rejected: limit"),
+            (std::vector<std::string>{"rejected:", "limit", "65", "30"}));
+  EXPECT_EQ(cells_of_line(text, "  success"), (std::vector<std::string>{"success", "300", "100"}));
+  EXPECT_NE(text.find("pid " + std::to_string(::getpid()) + " (slot " + std::to_string(process_) + ", alive): 3"),
+            std::string::npos);
+}
+
+TEST_F(CtlSegment, ProcessesListPidStartStateAndPermits) {
+  segment_.held(process_, payments_).store(2);
+  segment_.held(process_, recs_).store(5);
+  // A second slot whose process is gone.
+  const pid_t child = ::fork();
+  if (child == 0) std::_Exit(0);
+  ::waitpid(child, nullptr, 0);
+  const std::uint32_t dead = shm::claim_process_slot(segment_);
+  segment_.process(dead).identity.pid.store(child);
+  segment_.held(dead, recs_).store(1);
+
+  const Snapshot s = snapshot_at(kT0);
+  const Json j = JsonParser::parse(processes_json(s));
+  EXPECT_EQ(j["kind"].string, "processes");
+  ASSERT_EQ(j["processes"].array.size(), 2u);
+  const Json& me = j["processes"][0];
+  EXPECT_EQ(me["pid"].number, ::getpid());
+  EXPECT_EQ(me["state"].string, "alive");
+  EXPECT_EQ(me["start_time_ticks"].number, shm::process_start_time(::getpid()).value());
+  EXPECT_EQ(me["started_utc"].string, start_time_utc(s, shm::process_start_time(::getpid()).value()));
+  EXPECT_EQ(me["started_utc"].string.size(), std::string("2026-11-30T06:40:12Z").size());
+  ASSERT_EQ(me["held"].array.size(), 2u);
+  EXPECT_EQ(me["held"][0]["dependency"].string, payments_ < recs_ ? "payments" : "recs");
+  const Json& gone = j["processes"][1];
+  EXPECT_EQ(gone["pid"].number, child);
+  EXPECT_EQ(gone["state"].string, "dead");
+  EXPECT_EQ(gone["held"][0]["dependency"].string, "recs");
+  EXPECT_EQ(gone["held"][0]["permits"].number, 1);
+
+  const std::string text = processes_text(s);
+  SCOPED_TRACE(text);
+  EXPECT_NE(text.find("2 attached processes"), std::string::npos);
+  EXPECT_NE(text.find(std::to_string(child) + "  " + start_time_utc(s, segment_.process(dead).identity.start_time) +
+                      "  dead   recs=1"),
+            std::string::npos);
+}
+
+TEST(JsonWriter, EscapesStringsAndWritesNullForMissingNumbers) {
+  JsonWriter j;
+  j.begin_object().key("s").value("a\"b\\c\n\x01").key("n").value(std::optional<double>{});
+  j.key("d").value(1.5).key("i").value(std::int64_t{-3}).key("a").begin_array().value(true).null().end_array();
+  j.end_object();
+  EXPECT_EQ(j.str(), "{\"s\":\"a\\\"b\\\\c\\n\\u0001\",\"n\":null,\"d\":1.5,\"i\":-3,\"a\":[true,null]}\n");
+  const Json parsed = JsonParser::parse(j.str());
+  EXPECT_EQ(parsed["s"].string, "a\"b\\c\n\x01");
+}
+
+// --- Read-only -------------------------------------------------------------
+
+std::vector<char> bytes_of(const shm::Segment& s) {
+  const char* base = reinterpret_cast<const char*>(&s.header());
+  return {base, base + s.size()};
+}
+
+// The permissions ("r--s", "rw-s") of the mapping that holds `address`.
+std::string mapping_permissions(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  const auto a = reinterpret_cast<std::uintptr_t>(address);
+  for (std::string line; std::getline(maps, line);) {
+    std::uintptr_t lo = 0, hi = 0;
+    char perms[8] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s", &lo, &hi, perms) == 3 && lo <= a && a < hi) return perms;
+  }
+  return "";
+}
+
+TEST_F(CtlSegment, EverythingReadsWithoutWritingAByte) {
+  standard_status();
+  const std::vector<char> before = bytes_of(segment_);
+  const shm::Segment ro = open_read_only(name_);
+  EXPECT_EQ(mapping_permissions(&ro.header()), "r--s");  // PROT_READ only: a store faults
+  const Status st = derive_status(read_snapshot(ro, kT0), read_snapshot(ro, kT0 + kSecond));
+  status_text(st);
+  status_json(st);
+  for (const DependencyStatus& d : st.dependencies) {
+    dependency_text(st, d);
+    dependency_json(st, d);
+  }
+  processes_text(st.after);
+  processes_json(st.after);
+  EXPECT_TRUE(bytes_of(segment_) == before);
+}
+
+TEST_F(CtlSegment, AWriteThroughTheReadOnlyMappingFaults) {
+  const std::uint64_t heartbeat = segment_.header().heartbeat.load();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const shm::Segment ro = open_read_only(name_);
+    // What a bug in bulkheadctl would do: it must not reach the segment.
+    const_cast<shm::Header&>(ro.header()).heartbeat.store(heartbeat + 1000);
+    std::_Exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the store went through";
+  EXPECT_EQ(segment_.header().heartbeat.load(), heartbeat);
+}
+
+constexpr uid_t kNobody = 65534;
+constexpr gid_t kNogroup = 65534;
+
+// Runs body() in a child process that is not root: as root the child drops
+// to nobody:nogroup (root would bypass the file permissions under test).
+// The child's exit code: body()'s result.
+int as_unprivileged_child(const std::function<int()>& body) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::geteuid() == 0 &&
+        (::setgroups(0, nullptr) != 0 || ::setgid(kNogroup) != 0 || ::setuid(kNobody) != 0)) {
+      std::_Exit(99);
+    }
+    std::_Exit(body());
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST_F(CtlSegment, AReadOnlySegmentFileIsEnough) {
+  const std::string path = "/dev/shm/" + name_.str();
+  // Readable by the group the unprivileged child runs in, writable by no one.
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(path.c_str(), 0, kNogroup), 0);
+  }
+  ASSERT_EQ(::chmod(path.c_str(), 0440), 0);
+  const int result = as_unprivileged_child([&] {
+    try {
+      const shm::Segment ro = open_read_only(name_);
+      if (read_snapshot(ro, kT0).dependencies.size() != 2) return 1;
+    } catch (const shm::SegmentError&) {
+      return 2;  // read-only access was not enough
+    }
+    try {
+      shm::Segment::attach(name_, shm::Access::kReadWrite);
+      return 3;  // the permissions are not what this test relies on
+    } catch (const shm::SegmentError& e) {
+      return e.code() == EACCES ? 0 : 4;
+    }
+  });
+  EXPECT_EQ(result, 0) << "1: wrong reading, 2: read-only open failed, 3: read-write open worked, "
+                          "4: another error, 99: could not drop privileges";
+}
+
+// --- Errors -----------------------------------------------------------------
+
+std::string open_error(const std::string& name, int* code = nullptr) {
+  try {
+    open_read_only(name);
+  } catch (const shm::SegmentError& e) {
+    if (code != nullptr) *code = e.code();
+    return e.what();
+  }
+  return "";
+}
+
+// open_read_only(name) fails with `code` and a message that holds the
+// segment's path and `reason`.
+void expect_refused(const std::string& name, int code, const std::string& reason) {
+  int got = 0;
+  const std::string what = open_error(name, &got);
+  EXPECT_EQ(got, code) << what;
+  EXPECT_NE(what.find("/dev/shm/" + name), std::string::npos) << what;
+  EXPECT_NE(what.find(reason), std::string::npos) << what;
+}
+
+TEST(CtlErrors, MissingSegmentSaysSoAndHowToFindIt) {
+  TempSegmentName name{"ctl-missing"};
+  expect_refused(name, ENOENT, "cannot open: No such file or directory (is bulkheadd running?");
+}
+
+TEST(CtlErrors, TruncatedSegmentIsRefusedWithItsSize) {
+  TempSegmentName name{"ctl-trunc"};
+  { shm::Segment s = shm::Segment::create(name, testing::small_segment()); }
+  const int fd = ::shm_open(("/" + name.str()).c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 4096), 0);
+  ::close(fd);
+  expect_refused(name, EBADMSG, "refused: size 4096 bytes");
+}
+
+TEST(CtlErrors, WrongMagicIsRefused) {
+  TempSegmentName name{"ctl-magic"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  s.header().magic.store(0x1234);
+  expect_refused(name, EBADMSG, "wrong magic: not a bulkhead segment");
+}
+
+TEST(CtlErrors, UnreadableSegmentNamesItsModeAndGroup) {
+  TempSegmentName name{"ctl-perm"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  ASSERT_EQ(::chmod(("/dev/shm/" + name.str()).c_str(), 0), 0);
+  // The message goes through a pipe from the unprivileged child.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const int result = as_unprivileged_child([&] {
+    int code = 0;
+    const std::string what = open_error(name, &code);
+    (void)!::write(fds[1], what.data(), what.size());
+    return code == EACCES ? 0 : 1;
+  });
+  ::close(fds[1]);
+  char buf[1024];
+  const ssize_t n = ::read(fds[0], buf, sizeof buf);
+  ::close(fds[0]);
+  const std::string what(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+  EXPECT_EQ(result, 0) << what;
+  EXPECT_NE(what.find("Permission denied (mode 0000, owner "), std::string::npos) << what;
+  EXPECT_NE(what.find("run as a member of group"), std::string::npos) << what;
+}
+
+// --- The binary ---------------------------------------------------------------
+
+class CtlBinary : public ::testing::Test {
+ protected:
+  testing::RunResult run(std::vector<std::string> args) {
+    args.insert(args.begin(), BULKHEADCTL_PATH);
+    return testing::run_command(args, dir_);
+  }
+  std::string dir_ = testing::make_temp_dir();
+};
+
+TEST_F(CtlBinary, MissingSegmentExitsOneWithTheReason) {
+  TempSegmentName name{"ctl-bin"};
+  const auto r = run({"--segment", name.str(), "status"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("bulkheadctl: segment /dev/shm/" + name.str() + ": cannot open: No such file"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(CtlBinary, CorruptSegmentExitsOneWithTheReason) {
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  s.header().magic.store(0x1234);
+  const auto r = run({"processes", "--segment", name.str()});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("wrong magic"), std::string::npos) << r.output;
+}
+
+TEST_F(CtlBinary, UsageErrorsExitTwoAndUnknownDependencyThree) {
+  EXPECT_EQ(run({}).exit_code, 2);
+  EXPECT_EQ(run({"status", "--interval", "0"}).exit_code, 2);
+  EXPECT_EQ(run({"frobnicate"}).exit_code, 2);
+  const auto help = run({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("processes"), std::string::npos) << help.output;
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  const auto r = run({"--segment", name.str(), "get", "nope"});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("no dependency 'nope'"), std::string::npos) << r.output;
+}
+
+TEST_F(CtlBinary, TopWithoutATerminalPrintsSuccessiveSnapshots) {
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  shm::find_or_claim_dependency(s, "payments", 12, 0);
+  const auto r = run({"--segment", name.str(), "top", "-n", "2", "--interval", "0.05"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("\x1b"), std::string::npos) << "escape sequences into a pipe";
+  std::size_t frames = 0;
+  for (std::size_t at = 0; (at = r.output.find("bulkheadctl top - ", at)) != std::string::npos; ++at) ++frames;
+  EXPECT_EQ(frames, 2u) << r.output;
+  EXPECT_NE(r.output.find("payments"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace bulkhead::ctl

@@ -1,0 +1,232 @@
+#include "tools/ctl/snapshot.hpp"
+
+#include <grp.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string_view>
+
+#include "shm/histogram.hpp"
+
+namespace bulkhead::ctl {
+
+namespace {
+
+std::string user_name(uid_t uid) {
+  const passwd* p = ::getpwuid(uid);
+  return p != nullptr ? p->pw_name : std::to_string(uid);
+}
+
+std::string group_name(gid_t gid) {
+  const group* g = ::getgrgid(gid);
+  return g != nullptr ? g->gr_name : std::to_string(gid);
+}
+
+// Unix time of boot (btime in /proc/stat); 0 when unknown.
+std::uint64_t boot_time_s() {
+  std::ifstream in("/proc/stat");
+  std::string key;
+  while (in >> key) {
+    if (key == "btime") {
+      std::uint64_t t = 0;
+      in >> t;
+      return t;
+    }
+    in.ignore(1 << 20, '\n');
+  }
+  return 0;
+}
+
+double per_second(std::uint64_t n, double interval_s) {
+  return interval_s > 0 ? static_cast<double>(n) / interval_s : 0.0;
+}
+
+std::optional<double> quantile_ms(const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
+                                  double q) {
+  for (std::uint64_t c : counts) {
+    if (c != 0) return static_cast<double>(shm::histogram_quantile_ns(counts, q)) / 1e6;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string default_segment_name() {
+  const char* env = std::getenv("BULKHEAD_SEGMENT");
+  return env != nullptr && *env != '\0' ? env : "bulkhead";
+}
+
+shm::Segment open_read_only(const std::string& name) {
+  try {
+    return shm::Segment::attach(name, shm::Access::kReadOnly);
+  } catch (const shm::SegmentError& e) {
+    std::string hint;
+    if (e.code() == ENOENT) {
+      hint = " (is bulkheadd running? --segment or $BULKHEAD_SEGMENT names another segment)";
+    } else if (e.code() == EACCES) {
+      struct stat st {};
+      if (::stat(("/dev/shm/" + name).c_str(), &st) == 0) {
+        char mode[8];
+        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+        hint = std::string(" (mode ") + mode + ", owner " + user_name(st.st_uid) + ", group " +
+               group_name(st.st_gid) + ": run as a member of group " + group_name(st.st_gid) + ")";
+      }
+    } else if (e.code() == EAGAIN) {
+      hint = " (try again in a moment)";
+    }
+    throw shm::SegmentError(e.code(), e.what() + hint);
+  }
+}
+
+const DependencyReading* Snapshot::find(std::string_view name) const {
+  for (const auto& d : dependencies) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
+}
+
+const DependencyReading* Snapshot::at_index(std::uint32_t index) const {
+  for (const auto& d : dependencies) {
+    if (d.index == index) return &d;
+  }
+  return nullptr;
+}
+
+std::uint64_t monotonic_now_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
+  // Relaxed loads throughout, except the slot states below: every value is
+  // shown on its own, and the daemon validates what it reads the same way.
+  const shm::Header& h = segment.header();
+  Snapshot s;
+  s.segment = segment.name();
+  s.abi_major = h.abi_major;
+  s.abi_minor = h.abi_minor;
+  s.size = segment.size();
+  s.capacities = segment.capacities();
+  s.taken_ns = now_ns;
+  s.boot_time_s = boot_time_s();
+
+  DaemonReading& d = s.daemon;
+  d.pid = h.daemon_pid.load(std::memory_order_relaxed);
+  d.start_time = h.daemon_start_time.load(std::memory_order_relaxed);
+  d.liveness = d.pid > 0 ? shm::process_liveness(d.pid, d.start_time) : shm::Liveness::kDead;
+  d.heartbeat = h.heartbeat.load(std::memory_order_relaxed);
+  d.heartbeat_ns = h.heartbeat_ns.load(std::memory_order_relaxed);
+  d.config_generation = h.config_generation.load(std::memory_order_relaxed);
+  d.strict = (h.flags.load(std::memory_order_relaxed) & shm::kHeaderStrict) != 0;
+  d.default_limit = h.default_limit.load(std::memory_order_relaxed);
+  d.metrics_port = h.metrics_port.load(std::memory_order_relaxed);
+
+  const std::uint32_t dependencies = s.capacities.max_dependencies;
+  for (std::uint32_t i = 0; i < dependencies; ++i) {
+    const shm::DependencySlot& slot = segment.dependency(i);
+    // Acquire pairs with the release CAS to kSlotReady in
+    // find_or_claim_dependency(): a ready tag means the name is written.
+    const std::uint64_t tag = slot.identity.tag.load(std::memory_order_acquire);
+    if ((tag & 0xff) != shm::kSlotReady) continue;
+    DependencyReading r;
+    r.index = i;
+    // The segment is untrusted: never read past the name field.
+    const std::uint32_t length = std::min<std::uint32_t>(slot.identity.name_length,
+                                                         static_cast<std::uint32_t>(shm::kMaxNameLength));
+    r.name.assign(slot.identity.name, length);
+    r.limit = slot.control.limit.load(std::memory_order_relaxed);
+    r.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
+    r.flags = slot.control.flags.load(std::memory_order_relaxed);
+    r.generation = slot.control.generation.load(std::memory_order_relaxed);
+    r.counters = shm::read_counters(segment, i);
+    s.dependencies.push_back(std::move(r));
+  }
+
+  const std::uint32_t processes = s.capacities.max_processes;
+  for (std::uint32_t p = 0; p < processes; ++p) {
+    const shm::ProcessIdentity& id = segment.process(p).identity;
+    // Acquire pairs with the release store of kSlotReady in
+    // claim_process_slot(): a ready slot has its pid and start time.
+    if (id.state.load(std::memory_order_acquire) != shm::kSlotReady) continue;
+    ProcessReading r;
+    r.slot = p;
+    r.pid = id.pid.load(std::memory_order_relaxed);
+    r.start_time = id.start_time.load(std::memory_order_relaxed);
+    r.liveness = shm::process_liveness(r.pid, r.start_time);
+    for (std::uint32_t i = 0; i < dependencies; ++i) {
+      const std::uint32_t held = segment.held(p, i).load(std::memory_order_relaxed);
+      if (held != 0) r.held.push_back({i, held});
+    }
+    s.processes.push_back(std::move(r));
+  }
+  return s;
+}
+
+const char* daemon_state_name(DaemonState state) {
+  switch (state) {
+    case DaemonState::kRunning: return "running";
+    case DaemonState::kStale: return "stale";
+    case DaemonState::kNone: return "none";
+  }
+  return "none";
+}
+
+double DependencyStatus::admitted_per_s() const {
+  return per_second(delta.ok + delta.dropped + delta.ignored, interval_s);
+}
+double DependencyStatus::rejected_limit_per_s() const { return per_second(delta.rejected, interval_s); }
+double DependencyStatus::shadow_admitted_per_s() const {
+  return per_second(delta.shadow_admitted, interval_s);
+}
+std::optional<double> DependencyStatus::interval_latency_ms(double q) const {
+  return quantile_ms(delta.histogram, q);
+}
+std::optional<double> DependencyStatus::total_latency_ms(double q) const {
+  return quantile_ms(now.counters.histogram, q);
+}
+
+Status derive_status(Snapshot before, Snapshot after, const StatusOptions& options) {
+  Status st;
+  st.interval_s = after.taken_ns > before.taken_ns
+                      ? static_cast<double>(after.taken_ns - before.taken_ns) / 1e9
+                      : 0.0;
+  const DaemonReading& d = after.daemon;
+  if (d.heartbeat > 0 && d.heartbeat_ns > 0) {
+    // The daemon may tick between our clock read and its heartbeat load.
+    st.heartbeat_age_s = after.taken_ns > d.heartbeat_ns
+                             ? static_cast<double>(after.taken_ns - d.heartbeat_ns) / 1e9
+                             : 0.0;
+  }
+  if (d.pid <= 0 || d.liveness == shm::Liveness::kDead) {
+    st.daemon_state = DaemonState::kNone;
+  } else if (!st.heartbeat_age_s || *st.heartbeat_age_s > options.stale_after_s) {
+    st.daemon_state = DaemonState::kStale;
+  } else {
+    st.daemon_state = DaemonState::kRunning;
+  }
+  for (const ProcessReading& p : after.processes) {
+    if (p.liveness != shm::Liveness::kDead) ++st.processes_alive;
+  }
+  // Both lists are in slot order: walk them together.
+  auto earlier = before.dependencies.begin();
+  for (const DependencyReading& r : after.dependencies) {
+    DependencyStatus ds;
+    ds.now = r;
+    ds.interval_s = st.interval_s;
+    while (earlier != before.dependencies.end() && earlier->index < r.index) ++earlier;
+    const bool seen = earlier != before.dependencies.end() && earlier->index == r.index;
+    ds.delta = r.counters.since(seen ? earlier->counters : shm::DependencyCounters{});
+    st.dependencies.push_back(std::move(ds));
+  }
+  st.before = std::move(before);
+  st.after = std::move(after);
+  return st;
+}
+
+}  // namespace bulkhead::ctl

@@ -1,0 +1,138 @@
+// What bulkheadctl reads from a live segment, and what it derives from two
+// readings some time apart (rates, latency percentiles over the interval).
+//
+// Sampling: a Snapshot is a series of relaxed loads, not an atomic picture.
+// Counters only grow, so two snapshots give honest deltas; a call that
+// completes during a read may show in one counter and not yet in another,
+// an error of at most the calls in flight that the next reading corrects.
+// Nothing here writes to the segment: every access goes through a const
+// reference, and open_read_only() maps it without write permission.
+//
+// Thread safety: plain values; read_snapshot() may run on any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shm/segment.hpp"
+#include "shm/stats.hpp"
+
+namespace bulkhead::ctl {
+
+// The segment name bulkheadctl uses without --segment: $BULKHEAD_SEGMENT,
+// else "bulkhead", the same rule as the client's.
+std::string default_segment_name();
+
+// Attaches to /dev/shm/<name> read-only (validated as the client and daemon
+// do). Throws shm::SegmentError whose what() is ready to print: for a
+// missing or unreadable segment it adds what an operator should check.
+shm::Segment open_read_only(const std::string& name);
+
+struct DaemonReading {
+  std::int32_t pid = 0;  // 0: none recorded (stopped cleanly, or never ticked)
+  std::uint64_t start_time = 0;
+  shm::Liveness liveness = shm::Liveness::kDead;  // of pid, with start_time
+  std::uint64_t heartbeat = 0;                    // ticks
+  std::uint64_t heartbeat_ns = 0;                 // CLOCK_MONOTONIC of the last tick
+  std::uint64_t config_generation = 0;
+  bool strict = false;
+  std::uint32_t default_limit = 0;
+  std::uint32_t metrics_port = 0;  // 0: no metrics endpoint
+};
+
+struct DependencyReading {
+  std::uint32_t index = 0;  // slot
+  std::string name;
+  std::uint32_t limit = 0;
+  std::uint32_t inflight = 0;
+  std::uint32_t flags = 0;  // shm::kDependency*
+  std::uint64_t generation = 0;
+  shm::DependencyCounters counters;
+
+  bool configured() const { return (flags & shm::kDependencyConfigured) != 0; }
+  bool shadow() const { return (flags & shm::kDependencyShadow) != 0; }
+};
+
+struct ProcessReading {
+  std::uint32_t slot = 0;
+  std::int32_t pid = 0;
+  std::uint64_t start_time = 0;  // clock ticks after boot, 0 if unknown
+  shm::Liveness liveness = shm::Liveness::kUnknown;
+  struct Held {
+    std::uint32_t dependency;  // slot index
+    std::uint32_t permits;
+  };
+  std::vector<Held> held;  // nonzero counts only
+};
+
+struct Snapshot {
+  std::string segment;  // name, without /dev/shm/
+  std::uint16_t abi_major = 0;
+  std::uint16_t abi_minor = 0;
+  std::uint64_t size = 0;  // bytes
+  shm::Capacities capacities;
+  std::uint64_t taken_ns = 0;     // CLOCK_MONOTONIC when read
+  std::uint64_t boot_time_s = 0;  // Unix time of boot, to date process start times
+  DaemonReading daemon;
+  std::vector<DependencyReading> dependencies;  // ready slots, by index
+  std::vector<ProcessReading> processes;        // ready slots, by index
+
+  const DependencyReading* find(std::string_view name) const;
+  const DependencyReading* at_index(std::uint32_t index) const;
+};
+
+std::uint64_t monotonic_now_ns();
+
+// Reads everything bulkheadctl shows. `now_ns` is taken_ns (CLOCK_MONOTONIC;
+// tests pass their own). Loads only.
+Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns);
+
+// --- Derived: two snapshots ---------------------------------------------
+
+enum class DaemonState {
+  kRunning,  // its pid lives and the heartbeat is recent
+  kStale,    // its pid lives (or cannot be checked) but the heartbeat is old
+  kNone,     // no pid recorded, or that process is gone
+};
+const char* daemon_state_name(DaemonState state);  // "running", "stale", "none"
+
+struct StatusOptions {
+  // A heartbeat older than this is stale. The segment does not publish
+  // tick_ms; 5 s is 50 default ticks and half the unit's WatchdogSec=.
+  double stale_after_s = 5.0;
+};
+
+struct DependencyStatus {
+  DependencyReading now;            // the later reading
+  shm::DependencyCounters delta;    // over the interval
+  double interval_s = 0;
+
+  // Calls that completed in the interval (admission is counted at release):
+  // ok + dropped + ignored, per second.
+  double admitted_per_s() const;
+  double rejected_limit_per_s() const;
+  double shadow_admitted_per_s() const;
+  // Latency of successful calls at quantile q over the interval, in ms;
+  // nullopt when none completed in it.
+  std::optional<double> interval_latency_ms(double q) const;
+  // The same since the segment was created (its counters never reset).
+  std::optional<double> total_latency_ms(double q) const;
+};
+
+struct Status {
+  Snapshot before;
+  Snapshot after;
+  double interval_s = 0;
+  DaemonState daemon_state = DaemonState::kNone;
+  std::optional<double> heartbeat_age_s;  // nullopt: no tick recorded yet
+  std::uint32_t processes_alive = 0;      // attached and alive (or unknown)
+  std::vector<DependencyStatus> dependencies;  // those in `after`
+};
+
+// Derives the status from two readings of one segment, `before` first.
+// A dependency that appeared between them counts from zero.
+Status derive_status(Snapshot before, Snapshot after, const StatusOptions& options = {});
+
+}  // namespace bulkhead::ctl
