@@ -1,6 +1,7 @@
 // Forked child processes for tests that need more than one process.
 #pragma once
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,5 +29,45 @@ inline void run_children(int n, const std::function<int(int)>& body) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child " << pid << " status " << status;
   }
 }
+
+// A forked child that runs setup() (true: it went as planned), reports the
+// answer, then sleeps until it is killed: a process that holds something
+// (permits, a slot) for as long as a test needs. Killed (SIGKILL) and
+// reaped by kill() or when the object goes.
+class PausedChild {
+ public:
+  explicit PausedChild(const std::function<bool()>& setup) {
+    int ready[2];
+    if (::pipe(ready) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const char c = setup() ? 'y' : 'n';
+      (void)!::write(ready[1], &c, 1);
+      ::pause();
+      std::_Exit(0);
+    }
+    char c = 0;
+    ok_ = pid_ > 0 && ::read(ready[0], &c, 1) == 1 && c == 'y';
+    ::close(ready[0]);
+    ::close(ready[1]);
+  }
+  ~PausedChild() { kill(); }
+  PausedChild(const PausedChild&) = delete;
+  PausedChild& operator=(const PausedChild&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Whether setup() returned true.
+  bool ok() const { return ok_; }
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool ok_ = false;
+};
 
 }  // namespace bulkhead::testing

@@ -144,6 +144,15 @@ inline std::string test_daemon_config(const std::string& segment, const std::str
          "\n" + tables;
 }
 
+// The [daemon] table of a small test config: `segment`, ticks of
+// `tick_ms`, metrics on an ephemeral loopback port, 16 dependencies, 16
+// processes, 2 stripes.
+inline std::string small_daemon_config(const std::string& segment, int tick_ms = 20) {
+  return "[daemon]\nsegment = \"" + segment + "\"\ntick_ms = " + std::to_string(tick_ms) +
+         "\nmetrics_listen = \"127.0.0.1:0\"\nmax_dependencies = 16\nmax_processes = 16\n"
+         "stats_stripes = 2\n";
+}
+
 class DaemonProcess {
  public:
   // Starts bulkheadd with `config_text` written to DIR/bulkhead.toml and
