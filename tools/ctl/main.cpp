@@ -202,6 +202,10 @@ int main(int argc, char** argv) {
       "bulkheadctl: inspect a live bulkhead segment (read-only; works with bulkheadd down).\n"
       "Operator actions (pin a limit, force a breaker) need a control channel to the\n"
       "daemon, which does not exist yet."};
+  app.footer(
+      "Exit status: 0 done; 1 the segment is missing, unreadable or not a valid segment;\n"
+      "2 usage; 3 get: no dependency of that name. Output and JSON schema:\n"
+      "docs/operations.md, \"bulkheadctl\".");
   app.require_subcommand(1);
   app.fallthrough();
   app.add_option("--segment", o.segment,
