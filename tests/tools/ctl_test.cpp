@@ -138,6 +138,27 @@ TEST_F(CtlSegment, SnapshotReadsDependenciesProcessesAndDaemon) {
   EXPECT_EQ(s.capacities, (shm::Capacities{16, 8, 4}));
 }
 
+TEST_F(CtlSegment, AJunkNameCannotDriveTheTerminal) {
+  // A client in the segment's group may write anything into a slot.
+  shm::DependencyIdentity& id = segment_.dependency(recs_).identity;
+  const char junk[] = "\x1b[2Jrecs";
+  std::memcpy(id.name, junk, sizeof junk);
+  id.name_length = sizeof junk - 1;
+  const Snapshot s = snapshot_at(kT0);
+  const DependencyReading* r = s.at_index(recs_);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->name, "??2Jrecs");
+  EXPECT_FALSE(r->name_valid);
+  EXPECT_TRUE(s.find("payments")->name_valid);
+  const Status st = derive_status(s, s);
+  EXPECT_EQ(status_text(st).find('\x1b'), std::string::npos);
+  const Json j = JsonParser::parse(status_json(st));
+  const Json& deps = j["dependencies"];
+  const Json& junk_dep = deps[0]["slot"].number == recs_ ? deps[0] : deps[1];
+  EXPECT_FALSE(junk_dep["name_valid"].boolean);
+  EXPECT_EQ(junk_dep["name"].string, "??2Jrecs");
+}
+
 TEST_F(CtlSegment, RatesAndPercentilesComeFromTheIntervalOnly) {
   const Status st = standard_status();
   EXPECT_DOUBLE_EQ(st.interval_s, 2.0);

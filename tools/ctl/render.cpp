@@ -198,6 +198,7 @@ std::string status_json(const Status& st) {
   for (const DependencyStatus& d : st.dependencies) {
     j.begin_object();
     j.key("name").value(d.now.name);
+    j.key("name_valid").value(d.now.name_valid);
     j.key("slot").value(d.now.index);
     j.key("limit").value(d.now.limit);
     j.key("inflight").value(d.now.inflight);
@@ -313,6 +314,7 @@ std::string dependency_json(const Status& st, const DependencyStatus& d) {
   j.key("interval_s").value(st.interval_s);
   j.key("dependency").begin_object();
   j.key("name").value(r.name);
+  j.key("name_valid").value(r.name_valid);
   j.key("slot").value(r.index);
   j.key("limit").value(r.limit);
   j.key("inflight").value(r.inflight);

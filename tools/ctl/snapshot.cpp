@@ -140,6 +140,12 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     const std::uint32_t length = std::min<std::uint32_t>(slot.identity.name_length,
                                                          static_cast<std::uint32_t>(shm::kMaxNameLength));
     r.name.assign(slot.identity.name, length);
+    r.name_valid = length == slot.identity.name_length && shm::check_dependency_name(r.name) == nullptr;
+    if (!r.name_valid) {
+      for (char& c : r.name) {
+        if (shm::check_dependency_name(std::string_view(&c, 1)) != nullptr) c = '?';
+      }
+    }
     r.limit = slot.control.limit.load(std::memory_order_relaxed);
     r.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
     r.flags = slot.control.flags.load(std::memory_order_relaxed);

@@ -44,7 +44,11 @@ struct DaemonReading {
 
 struct DependencyReading {
   std::uint32_t index = 0;  // slot
+  // As the slot holds it, except that a name no client would claim (a
+  // client wrote junk) has every character outside A-Z a-z 0-9 . _ -
+  // replaced by '?', so that it cannot drive the terminal; name_valid says so.
   std::string name;
+  bool name_valid = true;
   std::uint32_t limit = 0;
   std::uint32_t inflight = 0;
   std::uint32_t flags = 0;  // shm::kDependency*
