@@ -39,7 +39,7 @@ has() {
 field() { dpkg-deb -f "$1" "$2"; }
 
 echo "== contents"
-has "$daemon" usr/bin/bulkheadd lib/systemd/system/bulkheadd.service usr/lib/sysusers.d/bulkhead.conf \
+has "$daemon" usr/bin/bulkheadd usr/bin/bulkheadctl lib/systemd/system/bulkheadd.service usr/lib/sysusers.d/bulkhead.conf \
   etc/bulkhead/bulkhead.toml usr/share/doc/bulkhead/README.md
 has "$lib" "usr/lib/libbulkhead.so.$major" "usr/lib/libbulkhead.so.$version"
 has "$dev" usr/lib/libbulkhead.so usr/lib/libbulkhead.a usr/include/bulkhead/bulkhead.h \

@@ -20,6 +20,7 @@
 
 #include "shm/histogram.hpp"
 #include "shm/stats.hpp"
+#include "shm/wait_queue.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/json.hpp"
 #include "tests/support/temp_segment.hpp"
@@ -102,6 +103,12 @@ class CtlSegment : public ::testing::Test {
     segment_.stripe(payments_, 3).ignored += 6;
     segment_.stripe(payments_, 1).rejected += 60;
     segment_.stripe(recs_, 0).shadow_admitted += 30;
+    // Payments lets 4 wait: 2 do, 8 were refused a place, 4 their deadline.
+    segment_.dependency(payments_).control.max_queue.store(4);
+    segment_.queue(payments_)[0].store(shm::queue_record(11, process_));
+    segment_.queue(payments_)[3].store(shm::queue_record(12, process_));
+    segment_.stripe(payments_, 2).queue_full += 8;
+    segment_.stripe(payments_, 3).deadline_rejected += 4;
     set_inflight(payments_, 9);
     segment_.held(process_, payments_).store(3);
     heartbeat_at(kT0 + 2 * kSecond - heartbeat_age_ns);
@@ -135,7 +142,7 @@ TEST_F(CtlSegment, SnapshotReadsDependenciesProcessesAndDaemon) {
   EXPECT_EQ(s.processes[0].held[0].permits, 4u);
   EXPECT_EQ(s.daemon.pid, ::getpid());
   EXPECT_EQ(s.daemon.config_generation, 3u);
-  EXPECT_EQ(s.capacities, (shm::Capacities{16, 8, 4}));
+  EXPECT_EQ(s.capacities, (shm::Capacities{16, 8, 4, 8}));
 }
 
 TEST_F(CtlSegment, AJunkNameCannotDriveTheTerminal) {
@@ -224,10 +231,10 @@ TEST_F(CtlSegment, StatusTextIsATableWithOneRowPerDependency) {
   EXPECT_EQ(cells(table[0]), headers);
   char p50[16];
   std::snprintf(p50, sizeof p50, "%.2f", bucket_mid_ms(4'000'000));
-  EXPECT_EQ(cells(table[1]), (std::vector<std::string>{"payments", "12", "9", p50, p50, "108", "30", "0",
-                                                       "own", "enforce"}));
-  EXPECT_EQ(cells(table[2]),
-            (std::vector<std::string>{"recs", "25", "0", "-", "-", "0", "0", "15", "defaults", "shadow"}));
+  EXPECT_EQ(cells(table[1]), (std::vector<std::string>{"payments", "12", "9", "2/4", p50, p50, "108", "30",
+                                                       "4", "2", "0", "own", "enforce"}));
+  EXPECT_EQ(cells(table[2]), (std::vector<std::string>{"recs", "25", "0", "0/0", "-", "-", "0", "0", "0", "0",
+                                                       "15", "defaults", "shadow"}));
   // Columns line up: every row is as wide as the header up to the last
   // right-aligned column.
   EXPECT_EQ(table[1].find("enforce"), table[0].find("mode"));

@@ -137,9 +137,11 @@ void write_header(JsonWriter& j, const char* kind, const Snapshot& s) {
 }
 
 // Rejections by reason: one key per reason the segment counts.
-void write_rejected(JsonWriter& j, double limit) {
+void write_rejected(JsonWriter& j, const DependencyStatus& d) {
   j.key("rejected").begin_object();
-  j.key("limit").value(limit);
+  j.key("limit").value(d.rejected_limit_per_s());
+  j.key("queue_full").value(d.rejected_queue_full_per_s());
+  j.key("deadline").value(d.rejected_deadline_per_s());
   j.end_object();
 }
 
@@ -150,11 +152,17 @@ const std::vector<StatusColumn>& status_columns() {
       {"dependency", true, [](const DependencyStatus& d) { return d.now.name; }},
       {"limit", false, [](const DependencyStatus& d) { return std::to_string(d.now.limit); }},
       {"in-flight", false, [](const DependencyStatus& d) { return std::to_string(d.now.inflight); }},
+      {"waiting", false,
+       [](const DependencyStatus& d) {
+         return std::to_string(d.now.waiters) + "/" + std::to_string(d.now.max_queue);
+       }},
       {"p50(ms)", false, [](const DependencyStatus& d) { return millis(d.interval_latency_ms(0.50)); }},
       {"p99(ms)", false, [](const DependencyStatus& d) { return millis(d.interval_latency_ms(0.99)); }},
       {"admitted/s", false, [](const DependencyStatus& d) { return rate(d.admitted_per_s()); }},
       {"rejected/s:limit", false,
        [](const DependencyStatus& d) { return rate(d.rejected_limit_per_s()); }},
+      {":queue", false, [](const DependencyStatus& d) { return rate(d.rejected_queue_full_per_s()); }},
+      {":deadline", false, [](const DependencyStatus& d) { return rate(d.rejected_deadline_per_s()); }},
       {"shadow/s", false, [](const DependencyStatus& d) { return rate(d.shadow_admitted_per_s()); }},
       {"config", true,
        [](const DependencyStatus& d) { return std::string(d.now.configured() ? "own" : "defaults"); }},
@@ -202,11 +210,13 @@ std::string status_json(const Status& st) {
     j.key("slot").value(d.now.index);
     j.key("limit").value(d.now.limit);
     j.key("inflight").value(d.now.inflight);
+    j.key("waiters").value(d.now.waiters);
+    j.key("max_queue").value(d.now.max_queue);
     j.key("configured").value(d.now.configured());
     j.key("shadow").value(d.now.shadow());
     j.key("per_s").begin_object();
     j.key("admitted").value(d.admitted_per_s());
-    write_rejected(j, d.rejected_limit_per_s());
+    write_rejected(j, d);
     j.key("shadow_admitted").value(d.shadow_admitted_per_s());
     j.end_object();
     j.key("latency_ms").begin_object();
@@ -275,6 +285,8 @@ std::string dependency_text(const Status& st, const DependencyStatus& d) {
                       {row("success", c.ok, d.delta.ok), row("dropped", c.dropped, d.delta.dropped),
                        row("ignored", c.ignored, d.delta.ignored),
                        row("rejected: limit", c.rejected, d.delta.rejected),
+                       row("rejected: queue full", c.queue_full, d.delta.queue_full),
+                       row("rejected: deadline", c.deadline_rejected, d.delta.deadline_rejected),
                        row("shadow admitted", c.shadow_admitted, d.delta.shadow_admitted)});
   out += "\nlatency of successful calls (ms)\n";
   std::vector<std::string> lh{"  window", "samples"};
@@ -318,6 +330,8 @@ std::string dependency_json(const Status& st, const DependencyStatus& d) {
   j.key("slot").value(r.index);
   j.key("limit").value(r.limit);
   j.key("inflight").value(r.inflight);
+  j.key("waiters").value(r.waiters);
+  j.key("max_queue").value(r.max_queue);
   j.key("configured").value(r.configured());
   j.key("shadow").value(r.shadow());
   j.key("generation").value(r.generation);
@@ -325,7 +339,15 @@ std::string dependency_json(const Status& st, const DependencyStatus& d) {
   j.key("success").value(c.ok);
   j.key("dropped").value(c.dropped);
   j.key("ignored").value(c.ignored);
-  j.key("rejected").begin_object().key("limit").value(c.rejected).end_object();
+  j.key("rejected")
+      .begin_object()
+      .key("limit")
+      .value(c.rejected)
+      .key("queue_full")
+      .value(c.queue_full)
+      .key("deadline")
+      .value(c.deadline_rejected)
+      .end_object();
   j.key("shadow_admitted").value(c.shadow_admitted);
   j.key("latency_sum_ns").value(c.rtt_sum_ns);
   j.end_object();
@@ -335,7 +357,7 @@ std::string dependency_json(const Status& st, const DependencyStatus& d) {
   j.key("success").value(per_s(d.delta.ok));
   j.key("dropped").value(per_s(d.delta.dropped));
   j.key("ignored").value(per_s(d.delta.ignored));
-  write_rejected(j, d.rejected_limit_per_s());
+  write_rejected(j, d);
   j.key("shadow_admitted").value(d.shadow_admitted_per_s());
   j.end_object();
   auto latency = [&](const char* key, const shm::DependencyCounters& counts) {

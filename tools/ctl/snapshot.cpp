@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "shm/histogram.hpp"
+#include "shm/wait_queue.hpp"
 
 namespace bulkhead::ctl {
 
@@ -148,6 +149,8 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     }
     r.limit = slot.control.limit.load(std::memory_order_relaxed);
     r.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
+    r.waiters = shm::queue_length(segment.queue(i), segment.queue_slots());
+    r.max_queue = slot.control.max_queue.load(std::memory_order_relaxed);
     r.flags = slot.control.flags.load(std::memory_order_relaxed);
     r.generation = slot.control.generation.load(std::memory_order_relaxed);
     r.counters = shm::read_counters(segment, i);
@@ -187,6 +190,10 @@ double DependencyStatus::admitted_per_s() const {
   return per_second(delta.ok + delta.dropped + delta.ignored, interval_s);
 }
 double DependencyStatus::rejected_limit_per_s() const { return per_second(delta.rejected, interval_s); }
+double DependencyStatus::rejected_queue_full_per_s() const { return per_second(delta.queue_full, interval_s); }
+double DependencyStatus::rejected_deadline_per_s() const {
+  return per_second(delta.deadline_rejected, interval_s);
+}
 double DependencyStatus::shadow_admitted_per_s() const {
   return per_second(delta.shadow_admitted, interval_s);
 }

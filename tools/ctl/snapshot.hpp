@@ -53,6 +53,8 @@ struct DependencyReading {
   std::uint32_t inflight = 0;
   std::uint32_t flags = 0;  // shm::kDependency*
   std::uint64_t generation = 0;
+  std::uint32_t waiters = 0;    // wait-queue records taken
+  std::uint32_t max_queue = 0;  // waiters allowed (0: nobody waits)
   shm::DependencyCounters counters;
 
   bool configured() const { return (flags & shm::kDependencyConfigured) != 0; }
@@ -117,6 +119,8 @@ struct DependencyStatus {
   // ok + dropped + ignored, per second.
   double admitted_per_s() const;
   double rejected_limit_per_s() const;
+  double rejected_queue_full_per_s() const;
+  double rejected_deadline_per_s() const;
   double shadow_admitted_per_s() const;
   // Latency of successful calls at quantile q over the interval, in ms;
   // nullopt when none completed in it.
