@@ -60,7 +60,10 @@
 // two-process cases on a machine with fewer than two CPUs are skipped, not
 // failed. Figures and targets never decide the exit status.
 //
-// With repetitions the table takes each case's median. --benchmark_format is
+// With repetitions the table takes each case's median. A figure whose real
+// time is over 1.25x the parent's CPU time is marked *: the parent was off
+// its CPU for part of it (other tenants of a shared machine), and the target
+// lines it feeds also give their verdict on CPU time. --benchmark_format is
 // not honoured (the table rides on the console reporter); for machine-readable
 // figures add --benchmark_out=FILE --benchmark_out_format=json.
 #include <pthread.h>
@@ -967,8 +970,10 @@ void print_table(const RatioReporter& r, const std::string& command, std::option
       if (const auto why = r.error(name)) std::printf("  %s failed: %s\n", name.c_str(), why->c_str());
       if (const auto t = r.timing(name); t && off_cpu(*t)) {
         if (!footnote) {
-          std::printf("  * real time over %.2fx the parent's CPU time: it was off its CPU (other\n"
-                      "    load on the machine), and the figure is inflated by that. CPU time:\n",
+          std::printf("  * real time over %.2fx the parent's CPU time: it was off its CPU for part\n"
+                      "    of the case (other load on the machine), which inflates the figure; a\n"
+                      "    two-process case then also contended only part of the time, so its CPU\n"
+                      "    time understates contention. Rerun on a quiet machine. CPU time:\n",
                       kOffCpuRatio);
           footnote = true;
         }
