@@ -51,7 +51,7 @@
 // SIGINT, SIGTERM, SIGHUP), as it does the System V semaphore set (created
 // IPC_PRIVATE, removed with IPC_RMID).
 //
-//   bulkhead-bench                           # about 30 s on 2 cores
+//   bulkhead-bench                           # about 20 s on 2 cores
 //   bulkhead-bench --benchmark_min_time=0.2 --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true      # one line
 //
@@ -78,10 +78,10 @@
 #include <unistd.h>
 
 #include <benchmark/benchmark.h>
+#include <boost/interprocess/sync/interprocess_semaphore.hpp>
 
 #include <algorithm>
 #include <atomic>
-#include <boost/interprocess/sync/interprocess_semaphore.hpp>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
