@@ -19,7 +19,7 @@
 //                            library makes twice per call when it times it;
 //   acquire_release          bh_try_acquire + bh_release: the library's own
 //                            timing;
-//   acquire_release_latency  bh_try_acquire + bh_release_latency: the caller
+//   acquire_release_latency  bh_try_acquire_untimed + bh_release_latency: the caller
 //                            supplies the latency;
 //   reject_at_limit          bh_try_acquire against a published limit of 0.
 //                            A rejection must not write the admission line:
@@ -260,7 +260,7 @@ inline int own_timing_pair(bh_dep* dep) {
 
 inline int caller_latency_pair(bh_dep* dep) {
   bh_permit permit;
-  const int rc = bh_try_acquire(dep, &permit);
+  const int rc = bh_try_acquire_untimed(dep, &permit);
   bh_release_latency(&permit, BH_SUCCESS, kCallerLatencyNs);
   return rc;
 }
@@ -778,7 +778,7 @@ constexpr Subject kSubjects[] = {
     {Loop::kOwnTiming, "acquire_release", "bh_try_acquire+bh_release (own timing)", kRefusedBelowLimit,
      kLeftInFlight},
     {Loop::kCallerLatency, "acquire_release_latency",
-     "bh_try_acquire+bh_release_latency (caller's latency)", kRefusedBelowLimit, kLeftInFlight},
+     "bh_try_acquire_untimed+bh_release_latency (caller's latency)", kRefusedBelowLimit, kLeftInFlight},
     {Loop::kRejectAtLimit, "reject_at_limit", "rejection at the limit (bh_try_acquire refused)",
      "a try_acquire was admitted at a limit of 0", "a rejection wrote the admission line"},
     {Loop::kPosixSemaphore, "sem_t", "process-shared sem_t: sem_trywait+sem_post",

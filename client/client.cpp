@@ -196,6 +196,8 @@ inline void count_admission(bh_dep* d, std::uint64_t word) {
 // is aligned): they carry a deadline in deadline_ns_, which bh_try_acquire()
 // never writes (a caller built before the field has no room for it).
 constexpr std::uintptr_t kPermitHasDeadline = 1;
+// start_ns_ of a permit from bh_try_acquire_untimed().
+constexpr std::uint64_t kUntimed = UINT64_MAX;
 
 bh_dep* permit_dep(const bh_permit* p) {
   return reinterpret_cast<bh_dep*>(reinterpret_cast<std::uintptr_t>(p->dep_) & ~kPermitHasDeadline);
@@ -460,8 +462,11 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
   return 0;
 }
 
-int bh_try_acquire(bh_dep* d, bh_permit* out) {
-  if (d == nullptr || out == nullptr) return fail(EINVAL, "bh_try_acquire: NULL argument");
+namespace {
+
+// bh_try_acquire() without the clock read: the permit's start time is left
+// to the caller.
+inline int try_admit(bh_dep* d, bh_permit* out) {
   // Relaxed: the limit is a lone value; a stale one for an instant after
   // the daemon changes it is harmless (the next call sees the new one).
   const std::uint32_t limit = d->limit->load(std::memory_order_relaxed);
@@ -484,8 +489,23 @@ int bh_try_acquire(bh_dep* d, bh_permit* out) {
   if (over) d->stats->shadow_admitted.fetch_add(1, std::memory_order_relaxed);
   count_admission(d, word);
   out->dep_ = d;
-  out->start_ns_ = monotonic_ns();
   return 0;
+}
+
+}  // namespace
+
+int bh_try_acquire(bh_dep* d, bh_permit* out) {
+  if (d == nullptr || out == nullptr) return fail(EINVAL, "bh_try_acquire: NULL argument");
+  const int rc = try_admit(d, out);
+  if (rc == 0) out->start_ns_ = monotonic_ns();
+  return rc;
+}
+
+int bh_try_acquire_untimed(bh_dep* d, bh_permit* out) {
+  if (d == nullptr || out == nullptr) return fail(EINVAL, "bh_try_acquire_untimed: NULL argument");
+  const int rc = try_admit(d, out);
+  if (rc == 0) out->start_ns_ = kUntimed;
+  return rc;
 }
 
 int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
@@ -532,6 +552,8 @@ std::uint64_t bh_now_ns(void) { return monotonic_ns(); }
 
 void bh_release(bh_permit* p, int outcome) {
   if (p == nullptr || p->dep_ == nullptr) return;
+  // An untimed permit has no start: its success is no latency sample.
+  if (p->start_ns_ == kUntimed && outcome == BH_SUCCESS) outcome = BH_IGNORE;
   const std::uint64_t now = outcome == BH_SUCCESS ? monotonic_ns() : 0;
   bh_release_latency(p, outcome, now - p->start_ns_);
 }

@@ -121,6 +121,29 @@ TEST_F(AdmissionTest, ShadowModeAdmitsPastTheLimitAndCountsIt) {
   EXPECT_EQ(dep.try_acquire().reason(), BH_REJECT_LIMIT);
 }
 
+TEST_F(AdmissionTest, AnUntimedPermitTakesTheCallersLatencyAndNeverInventsOne) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  set_limit("payments", 1);
+  Permit timed_by_caller = dep.try_acquire_untimed();
+  ASSERT_TRUE(timed_by_caller);
+  EXPECT_EQ(dep.try_acquire_untimed().reason(), BH_REJECT_LIMIT);  // the same admission rule
+  timed_by_caller.release(Outcome::kSuccess, std::chrono::milliseconds(5));
+  shm::DependencyCounters c = shm::read_counters(*segment_, slot_of("payments"));
+  EXPECT_EQ(c.ok, 1u);
+  EXPECT_EQ(c.rtt_sum_ns, 5'000'000u);  // the caller's latency, as given
+  EXPECT_EQ(c.rejected, 1u);
+  // Released without a latency, a success has none to keep: not a sample.
+  Permit forgotten = dep.try_acquire_untimed();
+  ASSERT_TRUE(forgotten);
+  forgotten.success();
+  c = shm::read_counters(*segment_, slot_of("payments"));
+  EXPECT_EQ(c.ok, 1u);
+  EXPECT_EQ(c.ignored, 1u);
+  EXPECT_EQ(c.rtt_sum_ns, 5'000'000u);
+  EXPECT_EQ(dep.inflight(), 0);
+}
+
 TEST_F(AdmissionTest, ReleasingTwiceGivesBackOnce) {
   bh_client* c = nullptr;
   ASSERT_EQ(bh_client_open(name_.c_str(), &c), 0);

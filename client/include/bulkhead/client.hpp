@@ -99,13 +99,10 @@ class Dependency {
   explicit Dependency(bh_dep* handle) : handle_(handle) {}
 
   // Never blocks.
-  Permit try_acquire() {
-    Permit p;
-    const int rc = bh_try_acquire(handle_, &p.permit_);
-    if (rc < 0) throw Error(rc);
-    p.reason_ = rc;
-    return p;
-  }
+  Permit try_acquire() { return admit(bh_try_acquire); }
+  // The same without a clock read, for a caller that times the call and
+  // releases with release(outcome, latency) (see bh_try_acquire_untimed()).
+  Permit try_acquire_untimed() { return admit(bh_try_acquire_untimed); }
   // Waits for a permit until `deadline` if the dependency is at its limit
   // (see bh_acquire()). std::chrono::steady_clock is CLOCK_MONOTONIC, the
   // clock of bh_acquire()'s deadlines; time_point::max() never comes.
@@ -134,6 +131,14 @@ class Dependency {
   bh_dep* handle() const { return handle_; }
 
  private:
+  Permit admit(int (*admission)(bh_dep*, bh_permit*)) {
+    Permit p;
+    const int rc = admission(handle_, &p.permit_);
+    if (rc < 0) throw Error(rc);
+    p.reason_ = rc;
+    return p;
+  }
+
   bh_dep* handle_;
 };
 
