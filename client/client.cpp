@@ -464,9 +464,12 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
 
 namespace {
 
-// bh_try_acquire() without the clock read: the permit's start time is left
-// to the caller.
-inline int try_admit(bh_dep* d, bh_permit* out) {
+// The admission of bh_try_acquire(), bh_acquire() and
+// bh_try_acquire_untimed(): a compare-and-swap under the limit (past it in
+// shadow mode), then the held count. At the limit it refuses, counting the
+// rejection when `count_rejection` (bh_acquire() queues instead). The
+// permit's dep_ and times are the caller's to fill.
+inline int admit(bh_dep* d, bool count_rejection) {
   // Relaxed: the limit is a lone value; a stale one for an instant after
   // the daemon changes it is harmless (the next call sees the new one).
   const std::uint32_t limit = d->limit->load(std::memory_order_relaxed);
@@ -480,32 +483,34 @@ inline int try_admit(bh_dep* d, bh_permit* out) {
     // rejection, so the admitted path pays nothing for it. Relaxed: a
     // lone flag, like the limit.
     if (over && (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) == 0) {
-      d->stats->rejected.fetch_add(1, std::memory_order_relaxed);
-      out->dep_ = nullptr;
+      if (count_rejection) d->stats->rejected.fetch_add(1, std::memory_order_relaxed);
       return BH_REJECT_LIMIT;
     }
   } while (!d->admission->compare_exchange_weak(word, word + shm::kAdmissionAcquire,
                                                 std::memory_order_relaxed));
   if (over) d->stats->shadow_admitted.fetch_add(1, std::memory_order_relaxed);
   count_admission(d, word);
-  out->dep_ = d;
   return 0;
+}
+
+// bh_try_acquire() and, without the clock read, bh_try_acquire_untimed().
+inline int try_acquire(bh_dep* d, bh_permit* out, bool timed) {
+  const int rc = admit(d, true);
+  out->dep_ = rc == 0 ? d : nullptr;
+  if (rc == 0) out->start_ns_ = timed ? monotonic_ns() : kUntimed;
+  return rc;
 }
 
 }  // namespace
 
 int bh_try_acquire(bh_dep* d, bh_permit* out) {
   if (d == nullptr || out == nullptr) return fail(EINVAL, "bh_try_acquire: NULL argument");
-  const int rc = try_admit(d, out);
-  if (rc == 0) out->start_ns_ = monotonic_ns();
-  return rc;
+  return try_acquire(d, out, true);
 }
 
 int bh_try_acquire_untimed(bh_dep* d, bh_permit* out) {
   if (d == nullptr || out == nullptr) return fail(EINVAL, "bh_try_acquire_untimed: NULL argument");
-  const int rc = try_admit(d, out);
-  if (rc == 0) out->start_ns_ = kUntimed;
-  return rc;
+  return try_acquire(d, out, false);
 }
 
 int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
@@ -518,22 +523,9 @@ int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
   // bh_try_acquire(), shadow mode included, without counting a rejection.
   // Relaxed: a hint; a waiter that is missed here is one a newcomer passes,
   // as a bh_try_acquire() caller may.
-  if ((d->line->futex.load(std::memory_order_relaxed) & shm::kFutexSleepers) == 0) {
-    const std::uint32_t limit = d->limit->load(std::memory_order_relaxed);
-    std::uint64_t word = d->admission->load(std::memory_order_relaxed);
-    const bool shadow = (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) != 0;
-    while (shm::admission_inflight(word) < limit || shadow) {
-      // Relaxed, as in bh_try_acquire().
-      if (d->admission->compare_exchange_weak(word, word + shm::kAdmissionAcquire,
-                                              std::memory_order_relaxed)) {
-        if (shm::admission_inflight(word) >= limit) {
-          d->stats->shadow_admitted.fetch_add(1, std::memory_order_relaxed);
-        }
-        count_admission(d, word);
-        fill_permit(out, d, deadline_ns);
-        return 0;
-      }
-    }
+  if ((d->line->futex.load(std::memory_order_relaxed) & shm::kFutexSleepers) == 0 && admit(d, false) == 0) {
+    fill_permit(out, d, deadline_ns);
+    return 0;
   }
   return wait_in_queue(d, now_ns, deadline_ns, out);
 }
