@@ -27,6 +27,21 @@ std::uint64_t abandon_after_ticks(const Config& config) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(config.daemon.tick).count());
   return std::max<std::uint64_t>(2, kAbandonAfterNs / std::max<std::uint64_t>(tick_ns, 1));
 }
+// Moves the in-flight half of a dependency's admission word by `change`
+// (negative: permits given back), never below zero nor past UINT32_MAX (a
+// client may have written garbage into a held count); returns the change
+// made. seq_cst, as a release in the client's give_back(): the store side of
+// the pair with a waiter's announce, for a wake that follows.
+std::int64_t move_inflight(std::atomic<std::uint64_t>& word, std::int64_t change) {
+  std::uint64_t w = word.load(std::memory_order_relaxed);
+  std::int64_t made;
+  do {
+    const std::int64_t inflight = shm::admission_inflight(w);
+    made = std::clamp<std::int64_t>(change, -inflight, std::int64_t{UINT32_MAX} - inflight);
+  } while (!word.compare_exchange_weak(w, w + static_cast<std::uint64_t>(made), std::memory_order_seq_cst));
+  return made;
+}
+
 }  // namespace
 
 ControlLoop::ControlLoop(shm::Segment& segment, const Config& config, Metrics* metrics)
@@ -279,14 +294,7 @@ void ControlLoop::reclaim_dead_processes() {
       }
       if (held != 0) {
         auto& word = segment_.dependency(d).admission.word;
-        // Never take back more than the word holds (a client may have written
-        // garbage into its held count). seq_cst: paired with the waiters'
-        // announce, as in give_back(), for the wake below.
-        std::uint64_t w = word.load(std::memory_order_relaxed);
-        std::uint32_t take;
-        do {
-          take = std::min(held, shm::admission_inflight(w));
-        } while (!word.compare_exchange_weak(w, w - take, std::memory_order_seq_cst));
+        const auto take = static_cast<std::uint64_t>(-move_inflight(word, -std::int64_t{held}));
         total += take;
         spdlog::warn("process {} died holding {} permit(s) of {}: given back", pid, take, name);
         if (metrics_ != nullptr) metrics_->count_reclaimed(name, take);
@@ -349,15 +357,10 @@ void ControlLoop::scan_drift() {
       }
     }
     d.drift_ticks = 0;
-    // The word's low half is the in-flight count, its high half counts
-    // operations; adjust the low half only, never past zero.
-    std::uint64_t w = word.load(std::memory_order_relaxed);
-    std::int64_t change;
-    do {
-      change = d.drift_min > 0 ? -std::min<std::int64_t>(d.drift_min, shm::admission_inflight(w))
-                               : std::min<std::int64_t>(-d.drift_min, UINT32_MAX - shm::admission_inflight(w));
-    } while (!word.compare_exchange_weak(w, w + static_cast<std::uint64_t>(change), std::memory_order_relaxed));
+    const std::int64_t change = move_inflight(word, -d.drift_min);
     if (change < 0) {
+      // Permits came back: a waiter may take them now.
+      shm::wake_waiters(segment_.dependency(index).admission.futex);
       permits_reclaimed_ += static_cast<std::uint64_t>(-change);
       spdlog::warn("dependency {}: {} permit(s) in flight that no process holds (a thread killed mid-call): "
                    "given back", d.name, -change);
