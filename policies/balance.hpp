@@ -139,7 +139,8 @@ class BalancePolicy : public Policy {
   double limit_;
   double baseline_ns_ = 0;
   double latency_ns_ = 0;
-  // Window time since the last drain ended, and within the current one.
+  // Window time with the limit in use since the last drain ended, and
+  // window time within the current one.
   double since_probe_ns_ = 0;
   bool probing_ = false;
   double probe_elapsed_ns_ = 0;
