@@ -109,9 +109,16 @@ TEST(SimModel, ArrivalsFollowTheRateProfile) {
     const auto n = static_cast<double>(std::count(w.process.begin(), w.process.end(), p));
     EXPECT_NEAR(n / static_cast<double>(w.process.size()), 0.25, 0.01);
   }
-  // The work of a call has mean 1 (exponential).
-  const double mean_size = std::accumulate(w.size.begin(), w.size.end(), 0.0) / static_cast<double>(w.size.size());
-  EXPECT_NEAR(mean_size, 1.0, 0.01);
+}
+
+TEST(SimModel, ExponentialWorkHasMeanOne) {
+  const Scenario s = parse_scenario(
+      "duration_s = 1\n[dependency]\nworkers = 1\nbase_latency_ms = 1\n[clients]\nrate = 10\n", "e.toml");
+  RandomStream rng(s.seed, Stream::kServiceSize, 0);
+  double sum = 0;
+  constexpr int kDraws = 100'000;
+  for (int i = 0; i < kDraws; ++i) sum += draw_service_size(rng, s);
+  EXPECT_NEAR(sum / kDraws, 1.0, 0.01);
 }
 
 TEST(SimModel, LognormalWorkHasMeanOneAndItsShape) {
@@ -119,8 +126,9 @@ TEST(SimModel, LognormalWorkHasMeanOneAndItsShape) {
       "duration_s = 100\n[dependency]\nworkers = 1\nbase_latency_ms = 1\nservice = \"lognormal\"\nsigma = 1\n"
       "[clients]\nrate = 2000\n",
       "l.toml");
-  const Workload w = make_workload(s, Timeline(s));
-  std::vector<double> sizes = w.size;
+  RandomStream rng(s.seed, Stream::kServiceSize, 0);
+  std::vector<double> sizes(200'000);
+  for (double& size : sizes) size = draw_service_size(rng, s);
   EXPECT_NEAR(std::accumulate(sizes.begin(), sizes.end(), 0.0) / static_cast<double>(sizes.size()), 1.0, 0.02);
   std::sort(sizes.begin(), sizes.end());
   // Median exp(-1/2), p99 exp(2.326 - 1/2).
@@ -161,7 +169,7 @@ TEST(SimModel, EveryRunMeetsTheSameCalls) {
   const Workload a = make_workload(s, t);
   const Workload b = make_workload(s, t);
   EXPECT_EQ(a.arrival_ns, b.arrival_ns);
-  EXPECT_EQ(a.size, b.size);
+  EXPECT_EQ(a.process, b.process);
   // A run's numbers do not depend on which other runs happened before it.
   const RunResult first = simulate(s, t, a, fixed(s, 16));
   (void)simulate(s, t, a, no_limit());

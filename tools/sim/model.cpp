@@ -13,10 +13,8 @@
 #include "tools/sim/random.hpp"
 
 namespace bulkhead::sim {
-namespace {
 
-// The work of one call relative to the mean service time.
-double draw_size(RandomStream& rng, const Scenario& s) {
+double draw_service_size(RandomStream& rng, const Scenario& s) {
   switch (s.service) {
     case ServiceKind::kConstant:
       return 1.0;
@@ -27,6 +25,8 @@ double draw_size(RandomStream& rng, const Scenario& s) {
   }
   return 1.0;
 }
+
+namespace {
 
 // The next arrival after `t_s` of a Poisson process whose rate is
 // `scale` x the piecewise-linear profile: the time at which the profile's
@@ -85,12 +85,9 @@ Workload make_workload(const Scenario& s, const Timeline& timeline) {
   Workload w;
   w.arrival_ns.reserve(all.size());
   w.process.reserve(all.size());
-  w.size.reserve(all.size());
-  RandomStream sizes(s.seed, Stream::kServiceSize, 0);
   for (const Arrival& a : all) {
     w.arrival_ns.push_back(a.t_ns);
     w.process.push_back(a.process);
-    w.size.push_back(draw_size(sizes, s));
   }
   return w;
 }
@@ -114,14 +111,12 @@ struct Later {
 
 struct Call {
   std::uint64_t admitted_ns;
-  double size;
   std::uint32_t process;
   std::uint32_t attempt;  // 0: the original call
   bool waiting;           // the caller still holds its permit
 };
 
 struct PendingRetry {
-  double size;
   std::uint32_t process;
   std::uint32_t attempt;
 };
@@ -144,7 +139,7 @@ class Simulation {
       : s_(s),
         timeline_(timeline),
         workload_(workload),
-        retry_sizes_(s.seed, Stream::kRetrySize, 0),
+        service_sizes_(s.seed, Stream::kServiceSize, 0),
         timeout_ns_(to_ns(s.timeout_ms / 1e3)),
         retry_delay_ns_(to_ns(s.retry_delay_ms / 1e3)),
         tick_ns_(std::uint64_t{s.tick_ms} * 1'000'000) {
@@ -177,7 +172,7 @@ class Simulation {
       now_ = e.t_ns;
       switch (e.type) {
         case EventType::kArrival:
-          attempt(workload_.process[e.index], 0, workload_.size[e.index]);
+          attempt(workload_.process[e.index], 0);
           if (e.index + 1 < workload_.arrival_ns.size()) {
             push(workload_.arrival_ns[e.index + 1], EventType::kArrival, e.index + 1);
           }
@@ -185,7 +180,7 @@ class Simulation {
         case EventType::kRetry: {
           const PendingRetry r = retries_[e.index];
           ++result_.retries;
-          attempt(r.process, r.attempt, r.size);
+          attempt(r.process, r.attempt);
           break;
         }
         case EventType::kServiceDone:
@@ -227,7 +222,7 @@ class Simulation {
     accounted_ns_ = now_;
   }
 
-  void attempt(std::uint32_t process, std::uint32_t attempt_no, double size) {
+  void attempt(std::uint32_t process, std::uint32_t attempt_no) {
     Limiter& lim = limiter_of(process);
     ++result_.attempts;
     if (lim.inflight >= lim.limit()) {
@@ -242,7 +237,7 @@ class Simulation {
     lim.recorder.admitted(lim.inflight);
     ++result_.admitted;
     const auto id = static_cast<std::uint32_t>(calls_.size());
-    calls_.push_back({now_, size, process, attempt_no, true});
+    calls_.push_back({now_, process, attempt_no, true});
     if (busy_ < workers_) {
       push(now_ + timeout_ns_, EventType::kTimeout, id);  // before the completion: wins a tie
       start(id);
@@ -264,8 +259,8 @@ class Simulation {
     account();
     ++busy_;
     const double mean_ns = timeline_.mean_service_s(static_cast<double>(now_) / kNsPerS) * kNsPerS;
-    const auto service_ns =
-        std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(calls_[id].size * mean_ns)));
+    const double size = draw_service_size(service_sizes_, s_);
+    const auto service_ns = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(size * mean_ns)));
     result_.service_ns_sum += static_cast<double>(service_ns);
     push(now_ + service_ns, EventType::kServiceDone, id);
   }
@@ -320,7 +315,7 @@ class Simulation {
   void maybe_retry(std::uint32_t process, std::uint32_t attempt_no) {
     if (attempt_no >= s_.retries) return;
     const auto index = static_cast<std::uint32_t>(retries_.size());
-    retries_.push_back({draw_size(retry_sizes_, s_), process, attempt_no + 1});
+    retries_.push_back({process, attempt_no + 1});
     push(now_ + retry_delay_ns_, EventType::kRetry, index);
   }
 
@@ -363,7 +358,7 @@ class Simulation {
   const Scenario& s_;
   const Timeline& timeline_;
   const Workload& workload_;
-  RandomStream retry_sizes_;
+  RandomStream service_sizes_;  // the work of each service, in the order they start
   const std::uint64_t timeout_ns_;
   const std::uint64_t retry_delay_ns_;
   const std::uint64_t tick_ns_;

@@ -33,8 +33,7 @@ constexpr std::uint64_t mix64(std::uint64_t x) {
 // The independent streams of one scenario.
 enum class Stream : std::uint64_t {
   kArrivals = 1,     // inter-arrival times, one stream per process group
-  kServiceSize = 2,  // the work of each original call, in arrival order
-  kRetrySize = 3,    // the work of each retry, one stream per run
+  kServiceSize = 2,  // the work of each service, in the order services start, one stream per run
 };
 
 class RandomStream {
