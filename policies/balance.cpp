@@ -97,6 +97,9 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
 
   if (drop_ratio >= params_.drop_threshold) {
     limit_ = clamp(std::floor(limit_ * params_.backoff));
+    baseline_ns_ *= params_.backoff;
+    base_mean_ns_ *= params_.backoff;
+    since_probe_ns_ = std::max(since_probe_ns_, params_.probe_interval_ms * 1e6);
     return limit_;
   }
   if (w.ok == 0) return limit_;

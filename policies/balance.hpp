@@ -16,7 +16,7 @@
 // Rule, once per window, with S the latency (the window p50s smoothed,
 // each weighted by its sample count n: S += n/(n + latency_samples) ×
 // (p50 − S)) and r = S / base:
-//   drop ratio ≥ drop_threshold:        L ← L × backoff        (overload)
+//   drop ratio ≥ drop_threshold:        L ← L × backoff, base ← base × backoff  (overload)
 //   r > T:                              L ← L × max(½, √(T / r))
 //   limit used, r ≤ T:                  L ← L + min(1, (T − r)/(T − 1)) × max(1, L × growth)
 //   otherwise (app-limited):            hold
@@ -69,6 +69,12 @@
 // admissions of three windows, and pins the one host-wide limit: every
 // process on the host sees it at once.
 //
+// Drops lower the baseline with the limit, and call for a drain once calm:
+// calls that time out under the limit were queued, so the latency the
+// baseline rests on held a queue (a drain that others kept loaded: several
+// limiters on one dependency, each host with its own daemon). Without it,
+// each drain of one limiter among several adopts the others' queue as its
+// baseline and the limits ratchet up until calls time out.
 // Where it differs from its sources: drops count only as a ratio (one
 // timeout in a thousand is not overload), and windows are those of the
 // daemon's controller.

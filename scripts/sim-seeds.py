@@ -32,7 +32,7 @@ def run(sim, scenario, offset, policy, params, policies):
     with tempfile.NamedTemporaryFile('w', suffix='.toml') as f:
         f.write(text)
         f.flush()
-        args = [sim, 'run', f.name, '--json']
+        args = [sim, 'run', f.name, '--json', '--jobs', '2']
         for p in policies:
             args += ['--policy', p]
         out = subprocess.run(args, capture_output=True, text=True)

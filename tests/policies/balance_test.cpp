@@ -104,10 +104,19 @@ TEST(BalancePolicy, ARareDropIsNotOverload) {
   EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.ok = 999, .dropped = 1, .rtt_ms = 10, .max_inflight = 100})), 110);
 }
 
-TEST(BalancePolicy, DroppedLatencyNeverMovesTheBaseline) {
-  BalancePolicy b = with_baseline(10);
-  b.update(make_window(WindowSpec{.dropped = 50, .max_inflight = 100}));
-  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+TEST(BalancePolicy, OverloadDropsLowerTheBaselineAndCallForADrain) {
+  BalancePolicy::Params p = hand();
+  p.probe_interval_ms = 30000;
+  BalancePolicy b(kBounds, p);
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  // Calls time out: the latency the baseline rests on held a queue, or the
+  // limit would not time calls out. It backs off with the limit...
+  EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.dropped = 50, .max_inflight = 100})), 90);
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 9e6);
+  EXPECT_FALSE(b.probing());
+  // ...and the first calm window with the limit in use re-measures it.
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 9, .max_inflight = 90}));
+  EXPECT_TRUE(b.probing());
 }
 
 TEST(BalancePolicy, BaselineHoldsUnderLoadWhenLatencyDips) {
