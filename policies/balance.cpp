@@ -51,6 +51,12 @@ constexpr double kSoonDrainMs = 2000;
 // Samples a baseline must rest on before a limit in use trusts it without
 // a drain.
 constexpr double kTrustedSamples = 200;
+// Drops that persist lower the baseline: their ratio over about this many
+// recent samples, and at least kMinDrops of them. One window of fifty calls
+// with one timeout in it backs the limit off, but a dependency's tail that
+// times out one call in five hundred must not wear the baseline down.
+constexpr double kDropSamples = 500;
+constexpr double kMinDrops = 3;
 
 }  // namespace
 
@@ -67,6 +73,10 @@ BalancePolicy::Params BalancePolicy::parse_params(const ParamMap& params) {
 }
 
 double BalancePolicy::clamp(double limit) const { return std::clamp(limit, bounds_.min, bounds_.max); }
+
+bool BalancePolicy::overloaded(const Window& w) const {
+  return static_cast<double>(w.dropped) >= params_.drop_threshold * static_cast<double>(w.samples());
+}
 
 double BalancePolicy::update(const Window& w) {
   if (w.samples() == 0) return limit_;
@@ -92,14 +102,21 @@ double BalancePolicy::update(const Window& w) {
 
 double BalancePolicy::steady_update(const Window& w, double p50, double weight) {
   const double tolerance = 1 + params_.tolerance;
-  const double drop_ratio = static_cast<double>(w.dropped) / static_cast<double>(w.samples());
   const bool used = w.rejected > 0 || w.max_inflight >= kUsedShare * limit_;
 
-  if (drop_ratio >= params_.drop_threshold) {
+  drops_ += static_cast<double>(w.dropped);
+  drop_samples_ += static_cast<double>(w.samples());
+  if (drop_samples_ > kDropSamples) {
+    drops_ *= kDropSamples / drop_samples_;
+    drop_samples_ = kDropSamples;
+  }
+  if (overloaded(w)) {
     limit_ = clamp(std::floor(limit_ * params_.backoff));
-    baseline_ns_ *= params_.backoff;
-    base_mean_ns_ *= params_.backoff;
-    since_probe_ns_ = std::max(since_probe_ns_, params_.probe_interval_ms * 1e6);
+    if (drops_ >= std::max(kMinDrops, params_.drop_threshold * drop_samples_)) {
+      baseline_ns_ *= params_.backoff;
+      base_mean_ns_ *= params_.backoff;
+      since_probe_ns_ = std::max(since_probe_ns_, params_.probe_interval_ms * 1e6);
+    }
     return limit_;
   }
   if (w.ok == 0) return limit_;
@@ -208,7 +225,6 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
 }
 
 double BalancePolicy::probe_update(const Window& w, double p50) {
-  const double drop_ratio = static_cast<double>(w.dropped) / static_cast<double>(w.samples());
   probe_elapsed_ns_ += static_cast<double>(w.duration_ns);
   // The first window still holds calls admitted before the drain.
   if (++probe_windows_ > 1 && w.ok > 0) {
@@ -216,7 +232,7 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     probe_mean_sum_ += static_cast<double>(w.rtt_sum_ns);
     probe_samples_ += static_cast<double>(w.ok);
   }
-  if (drop_ratio >= params_.drop_threshold) {
+  if (overloaded(w)) {
     // The dependency is failing, not draining: end the probe and back off
     // from the limit before it, but never above the drained limit (a
     // limit does not rise while calls are dropped).

@@ -16,7 +16,8 @@
 // Rule, once per window, with S the latency (the window p50s smoothed,
 // each weighted by its sample count n: S += n/(n + latency_samples) ×
 // (p50 − S)) and r = S / base:
-//   drop ratio ≥ drop_threshold:        L ← L × backoff, base ← base × backoff  (overload)
+//   drop ratio ≥ drop_threshold:        L ← L × backoff        (overload)
+//     and if drops persist:             base ← base × backoff, drain once calm
 //   r > T:                              L ← L × max(½, √(T / r))
 //   limit used, r ≤ T:                  L ← L + min(1, (T − r)/(T − 1)) × max(1, L × growth)
 //   otherwise (app-limited):            hold
@@ -69,12 +70,15 @@
 // admissions of three windows, and pins the one host-wide limit: every
 // process on the host sees it at once.
 //
-// Drops lower the baseline with the limit, and call for a drain once calm:
-// calls that time out under the limit were queued, so the latency the
+// Drops that persist (drop_threshold of the last ~500 calls, and at least
+// three) lower the baseline with the limit, and call for a drain once calm:
+// calls that keep timing out under the limit were queued, so the latency the
 // baseline rests on held a queue (a drain that others kept loaded: several
 // limiters on one dependency, each host with its own daemon). Without it,
 // each drain of one limiter among several adopts the others' queue as its
-// baseline and the limits ratchet up until calls time out.
+// baseline and the limits ratchet up until calls time out. A tail that
+// times out a call in a few hundred backs the limit off in the window it
+// lands in, but must not wear the baseline down (scenarios/slow-ramp).
 // Where it differs from its sources: drops count only as a ratio (one
 // timeout in a thousand is not overload), and windows are those of the
 // daemon's controller.
@@ -138,6 +142,8 @@ class BalancePolicy : public Policy {
  private:
   double steady_update(const Window& w, double p50, double weight);
   double probe_update(const Window& w, double p50);
+  // Whether this window's drops, with the recent ones, are overload.
+  bool overloaded(const Window& w) const;
   double clamp(double limit) const;
 
   Bounds bounds_;
@@ -166,6 +172,8 @@ class BalancePolicy : public Policy {
   double rate_ = 0;            // completions per ns while the limit is used
   double drained_rate_ = 0;    // rate_ when the last drain ended
   double baseline_samples_ = 0;  // samples the baseline rests on (a drain counts as enough)
+  double drops_ = 0;             // dropped calls among the last drop_samples_ samples, decayed
+  double drop_samples_ = 0;
 };
 
 }  // namespace bulkhead::policies

@@ -119,6 +119,19 @@ TEST(BalancePolicy, OverloadDropsLowerTheBaselineAndCallForADrain) {
   EXPECT_TRUE(b.probing());
 }
 
+TEST(BalancePolicy, ARareTimeoutBacksOffTheLimitButNotTheBaseline) {
+  BalancePolicy b = with_baseline(10);
+  // One timeout in a window of 50 is 2% of that window: the limit backs
+  // off, but one in 500 calls over the recent ones is a tail, not a queue.
+  const Window w = make_window(WindowSpec{.ok = 49, .dropped = 1, .rtt_ms = 10, .max_inflight = 100});
+  EXPECT_DOUBLE_EQ(b.update(w), 90);
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+  // Three such windows in a row are 3 drops in 150 calls: a queue.
+  b.update(w);
+  b.update(w);
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 9e6);
+}
+
 TEST(BalancePolicy, BaselineHoldsUnderLoadWhenLatencyDips) {
   BalancePolicy b = with_baseline(10);
   // Following dips while the limit is used would make the baseline a
