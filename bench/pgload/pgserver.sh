@@ -6,6 +6,11 @@
 #   pg_start DIR MAX_CONNECTIONS   initdb + start; sets PG_CONNINFO, PG_PID
 #   pg_stop DIR                    stop (immediate), safe to call twice
 #
+# pg_start also leaves a guard behind, outside the caller's process tree,
+# that stops the server and removes DIR once the calling shell is gone, even
+# if it was killed with SIGKILL (as ctest does on a timeout), when its own
+# trap cannot run.
+#
 # initdb and postgres refuse to run as root: as root, they run as the
 # "postgres" user (Debian's package creates it), or "nobody" without it,
 # and DIR is handed to that user; otherwise they run as the caller.
@@ -14,12 +19,12 @@ pg_bindir() {
   local dir
   if command -v pg_config >/dev/null && dir=$(pg_config --bindir 2>/dev/null) && [ -x "$dir/postgres" ]; then
     echo "$dir"
-    return
+    return 0
   fi
   dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
   if [ -n "$dir" ] && [ -x "$dir/postgres" ] && [ -x "$dir/initdb" ]; then
     echo "$dir"
-    return
+    return 0
   fi
   echo "pgserver: no PostgreSQL server found (no postgres/initdb under /usr/lib/postgresql/*/bin):" \
        "install Debian's postgresql package (scripts/install-deps.sh does)" >&2
@@ -63,6 +68,10 @@ pg_start() {
     return 1
   fi
   PG_PID=$(head -n 1 "$dir/data/postmaster.pid")
+  # SIGQUIT is the postmaster's immediate shutdown.
+  setsid -f bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done
+    kill -QUIT "$2" 2>/dev/null && while kill -0 "$2" 2>/dev/null; do sleep 0.1; done
+    rm -rf "$3"' pg-guard "$$" "$PG_PID" "$dir" </dev/null >/dev/null 2>&1
   PG_CONNINFO="host=$dir port=5432 user=bench dbname=postgres"
   PG_STARTED_DIR=$dir
 }
