@@ -14,6 +14,12 @@
 //
 // Waiting (bh_acquire) is the slow path and lives apart from this: see
 // wait_in_queue().
+//
+// The circuit breaker adds one load of the breaker word, on the daemon's
+// line that the limit is read from, before admission (pass_breaker()). Only
+// an open or half-open breaker goes further: an open one refuses without
+// touching the admission line; a half-open one takes a trial permit from the
+// daemon's line with one compare-and-swap before the limit's.
 #include <pthread.h>
 #include <time.h>
 
@@ -88,6 +94,7 @@ struct bh_dep {
   // max_queue and service time on the daemon's line.
   shm::DependencyAdmission* line;
   const shm::DependencyControl* control;
+  std::atomic<std::uint64_t>* trials;  // the breaker's half-open trial permits
   std::atomic<std::uint64_t>* queue;
   std::uint32_t queue_slots;
   std::uint32_t process;  // this process's slot, named in its queue records
@@ -164,6 +171,9 @@ void record(bh_dep* d, int outcome, std::uint64_t latency_ns) {
       break;
     case BH_DROPPED:
       s.dropped.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case BH_FAILED:
+      s.failed.fetch_add(1, std::memory_order_relaxed);
       break;
     default:  // BH_IGNORE, and any value the caller made up
       s.ignored.fetch_add(1, std::memory_order_relaxed);
@@ -249,7 +259,11 @@ bool expected_wait_fits(const bh_dep* d, std::uint32_t limit, std::uint32_t infl
 // Takes a place in the queue, then sleeps until a permit is free and fewer
 // waiters come before this one than there are free permits, or until the
 // deadline. shm/wait_queue.hpp has the protocol.
-int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh_permit* out) {
+//
+// A waiter that joined without a trial permit leaves with
+// BH_REJECT_OPEN_CIRCUIT when the breaker opens or half opens meanwhile:
+// only trial calls pass a breaker that is not closed.
+int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh_permit* out, bool trial) {
   const std::uint64_t joined_ns = now_ns;
   // Relaxed: lone values from the daemon; one a little stale changes how
   // long this call may wait, never how many are admitted.
@@ -278,9 +292,17 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
   if (place == nullptr) return reject_queue_full(d);
 
   bool admitted = false;
+  bool open_circuit = false;
   std::uint64_t word = 0;
   for (;;) {
     const std::uint32_t seen = shm::announce_waiter(d->line->futex);
+    // Relaxed: a lone state; the daemon wakes the queue when it changes.
+    const std::uint32_t breaker = d->control->breaker.load(std::memory_order_relaxed) & shm::kBreakerStateMask;
+    if (!trial && (breaker == shm::kBreakerOpen || breaker == shm::kBreakerHalfOpen) &&
+        (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) == 0) {
+      open_circuit = true;
+      break;
+    }
     const std::uint32_t limit_now = d->limit->load(std::memory_order_relaxed);
     // seq_cst: the load side of the Dekker pair with give_back().
     word = d->admission->load(std::memory_order_seq_cst);
@@ -308,6 +330,10 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
   if (shm::admission_inflight(d->admission->load(std::memory_order_seq_cst)) <
       d->limit->load(std::memory_order_relaxed)) {
     shm::wake_waiters(d->line->futex);
+  }
+  if (open_circuit) {
+    d->stats->open_rejected.fetch_add(1, std::memory_order_relaxed);
+    return BH_REJECT_OPEN_CIRCUIT;
   }
   if (!admitted) return reject_deadline(d);
   fill_permit(out, d, deadline_ns);
@@ -432,6 +458,7 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->stats = &s.stripe(index, s.stripe_of_process(c->process_index));
       dep->line = &slot.admission;
       dep->control = &slot.control;
+      dep->trials = &slot.control.trials;
       dep->queue = s.queue(index);
       dep->queue_slots = s.queue_slots();
       dep->process = c->process_index;
@@ -448,6 +475,7 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       // No queue standalone: bh_acquire() at the limit is refused at once.
       dep->line = &dep->local->admission;
       dep->control = &dep->local->control;
+      dep->trials = &dep->local->control.trials;  // breaker always closed: never used
       dep->queue = nullptr;
       dep->queue_slots = 0;
       dep->process = 0;
@@ -493,9 +521,70 @@ inline int admit(bh_dep* d, bool count_rejection) {
   return 0;
 }
 
+// pass_breaker()'s "no trial permit taken".
+constexpr std::uint64_t kNoTrial = UINT64_MAX;
+
+// The breaker when it is not closed: a half-open one gives a trial permit
+// while any is left; otherwise the call is refused, or in shadow mode
+// admitted and counted. Out of line: the closed path stays small.
+[[gnu::noinline]] int breaker_gate(bh_dep* d, std::uint32_t state, std::uint64_t& trial) {
+  // Read again with acquire (the closed path's load stays relaxed): pairs
+  // with the daemon's release store of the state in update_breaker(), so
+  // that the trials word it stored before a half-open state is the one read
+  // here. (A fence would do the same, but ThreadSanitizer cannot see one.)
+  state = d->control->breaker.load(std::memory_order_acquire) & shm::kBreakerStateMask;
+  if (state != shm::kBreakerOpen && state != shm::kBreakerHalfOpen) return 0;
+  if (state == shm::kBreakerHalfOpen) {
+    // Relaxed: the counter alone bounds the trial calls; it publishes no
+    // other memory.
+    std::uint64_t w = d->trials->load(std::memory_order_relaxed);
+    while (shm::trials_left(w) > 0) {
+      if (d->trials->compare_exchange_weak(w, w - 1, std::memory_order_relaxed)) {
+        trial = w - 1;
+        return 0;
+      }
+    }
+  }
+  // Relaxed: lone flag and counters, as in admit().
+  if ((d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) != 0) {
+    d->stats->shadow_open.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  d->stats->open_rejected.fetch_add(1, std::memory_order_relaxed);
+  return BH_REJECT_OPEN_CIRCUIT;
+}
+
+// Before admit(): 0 to go on to the limit (with `trial` the trials word as
+// taken, or kNoTrial), or BH_REJECT_OPEN_CIRCUIT. A closed breaker costs one
+// relaxed load on the line the limit is read from.
+inline int pass_breaker(bh_dep* d, std::uint64_t& trial) {
+  trial = kNoTrial;
+  // Relaxed: a lone state, like the limit; a client that sees a change an
+  // instant late admits or refuses one call by the old state.
+  const std::uint32_t state = d->control->breaker.load(std::memory_order_relaxed) & shm::kBreakerStateMask;
+  if (state != shm::kBreakerOpen && state != shm::kBreakerHalfOpen) [[likely]] return 0;
+  return breaker_gate(d, state, trial);
+}
+
+// Gives back a trial permit the limit then refused, unless the daemon has
+// started another episode since (its permits are counted afresh).
+void return_trial(bh_dep* d, std::uint64_t trial) {
+  if (trial == kNoTrial) return;
+  std::uint64_t w = d->trials->load(std::memory_order_relaxed);
+  while (shm::trials_episode(w) == shm::trials_episode(trial) && shm::trials_left(w) < UINT32_MAX) {
+    // Relaxed: as the take in breaker_gate().
+    if (d->trials->compare_exchange_weak(w, w + 1, std::memory_order_relaxed)) return;
+  }
+}
+
 // bh_try_acquire() and, without the clock read, bh_try_acquire_untimed().
 inline int try_acquire(bh_dep* d, bh_permit* out, bool timed) {
-  const int rc = admit(d, true);
+  std::uint64_t trial;
+  int rc = pass_breaker(d, trial);
+  if (rc == 0) {
+    rc = admit(d, true);
+    if (rc != 0) [[unlikely]] return_trial(d, trial);
+  }
   out->dep_ = rc == 0 ? d : nullptr;
   if (rc == 0) out->start_ns_ = timed ? monotonic_ns() : kUntimed;
   return rc;
@@ -519,6 +608,9 @@ int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
   const std::uint64_t now_ns = monotonic_ns();
   // A call whose budget is spent never reaches the dependency.
   if (now_ns >= deadline_ns) return reject_deadline(d);
+  // An open breaker refuses at once: nobody waits for it to close.
+  std::uint64_t trial;
+  if (const int rc = pass_breaker(d, trial); rc != 0) return rc;
   // With no one waiting (as far as the futex word says), the admission of
   // bh_try_acquire(), shadow mode included, without counting a rejection.
   // Relaxed: a hint; a waiter that is missed here is one a newcomer passes,
@@ -527,7 +619,9 @@ int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
     fill_permit(out, d, deadline_ns);
     return 0;
   }
-  return wait_in_queue(d, now_ns, deadline_ns, out);
+  const int rc = wait_in_queue(d, now_ns, deadline_ns, out, trial != kNoTrial);
+  if (rc != 0) return_trial(d, trial);
+  return rc;
 }
 
 std::uint64_t bh_permit_remaining_ns(const bh_permit* p) {
@@ -556,6 +650,14 @@ void bh_release_latency(bh_permit* p, int outcome, std::uint64_t latency_ns) {
   p->dep_ = nullptr;
   record(d, outcome, latency_ns);
   give_back(d);
+}
+
+int bh_breaker_state(const bh_dep* d) {
+  if (d == nullptr) return fail(EINVAL, "bh_breaker_state: NULL dependency");
+  const std::uint32_t state = d->control->breaker.load(std::memory_order_relaxed) & shm::kBreakerStateMask;
+  return state == shm::kBreakerOpen ? BH_BREAKER_OPEN
+         : state == shm::kBreakerHalfOpen ? BH_BREAKER_HALF_OPEN
+                                          : BH_BREAKER_CLOSED;
 }
 
 long bh_limit(const bh_dep* d) {

@@ -42,7 +42,10 @@ inline constexpr std::uint64_t kMagic = 0x444145484B4C5542ull;
 // Major 2: the wait queue. A client of major 1 would neither wake waiters
 // on release nor know the records, so the two cannot share a segment.
 inline constexpr std::uint16_t kAbiMajor = 2;
-inline constexpr std::uint16_t kAbiMinor = 0;
+// Minor 1: the circuit breaker (DependencyControl::breaker, trials,
+// breaker_override; StatsStripe::failed, open_rejected, shadow_open). A
+// minor-0 client ignores the breaker and counts BH_FAILED as ignored.
+inline constexpr std::uint16_t kAbiMinor = 1;
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
@@ -106,16 +109,51 @@ inline constexpr std::uint32_t kDependencyShadow = 1u << 1;
 // The wait queue admits the newest waiter first (queue_order = "lifo").
 inline constexpr std::uint32_t kDependencyLifo = 1u << 2;
 
+// DependencyControl::breaker: the state in the low byte, kBreakerForced
+// when an operator forced it (config `force`, or bulkheadctl). Clients test
+// only the state; any other state value counts as closed (a client admits
+// rather than trusts a value it does not know).
+inline constexpr std::uint32_t kBreakerClosed = 0;
+inline constexpr std::uint32_t kBreakerOpen = 1;
+inline constexpr std::uint32_t kBreakerHalfOpen = 2;
+inline constexpr std::uint32_t kBreakerStateMask = 0xff;
+inline constexpr std::uint32_t kBreakerForced = 1u << 8;
+
+// DependencyControl::trials: (episode << 32) | trial permits left. The
+// daemon stores a fresh episode with half_open_calls permits when the
+// breaker half-opens (and an empty one when it leaves half-open); a client
+// takes one with a compare-and-swap while it is above zero, and gives it
+// back (same episode only) when the limit then refuses the call. So no more
+// than half_open_calls trial calls are admitted per half-open episode, host-wide.
+constexpr std::uint32_t trials_left(std::uint64_t word) { return static_cast<std::uint32_t>(word); }
+constexpr std::uint32_t trials_episode(std::uint64_t word) { return static_cast<std::uint32_t>(word >> 32); }
+constexpr std::uint64_t trials_word(std::uint32_t episode, std::uint32_t left) {
+  return (std::uint64_t{episode} << 32) | left;
+}
+
+// DependencyControl::breaker_override: what bulkheadctl asks for. The
+// daemon reads it each tick; it wins over the config's `force`.
+inline constexpr std::uint32_t kOverrideAuto = 0;
+inline constexpr std::uint32_t kOverrideOpen = 1;
+inline constexpr std::uint32_t kOverrideClosed = 2;
+
 struct alignas(kCacheLine) DependencyControl {
   std::atomic<std::uint32_t> limit;       // calls admitted at once, host-wide
-  std::atomic<std::uint32_t> breaker;     // reserved: 0 = closed
+  std::atomic<std::uint32_t> breaker;     // kBreaker* state | kBreakerForced: written by the daemon
   std::atomic<std::uint32_t> max_queue;   // calls allowed to wait at once, host-wide
   std::atomic<std::uint32_t> flags;       // kDependency*
   std::atomic<std::uint64_t> generation;  // config generation that last set it
   // Mean latency of the dependency's recent successful calls, in ns (0: not
   // known yet): how long a permit is held, for the expected-wait estimate.
   std::atomic<std::uint64_t> service_ns;
-  std::uint8_t reserved[32];
+  // Half-open trial permits (see trials_word()): the daemon stores, clients
+  // take and give back. Written by clients only while the breaker is half
+  // open, a few times per episode: the line stays the daemon's otherwise.
+  std::atomic<std::uint64_t> trials;
+  // kOverride*: written by bulkheadctl (`bulkheadctl breaker`), read by the
+  // daemon. Untrusted: an unknown value counts as kOverrideAuto.
+  std::atomic<std::uint32_t> breaker_override;
+  std::uint8_t reserved[20];
 };
 
 // The admission word: low 32 bits the host-wide in-flight count, high 32
@@ -159,7 +197,11 @@ struct alignas(kCacheLine) StatsStripe {
   alignas(kCacheLine) std::atomic<std::uint64_t> queue_full;  // refused: queue at max_queue
   std::atomic<std::uint64_t> deadline_rejected;  // refused: deadline passed or could not be met
   std::atomic<std::uint64_t> wait_sum_ns;        // time spent in the queue, all waits
-  std::uint8_t reserved1[40];
+  // The circuit breaker (ABI minor 1).
+  std::atomic<std::uint64_t> failed;         // released BH_FAILED: the dependency answered an error
+  std::atomic<std::uint64_t> open_rejected;  // refused: the breaker was open (or half open, no trial left)
+  std::atomic<std::uint64_t> shadow_open;    // the same, admitted in shadow mode
+  std::uint8_t reserved1[16];
   // ok calls by latency bucket; the ok count is their sum.
   std::atomic<std::uint64_t> histogram[kHistogramBuckets];
   // Calls that waited in the queue, by time waited (admitted or not); same
@@ -198,10 +240,14 @@ static_assert(offsetof(DependencySlot, control) == 1 * kCacheLine);
 static_assert(offsetof(DependencySlot, admission) == 2 * kCacheLine);
 static_assert(sizeof(DependencySlot) == 3 * kCacheLine);
 static_assert(offsetof(DependencyControl, service_ns) == 24);
+static_assert(offsetof(DependencyControl, trials) == 32);
+static_assert(offsetof(DependencyControl, breaker_override) == 40);
 static_assert(offsetof(DependencyAdmission, futex) == 8);
 static_assert(offsetof(DependencyAdmission, tickets) == 16);
 static_assert(offsetof(StatsStripe, shadow_admitted) == 56);
 static_assert(offsetof(StatsStripe, queue_full) == kCacheLine);
+static_assert(offsetof(StatsStripe, failed) == kCacheLine + 24);
+static_assert(offsetof(StatsStripe, shadow_open) == kCacheLine + 40);
 static_assert(offsetof(StatsStripe, histogram) == 2 * kCacheLine);
 static_assert(offsetof(StatsStripe, wait_histogram) == 2 * kCacheLine + kHistogramBuckets * 8);
 static_assert(sizeof(StatsStripe) == 2 * kCacheLine + 2 * kHistogramBuckets * 8);

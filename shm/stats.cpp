@@ -16,6 +16,9 @@ DependencyCounters DependencyCounters::since(const DependencyCounters& earlier) 
   d.deadline_rejected = deadline_rejected - earlier.deadline_rejected;
   d.waited = waited - earlier.waited;
   d.wait_sum_ns = wait_sum_ns - earlier.wait_sum_ns;
+  d.failed = failed - earlier.failed;
+  d.open_rejected = open_rejected - earlier.open_rejected;
+  d.shadow_open = shadow_open - earlier.shadow_open;
   for (std::size_t b = 0; b < histogram.size(); ++b) {
     d.histogram[b] = histogram[b] - earlier.histogram[b];
     d.wait_histogram[b] = wait_histogram[b] - earlier.wait_histogram[b];
@@ -38,6 +41,9 @@ DependencyCounters read_counters(const Segment& segment, std::uint32_t index) {
     c.queue_full += st.queue_full.load(std::memory_order_relaxed);
     c.deadline_rejected += st.deadline_rejected.load(std::memory_order_relaxed);
     c.wait_sum_ns += st.wait_sum_ns.load(std::memory_order_relaxed);
+    c.failed += st.failed.load(std::memory_order_relaxed);
+    c.open_rejected += st.open_rejected.load(std::memory_order_relaxed);
+    c.shadow_open += st.shadow_open.load(std::memory_order_relaxed);
     for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
       c.histogram[b] += st.histogram[b].load(std::memory_order_relaxed);
       c.wait_histogram[b] += st.wait_histogram[b].load(std::memory_order_relaxed);

@@ -28,6 +28,10 @@ struct DependencyCounters {
   std::uint64_t waited = 0;             // calls that waited: the wait histogram's total
   std::uint64_t wait_sum_ns = 0;
   std::array<std::uint64_t, kHistogramBuckets> wait_histogram{};
+  // The circuit breaker.
+  std::uint64_t failed = 0;         // released BH_FAILED
+  std::uint64_t open_rejected = 0;  // refused by the breaker
+  std::uint64_t shadow_open = 0;    // would have been refused by it: shadow mode admitted them
 
   // What was added between `earlier` and this reading (modulo 2^64, so a
   // counter that wrapped still gives the right delta).

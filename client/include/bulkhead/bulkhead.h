@@ -54,15 +54,39 @@ typedef struct bh_permit {
 /* Outcomes, for bh_release(). */
 enum {
   BH_SUCCESS = 0, /* the call succeeded: a latency sample */
-  BH_DROPPED = 1, /* timed out or met back-pressure: counted, latency not kept */
-  BH_IGNORE = 2   /* neither (cancelled, client error): not a sample */
+  BH_DROPPED = 1, /* timed out or met back-pressure: counted, latency not kept;
+                     a failure for the circuit breaker (as a timeout in Hystrix) */
+  BH_IGNORE = 2,  /* neither (cancelled, client error): not a sample */
+  BH_FAILED = 3   /* the dependency answered with an error: a failure for the
+                     circuit breaker, and no sample for the limit (an error is
+                     often fast and would pull the latency down; it says
+                     nothing about overload). A library older than this value
+                     counts it as BH_IGNORE. */
 };
 
 /* Rejection reasons, returned by bh_try_acquire() and bh_acquire(). */
 enum {
   BH_REJECT_LIMIT = 1,      /* the dependency's in-flight count is at its limit */
   BH_REJECT_QUEUE_FULL = 2, /* at the limit, and max_queue calls wait already */
-  BH_REJECT_DEADLINE = 3    /* the deadline passed, or the expected wait exceeds it */
+  BH_REJECT_DEADLINE = 3,   /* the deadline passed, or the expected wait exceeds it */
+  BH_REJECT_OPEN_CIRCUIT = 4 /* the dependency's circuit breaker is open, or half
+                                open with all of its trial calls out */
+};
+
+/* Circuit-breaker states, from bh_breaker_state(). bulkheadd computes the
+ * breaker host-wide from the outcomes every process reports (BH_FAILED and
+ * BH_DROPPED are failures): it opens when the failure rate over a rolling
+ * window passes its threshold, stays open for a sleep window, then half
+ * opens: a few trial calls (half_open_calls, host-wide) are admitted, and
+ * their outcomes close it or open it again. While it is open, bh_try_acquire()
+ * and bh_acquire() refuse at once with BH_REJECT_OPEN_CIRCUIT, without
+ * touching the in-flight count and without waiting. In shadow mode
+ * (enforce = false) they admit and the refusal is only counted. A
+ * standalone client (no segment) has no breaker: always closed. */
+enum {
+  BH_BREAKER_CLOSED = 0,
+  BH_BREAKER_OPEN = 1,
+  BH_BREAKER_HALF_OPEN = 2
 };
 
 /* A deadline for bh_acquire() that never comes. */
@@ -105,8 +129,9 @@ BH_API const char *bh_client_status(const bh_client *c);
  * bad name (1 to 47 of A-Z a-z 0-9 . _ -). Call once, not per request. */
 BH_API int bh_dependency(bh_client *c, const char *name, bh_dep **out);
 
-/* Admits a call if the dependency is under its limit: 0 and a filled
- * permit; else a BH_REJECT_* reason and an empty permit. Never blocks. */
+/* Admits a call if the dependency is under its limit and its breaker lets
+ * it through: 0 and a filled permit; else a BH_REJECT_* reason (LIMIT or
+ * OPEN_CIRCUIT) and an empty permit. Never blocks. */
 BH_API int bh_try_acquire(bh_dep *d, bh_permit *out);
 /* Gives the permit back with the call's outcome; its latency is the time
  * since admission. Releasing an empty permit (or twice) does nothing. */
@@ -128,6 +153,7 @@ BH_API int bh_try_acquire_untimed(bh_dep *d, bh_permit *out);
  *                         passed on entry, or at once when the expected wait
  *                         (calls ahead x recent latency / limit) exceeds what
  *                         is left of it.
+ *   BH_REJECT_OPEN_CIRCUIT at once: the breaker is open (never waits).
  * Time spent waiting counts against the deadline. Calls that wait are
  * admitted in the dependency's queue order (FIFO, or LIFO); a call to
  * bh_try_acquire() does not queue and may take a permit first. In shadow
@@ -140,6 +166,10 @@ BH_API int bh_acquire(bh_dep *d, uint64_t deadline_ns, bh_permit *out);
 BH_API uint64_t bh_permit_remaining_ns(const bh_permit *p);
 /* CLOCK_MONOTONIC now, in nanoseconds: the clock of deadlines. */
 BH_API uint64_t bh_now_ns(void);
+
+/* The dependency's breaker state, BH_BREAKER_*, as last published by the
+ * daemon; -EINVAL for NULL. */
+BH_API int bh_breaker_state(const bh_dep *d);
 
 /* The limit in force and the host-wide in-flight count, -EINVAL for NULL. */
 BH_API long bh_limit(const bh_dep *d);

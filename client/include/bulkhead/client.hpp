@@ -6,8 +6,13 @@
 //     ...call payments...
 //     permit.success();                             // or dropped() / ignore()
 //   } else {
-//     ...shed the call: permit.reason() == BH_REJECT_LIMIT...
+//     ...shed the call: permit.reason() == BH_REJECT_LIMIT, or
+//     BH_REJECT_OPEN_CIRCUIT when the dependency's circuit breaker is open...
 //   }
+//
+// A call that the dependency answers with an error is released with
+// permit.failed(): the circuit breaker counts it (bulkhead/fallback.hpp runs
+// a call and a fallback this way).
 //
 // To wait for a permit rather than be refused, with a deadline that bounds
 // the wait and the call together:
@@ -38,7 +43,18 @@
 
 namespace bulkhead {
 
-enum class Outcome : int { kSuccess = BH_SUCCESS, kDropped = BH_DROPPED, kIgnore = BH_IGNORE };
+enum class Outcome : int {
+  kSuccess = BH_SUCCESS,
+  kDropped = BH_DROPPED,
+  kIgnore = BH_IGNORE,
+  kFailed = BH_FAILED,  // the dependency answered an error: counts for the circuit breaker
+};
+
+enum class BreakerState : int {
+  kClosed = BH_BREAKER_CLOSED,
+  kOpen = BH_BREAKER_OPEN,
+  kHalfOpen = BH_BREAKER_HALF_OPEN,
+};
 
 // Thrown by Client and Client::dependency(); code() is the errno value and
 // what() says why.
@@ -81,6 +97,7 @@ class Permit {
   void success() { release(Outcome::kSuccess); }
   void dropped() { release(Outcome::kDropped); }
   void ignore() { release(Outcome::kIgnore); }
+  void failed() { release(Outcome::kFailed); }
   void release(Outcome outcome) { bh_release(&permit_, static_cast<int>(outcome)); }
   // For callers that time their calls already: saves two clock reads.
   void release(Outcome outcome, std::chrono::nanoseconds latency) {
@@ -128,6 +145,7 @@ class Dependency {
   }
   long limit() const { return bh_limit(handle_); }
   long inflight() const { return bh_inflight(handle_); }
+  BreakerState breaker() const { return static_cast<BreakerState>(bh_breaker_state(handle_)); }
   bh_dep* handle() const { return handle_; }
 
  private:
