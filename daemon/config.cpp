@@ -189,6 +189,19 @@ struct RawTable {
   std::optional<bool> enforce;
   std::optional<std::int64_t> max_queue;
   std::optional<QueueOrder> queue_order;
+  // [TABLE.breaker]: only the keys it sets; their lines are in `lines` as
+  // "breaker.KEY".
+  struct Breaker {
+    std::optional<bool> enabled;
+    std::optional<double> failure_rate_threshold;
+    std::optional<std::int64_t> minimum_calls;
+    std::optional<std::int64_t> window_ms;
+    std::optional<std::int64_t> sleep_window_ms;
+    std::optional<std::int64_t> half_open_calls;
+    std::optional<std::int64_t> slow_call_duration_ms;
+    std::optional<double> slow_call_rate_threshold;
+    std::optional<BreakerForce> force;
+  } breaker;
   policies::ParamMap params;
   std::map<std::string, std::uint32_t, std::less<>> lines;  // every key set: its line
 
@@ -207,6 +220,56 @@ std::string known_policies() {
     out += name;
   }
   return out;
+}
+
+// A fraction in (0, 1]: a rate threshold.
+double read_fraction(const Reporter& report, const Entry& e, const std::string& path) {
+  double v = 0;
+  if (const auto* f = e.node->as_floating_point()) {
+    v = f->get();
+  } else if (const auto* i = e.node->as_integer()) {
+    v = static_cast<double>(i->get());
+  } else {
+    report.fail(e.line, path, "must be a number in (0, 1], a fraction of calls (0.5 is 50%)");
+  }
+  if (!(v > 0.0 && v <= 1.0)) {
+    report.fail(e.line, path, "must be in (0, 1], a fraction of calls (0.5 is 50%), got " + std::to_string(v));
+  }
+  return v;
+}
+
+void read_breaker_table(const Reporter& report, const toml::table& table, const std::string& path,
+                        RawTable& raw) {
+  RawTable::Breaker& b = raw.breaker;
+  for (const Entry& e : in_file_order(table)) {
+    const std::string path_here = key_path(path, e.key);
+    raw.lines.emplace("breaker." + std::string(e.key), e.line);
+    if (e.key == "enabled") {
+      b.enabled = read_boolean(report, e, path_here);
+    } else if (e.key == "failure_rate_threshold") {
+      b.failure_rate_threshold = read_fraction(report, e, path_here);
+    } else if (e.key == "slow_call_rate_threshold") {
+      b.slow_call_rate_threshold = read_fraction(report, e, path_here);
+    } else if (e.key == "minimum_calls") {
+      b.minimum_calls = read_integer(report, e, path_here, {1, 1'000'000}, "must be an integer (a number of calls)");
+    } else if (e.key == "window_ms") {
+      b.window_ms = read_integer(report, e, path_here, {10, 3'600'000});
+    } else if (e.key == "sleep_window_ms") {
+      b.sleep_window_ms = read_integer(report, e, path_here, {10, 3'600'000});
+    } else if (e.key == "half_open_calls") {
+      b.half_open_calls = read_integer(report, e, path_here, {1, 1'000}, "must be an integer (a number of calls)");
+    } else if (e.key == "slow_call_duration_ms") {
+      b.slow_call_duration_ms = read_integer(report, e, path_here, {0, 600'000});
+    } else if (e.key == "force") {
+      const std::string& force = read_string(report, e, path_here);
+      if (force != "auto" && force != "open" && force != "closed") {
+        report.fail(e.line, path_here, "must be \"auto\", \"open\" or \"closed\", got \"" + force + "\"");
+      }
+      b.force = force == "open" ? BreakerForce::kOpen : force == "closed" ? BreakerForce::kClosed : BreakerForce::kAuto;
+    } else {
+      unknown(report, e, path_here);
+    }
+  }
 }
 
 RawTable read_dependency_table(const Reporter& report, const toml::table& table, std::string path,
@@ -246,6 +309,8 @@ RawTable read_dependency_table(const Reporter& report, const toml::table& table,
         report.fail(e.line, path_here, "must be \"fifo\" or \"lifo\", got \"" + order + "\"");
       }
       raw.queue_order = order == "lifo" ? QueueOrder::kLifo : QueueOrder::kFifo;
+    } else if (e.key == "breaker" && e.node->is_table()) {
+      read_breaker_table(report, *e.node->as_table(), path_here, raw);
     } else if (e.node->is_table()) {
       // [dependency.search.v2] makes "v2" a table inside dependency "search".
       report.fail(e.line, path_here,
@@ -385,6 +450,16 @@ DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, c
   if (raw.enforce) dep.enforce = *raw.enforce;
   if (raw.max_queue) dep.max_queue = static_cast<std::uint32_t>(*raw.max_queue);
   if (raw.queue_order) dep.queue_order = *raw.queue_order;
+  const RawTable::Breaker& b = raw.breaker;
+  if (b.enabled) dep.breaker.enabled = *b.enabled;
+  if (b.failure_rate_threshold) dep.breaker.failure_rate_threshold = *b.failure_rate_threshold;
+  if (b.minimum_calls) dep.breaker.minimum_calls = static_cast<std::uint32_t>(*b.minimum_calls);
+  if (b.window_ms) dep.breaker.window = std::chrono::milliseconds(*b.window_ms);
+  if (b.sleep_window_ms) dep.breaker.sleep_window = std::chrono::milliseconds(*b.sleep_window_ms);
+  if (b.half_open_calls) dep.breaker.half_open_calls = static_cast<std::uint32_t>(*b.half_open_calls);
+  if (b.slow_call_duration_ms) dep.breaker.slow_call_duration = std::chrono::milliseconds(*b.slow_call_duration_ms);
+  if (b.slow_call_rate_threshold) dep.breaker.slow_call_rate_threshold = *b.slow_call_rate_threshold;
+  if (b.force) dep.breaker.force = *b.force;
   check_bounds(report, raw, dep, inherited);
   check_queue(report, raw, dep, queue_slots);
   check_policy(report, raw, dep, inherited);

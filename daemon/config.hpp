@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "control/controller.hpp"
+#include "daemon/breaker.hpp"
 
 namespace bulkhead::daemon {
 
@@ -30,6 +31,8 @@ struct DependencyConfig : control::LimitSettings {
   // waits, as in Hystrix and resilience4j, so that queueing is a choice.
   std::uint32_t max_queue = 0;
   QueueOrder queue_order = QueueOrder::kFifo;
+  // [dependency.NAME.breaker] (or [defaults.breaker]), key by key over [defaults].
+  BreakerSettings breaker;
 };
 
 struct DaemonConfig {

@@ -69,6 +69,7 @@ void ControlLoop::apply(const Config& config) {
       spdlog::info("dependency {}: policy {}, continuing from limit {}", d.name,
                    d.controller->settings().policy, d.controller->limit());
     }
+    d.breaker->reconfigure(config_.effective(d.name).breaker);
     if (metrics_ != nullptr) {
       const auto& bounds = d.controller->settings().bounds;
       metrics_->set_limit_bounds(d.name, bounds.min, bounds.max);
@@ -130,6 +131,12 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   const DependencyConfig settings = config_.effective(d.name);
   d.controller = std::make_unique<control::Controller>(
       settings, slot.control.limit.load(std::memory_order_relaxed), now_ns);
+  // A breaker a previous daemon left open stays open for a sleep window.
+  const std::uint32_t found = slot.control.breaker.load(std::memory_order_relaxed) & shm::kBreakerStateMask;
+  d.breaker.emplace(settings.breaker,
+                    found == shm::kBreakerOpen || found == shm::kBreakerHalfOpen ? BreakerState::kOpen
+                                                                                  : BreakerState::kClosed,
+                    now_ns);
   if (metrics_ != nullptr) {
     d.metrics = &metrics_->dependency(d.name);
     metrics_->set_limit_bounds(d.name, settings.bounds.min, settings.bounds.max);
@@ -206,6 +213,7 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
   o.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
   if (d.controller->observe(o, now_ns)) publish_limit(d);
   publish_service_time(d, o.delta);
+  update_breaker(d, o.delta, now_ns);
 
   if (d.metrics != nullptr) {
     d.metrics->success->Increment(static_cast<double>(o.delta.ok));
@@ -220,6 +228,98 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
     d.metrics->deadline->Increment(static_cast<double>(o.delta.deadline_rejected));
     metrics_->observe_wait(*d.metrics, o.delta.wait_histogram, o.delta.wait_sum_ns);
     d.metrics->waiters->Set(shm::queue_length(segment_.queue(d.index), segment_.queue_slots()));
+    d.metrics->failed->Increment(static_cast<double>(o.delta.failed));
+    d.metrics->breaker_rejected->Increment(static_cast<double>(o.delta.open_rejected));
+    d.metrics->breaker_shadow->Increment(static_cast<double>(o.delta.shadow_open));
+    const BreakerState state = d.breaker->state();
+    d.metrics->breaker_closed->Set(state == BreakerState::kClosed ? 1 : 0);
+    d.metrics->breaker_open->Set(state == BreakerState::kOpen ? 1 : 0);
+    d.metrics->breaker_half_open->Set(state == BreakerState::kHalfOpen ? 1 : 0);
+  }
+}
+
+namespace {
+
+// Successful calls of the tick at least `slow` long: the histogram buckets
+// that start at or above it. A bucket is at most 12.5 % wide, so a call up
+// to that much over the threshold may not count as slow.
+std::uint64_t slow_calls(const shm::DependencyCounters& delta, std::chrono::milliseconds slow) {
+  if (slow.count() <= 0) return 0;
+  const auto slow_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(slow).count());
+  std::uint64_t n = 0;
+  for (std::uint32_t b = 0; b < shm::kHistogramBuckets; ++b) {
+    if (shm::histogram_bucket_lower_ns(b) >= slow_ns) n += delta.histogram[b];
+  }
+  return n;
+}
+
+std::uint32_t state_word(BreakerState state) {
+  switch (state) {
+    case BreakerState::kOpen:
+      return shm::kBreakerOpen;
+    case BreakerState::kHalfOpen:
+      return shm::kBreakerHalfOpen;
+    case BreakerState::kClosed:
+      break;
+  }
+  return shm::kBreakerClosed;
+}
+
+}  // namespace
+
+void ControlLoop::update_breaker(Dependency& d, const shm::DependencyCounters& delta, std::uint64_t now_ns) {
+  shm::DependencyControl& control = segment_.dependency(d.index).control;
+  Breaker& b = *d.breaker;
+  // bulkheadctl's override wins over the config's force. Relaxed: a lone
+  // value; any value but the three known is junk (anyone who may write the
+  // segment may write it) and counts as none.
+  const std::uint32_t override_value = control.breaker_override.load(std::memory_order_relaxed);
+  BreakerForce force = b.settings().force;
+  if (override_value == shm::kOverrideOpen) {
+    force = BreakerForce::kOpen;
+  } else if (override_value == shm::kOverrideClosed) {
+    force = BreakerForce::kClosed;
+  } else if (override_value != shm::kOverrideAuto && override_value != d.bad_override) {
+    spdlog::warn("dependency {}: breaker override {} is not one bulkheadctl writes; ignored", d.name,
+                 override_value);
+    d.bad_override = override_value;
+  }
+  // Relaxed: the counter alone; a take racing this read shows next tick.
+  const std::uint64_t trials = control.trials.load(std::memory_order_relaxed);
+  const BreakerCounts counts{delta.ok, delta.failed + delta.dropped, slow_calls(delta, b.settings().slow_call_duration)};
+  const auto transition = b.observe(counts, force, shm::trials_left(trials), now_ns);
+  if (transition) {
+    if (transition->to == BreakerState::kHalfOpen) {
+      // A fresh episode: permits of the last one that clients give back
+      // no longer count. Stored before the state (release below).
+      control.trials.store(shm::trials_word(shm::trials_episode(trials) + 1, b.settings().half_open_calls),
+                           std::memory_order_relaxed);
+    } else if (transition->from == BreakerState::kHalfOpen) {
+      control.trials.store(shm::trials_word(shm::trials_episode(trials) + 1, 0), std::memory_order_relaxed);
+    }
+    const auto log_level = transition->to == BreakerState::kClosed ? spdlog::level::info : spdlog::level::warn;
+    spdlog::log(log_level, "dependency {}: circuit breaker {} -> {}: {}", d.name,
+                breaker_state_name(transition->from), breaker_state_name(transition->to), transition->reason);
+    if (metrics_ != nullptr) metrics_->count_breaker_transition(d.name, breaker_state_name(transition->to));
+  } else if (b.state() == BreakerState::kHalfOpen && shm::trials_left(trials) > b.settings().half_open_calls) {
+    // More permits than were handed out: a client wrote junk. Put the bound
+    // back (the CAS leaves a concurrent take alone; next tick looks again).
+    std::uint64_t seen = trials;
+    if (control.trials.compare_exchange_strong(
+            seen, shm::trials_word(shm::trials_episode(trials), b.settings().half_open_calls),
+            std::memory_order_relaxed)) {
+      spdlog::warn("dependency {}: {} trial permits left, more than half_open_calls ({}): reset", d.name,
+                   shm::trials_left(trials), b.settings().half_open_calls);
+    }
+  }
+  // Every tick, not only on a transition: a client may have written junk
+  // into the word. Release pairs with the acquire fence in the client's
+  // breaker_gate(): a client that sees half open sees its trial permits.
+  const std::uint32_t word = state_word(b.state()) | (b.forced() ? shm::kBreakerForced : 0);
+  if (control.breaker.load(std::memory_order_relaxed) != word) {
+    control.breaker.store(word, std::memory_order_release);
+    // Waiters that may now be admitted, or must now leave, look again.
+    shm::wake_waiters(segment_.dependency(d.index).admission.futex);
   }
 }
 
@@ -377,7 +477,7 @@ std::vector<ControlLoop::View> ControlLoop::view() const {
     const shm::DependencySlot& slot = segment_.dependency(index);
     out.push_back({d.name, d.controller->settings().policy, d.controller->limit(),
                    shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed)),
-                   d.controller->windows()});
+                   d.controller->windows(), d.breaker->state(), d.breaker->forced()});
   }
   return out;
 }

@@ -7,6 +7,8 @@
 //   2. Per dependency: read the counters and hand the deltas since the last
 //      tick to its control::Controller (window carry-over, policy, clamp);
 //      publish the limit it answers.
+//      Then its circuit breaker (daemon/breaker.hpp) from the same deltas
+//      and the operator's override in the segment; publish its state.
 //   3. Give back the permits of processes that died holding them, and
 //      their places in wait queues; wake the waiters.
 //   4. Advance the heartbeat; update metrics.
@@ -24,11 +26,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "control/controller.hpp"
+#include "daemon/breaker.hpp"
 #include "daemon/config.hpp"
 #include "daemon/metrics.hpp"
 #include "shm/segment.hpp"
@@ -56,6 +60,8 @@ class ControlLoop {
     std::uint32_t limit;
     std::uint32_t inflight;
     std::uint64_t windows;  // windows handed to the policy so far
+    BreakerState breaker;
+    bool breaker_forced;
   };
   std::vector<View> view() const;
 
@@ -73,6 +79,8 @@ class ControlLoop {
     std::int64_t drift_min = 0;    // the smallest excess over those ticks
     Metrics::Dependency* metrics = nullptr;
     std::uint64_t service_ns = 0;  // published as DependencyControl::service_ns
+    std::optional<Breaker> breaker;
+    std::uint32_t bad_override = 0;  // an unknown override value already logged
   };
 
   void adopt_new_slots(std::uint64_t now_ns);
@@ -84,6 +92,9 @@ class ControlLoop {
   // Gives back permits counted in flight that no process holds.
   void scan_drift();
   void publish_limit(const Dependency& d);
+  // Runs the breaker on a tick's deltas; publishes its state (and trial
+  // permits on entering half open); logs and counts transitions.
+  void update_breaker(Dependency& d, const shm::DependencyCounters& delta, std::uint64_t now_ns);
   // Flags and max_queue, as the config gives them to a dependency.
   void publish_settings(std::uint32_t index, std::string_view name);
   // The service time clients estimate their wait from.

@@ -29,7 +29,7 @@ Metrics::Metrics(const std::string& listen)
                     .Register(*registry_)),
       requests_(prometheus::BuildCounter()
                     .Name("bulkhead_requests_total")
-                    .Help("Calls by outcome: success, dropped, ignored, or rejected at admission.")
+                    .Help("Calls by outcome: success, dropped, ignored, failed, or rejected at the limit.")
                     .Register(*registry_)),
       latency_(prometheus::BuildHistogram()
                    .Name("bulkhead_latency_seconds")
@@ -77,6 +77,25 @@ Metrics::Metrics(const std::string& listen)
                              .Name("bulkhead_waiters_reclaimed_total")
                              .Help("Wait-queue places freed on behalf of processes that died waiting.")
                              .Register(*registry_)),
+      breaker_state_(prometheus::BuildGauge()
+                         .Name("bulkhead_breaker_state")
+                         .Help("Circuit breaker state: 1 for the state it is in (closed, open, half_open), "
+                               "0 for the others.")
+                         .Register(*registry_)),
+      breaker_transitions_(prometheus::BuildCounter()
+                               .Name("bulkhead_breaker_transitions_total")
+                               .Help("Circuit breaker transitions, by the state entered.")
+                               .Register(*registry_)),
+      breaker_rejected_(prometheus::BuildCounter()
+                            .Name("bulkhead_breaker_rejections_total")
+                            .Help("Calls refused because the circuit breaker was open (or half open "
+                                  "with every trial call out): BH_REJECT_OPEN_CIRCUIT.")
+                            .Register(*registry_)),
+      breaker_shadow_(prometheus::BuildCounter()
+                          .Name("bulkhead_breaker_shadow_rejections_total")
+                          .Help("Calls the open circuit breaker would have refused, admitted by shadow "
+                                "mode (enforce = false).")
+                          .Register(*registry_)),
       tick_seconds_(tick_.Add({}, prometheus::Histogram::BucketBoundaries{
                                       0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05})),
       reloads_ok_(reloads_.Add({{"result", "applied"}})),
@@ -119,7 +138,18 @@ Metrics::Dependency& Metrics::dependency(const std::string& name) {
                with("dropped"),      with("ignored"),        with("rejected"),
                &shadow_.Add(labels), &latency_.Add(labels, latency_bounds()),
                rejected_for("queue_full"), rejected_for("deadline"), &waiters_.Add(labels),
-               &wait_.Add(labels, latency_bounds())};
+               &wait_.Add(labels, latency_bounds()), with("failed"),
+               nullptr, nullptr, nullptr, &breaker_rejected_.Add(labels), &breaker_shadow_.Add(labels)};
+  auto state = [&](const char* name) {
+    prometheus::Labels l = labels;
+    l.emplace("state", name);
+    return &breaker_state_.Add(l);
+  };
+  d.breaker_closed = state("closed");
+  d.breaker_open = state("open");
+  d.breaker_half_open = state("half_open");
+  d.breaker_closed->Set(1);
+  for (const char* to : {"closed", "open", "half_open"}) breaker_transitions_.Add({{"dependency", name}, {"to", to}});
   // At 0 from the start: a dead waiter is rare, and a dashboard should not
   // have to tell "none yet" from "no such series".
   waiters_reclaimed_.Add(labels);
@@ -161,6 +191,10 @@ void Metrics::count_reclaimed(const std::string& dependency, std::uint64_t permi
 void Metrics::set_limit_bounds(const std::string& dependency, double min_limit, double max_limit) {
   min_limit_.Add({{"dependency", dependency}}).Set(min_limit);
   max_limit_.Add({{"dependency", dependency}}).Set(max_limit);
+}
+
+void Metrics::count_breaker_transition(const std::string& dependency, const std::string& to) {
+  breaker_transitions_.Add({{"dependency", dependency}, {"to", to}}).Increment();
 }
 
 void Metrics::count_reclaimed_waiters(const std::string& dependency, std::uint64_t places) {

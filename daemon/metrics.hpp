@@ -38,6 +38,13 @@ class Metrics {
     prometheus::Counter* deadline;    // refused: the deadline passed or could not be met
     prometheus::Gauge* waiters;       // calls waiting at the last tick
     prometheus::Histogram* wait;      // time calls spent in the queue
+    // The circuit breaker.
+    prometheus::Counter* failed;          // released BH_FAILED
+    prometheus::Gauge* breaker_closed;    // bulkhead_breaker_state{state="closed"}: 1 or 0
+    prometheus::Gauge* breaker_open;      // {state="open"}
+    prometheus::Gauge* breaker_half_open; // {state="half_open"}
+    prometheus::Counter* breaker_rejected;  // refused: open circuit
+    prometheus::Counter* breaker_shadow;    // would have been refused; shadow mode admitted
   };
 
   // Listens on `listen` ("host:port"; port 0 picks a free one). Throws
@@ -65,6 +72,8 @@ class Metrics {
   // compare the limit with them (pinned at the minimum).
   void set_limit_bounds(const std::string& dependency, double min_limit, double max_limit);
   void count_reclaimed_waiters(const std::string& dependency, std::uint64_t places);
+  // One breaker transition, into state `to` ("closed", "open", "half_open").
+  void count_breaker_transition(const std::string& dependency, const std::string& to);
 
  private:
   // Created before the exposer and destroyed after it (see ECOSYSTEM.md).
@@ -83,6 +92,10 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& waiters_;
   prometheus::Family<prometheus::Histogram>& wait_;
   prometheus::Family<prometheus::Counter>& waiters_reclaimed_;
+  prometheus::Family<prometheus::Gauge>& breaker_state_;
+  prometheus::Family<prometheus::Counter>& breaker_transitions_;
+  prometheus::Family<prometheus::Counter>& breaker_rejected_;
+  prometheus::Family<prometheus::Counter>& breaker_shadow_;
   prometheus::Histogram& tick_seconds_;
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_failed_;
