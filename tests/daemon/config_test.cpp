@@ -333,6 +333,39 @@ TEST(ParseConfig, QueueSettingsAreInheritedAndOverridden) {
   EXPECT_EQ(config.effective("unlisted").max_queue, 10u);
 }
 
+TEST(ParseConfig, BreakerKeysAreInheritedKeyByKey) {
+  const Config config = parse_config(
+      "[defaults.breaker]\nenabled = true\nfailure_rate_threshold = 0.25\nsleep_window_ms = 2000\n"
+      "[dependency.a]\nmin_limit = 2\n"
+      "[dependency.b.breaker]\nminimum_calls = 5\nwindow_ms = 30000\nhalf_open_calls = 1\n"
+      "slow_call_duration_ms = 250\nslow_call_rate_threshold = 1\nforce = \"open\"\n"
+      "[dependency.c.breaker]\nenabled = false\n",
+      "t.toml");
+  const BreakerSettings builtin;
+  EXPECT_FALSE(builtin.enabled);  // off unless a config turns it on
+  EXPECT_EQ(builtin.failure_rate_threshold, 0.5);
+  EXPECT_EQ(builtin.minimum_calls, 20u);
+  EXPECT_EQ(builtin.window, milliseconds(10'000));
+  EXPECT_EQ(builtin.sleep_window, milliseconds(5'000));
+  EXPECT_FALSE(builtin.slow_calls_on());
+  const BreakerSettings& a = config.find("a")->breaker;
+  EXPECT_TRUE(a.enabled);
+  EXPECT_EQ(a.failure_rate_threshold, 0.25);
+  EXPECT_EQ(a.sleep_window, milliseconds(2000));
+  EXPECT_EQ(a.minimum_calls, 20u);
+  const BreakerSettings& b = config.find("b")->breaker;
+  EXPECT_TRUE(b.enabled);  // inherited
+  EXPECT_EQ(b.failure_rate_threshold, 0.25);
+  EXPECT_EQ(b.minimum_calls, 5u);
+  EXPECT_EQ(b.window, milliseconds(30'000));
+  EXPECT_EQ(b.half_open_calls, 1u);
+  EXPECT_EQ(b.slow_call_duration, milliseconds(250));
+  EXPECT_EQ(b.slow_call_rate_threshold, 1.0);
+  EXPECT_EQ(b.force, BreakerForce::kOpen);
+  EXPECT_FALSE(config.find("c")->breaker.enabled);
+  EXPECT_TRUE(config.effective("unlisted").breaker.enabled);
+}
+
 TEST(ParseConfig, MetricsCanBeTurnedOff) {
   EXPECT_EQ(parse_config("[daemon]\nmetrics_listen = \"\"\n", "t.toml").daemon.metrics_listen, "");
   EXPECT_EQ(parse_config("[daemon]\nmetrics_listen = \"0.0.0.0:0\"\n", "t.toml").daemon.metrics_listen,
@@ -505,6 +538,30 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:3: defaults.long_window: policy gradient2: must be an integer >= 1"},
     {"QuotedNameInKeyPath", "[dependency.\"search.v2\"]\ntolerance = 0\n",
      "bad.toml:2: dependency.\"search.v2\".tolerance: policy balance: must be in (0, 2]"},
+
+    // The circuit breaker.
+    {"BreakerUnknownKey", "[dependency.db.breaker]\nenabled = true\nthreshold = 0.5\n",
+     "bad.toml:3: dependency.db.breaker.threshold: unknown key"},
+    {"BreakerRateAboveOne", "[defaults.breaker]\nfailure_rate_threshold = 50\n",
+     "bad.toml:2: defaults.breaker.failure_rate_threshold: must be in (0, 1], a fraction of calls (0.5 is 50%)"},
+    {"BreakerRateZero", "[dependency.db.breaker]\nslow_call_rate_threshold = 0.0\n",
+     "bad.toml:2: dependency.db.breaker.slow_call_rate_threshold: must be in (0, 1]"},
+    {"BreakerRateNotANumber", "[dependency.db.breaker]\nfailure_rate_threshold = \"half\"\n",
+     "bad.toml:2: dependency.db.breaker.failure_rate_threshold: must be a number in (0, 1]"},
+    {"BreakerForceUnknown", "[dependency.db.breaker]\nforce = \"half_open\"\n",
+     "bad.toml:2: dependency.db.breaker.force: must be \"auto\", \"open\" or \"closed\", got \"half_open\""},
+    {"BreakerEnabledNotBoolean", "[dependency.db.breaker]\nenabled = 1\n",
+     "bad.toml:2: dependency.db.breaker.enabled: must be a boolean (true or false)"},
+    {"BreakerMinimumCallsZero", "[dependency.db.breaker]\nminimum_calls = 0\n",
+     "bad.toml:2: dependency.db.breaker.minimum_calls: must be in [1, 1000000]"},
+    {"BreakerHalfOpenCallsTooMany", "[dependency.db.breaker]\nhalf_open_calls = 1001\n",
+     "bad.toml:2: dependency.db.breaker.half_open_calls: must be in [1, 1000]"},
+    {"BreakerSleepWindowTooShort", "[dependency.db.breaker]\nsleep_window_ms = 5\n",
+     "bad.toml:2: dependency.db.breaker.sleep_window_ms: must be in [10, 3600000]"},
+    {"BreakerSlowDurationNegative", "[dependency.db.breaker]\nslow_call_duration_ms = -1\n",
+     "bad.toml:2: dependency.db.breaker.slow_call_duration_ms: must be in [0, 600000]"},
+    {"BreakerNotATable", "[dependency.db]\nbreaker = true\n",
+     "bad.toml:2: dependency.db.breaker: unknown key (policy parameters are numbers)"},
 
     // Limits in order, told at the key this table set.
     {"MinAboveMax", "[defaults]\nmin_limit = 50\nmax_limit = 10\ninitial_limit = 10\n",
