@@ -103,6 +103,14 @@ class CtlSegment : public ::testing::Test {
     segment_.stripe(payments_, 3).ignored += 6;
     segment_.stripe(payments_, 1).rejected += 60;
     segment_.stripe(recs_, 0).shadow_admitted += 30;
+    // Payments: 14 calls failed, 6 refused by its breaker, now half open
+    // with 2 trial calls left; recs' breaker is forced open by bulkheadctl.
+    segment_.stripe(payments_, 1).failed += 14;
+    segment_.stripe(payments_, 0).open_rejected += 6;
+    segment_.dependency(payments_).control.breaker.store(shm::kBreakerHalfOpen);
+    segment_.dependency(payments_).control.trials.store(shm::trials_word(4, 2));
+    segment_.dependency(recs_).control.breaker.store(shm::kBreakerOpen | shm::kBreakerForced);
+    segment_.dependency(recs_).control.breaker_override.store(shm::kOverrideOpen);
     // Payments lets 4 wait: 2 do, 8 were refused a place, 4 their deadline.
     segment_.dependency(payments_).control.max_queue.store(4);
     segment_.queue(payments_)[0].store(shm::queue_record(11, process_));
@@ -171,7 +179,7 @@ TEST_F(CtlSegment, RatesAndPercentilesComeFromTheIntervalOnly) {
   EXPECT_DOUBLE_EQ(st.interval_s, 2.0);
   ASSERT_EQ(st.dependencies.size(), 2u);
   const DependencyStatus& p = st.dependencies[0].now.name == "payments" ? st.dependencies[0] : st.dependencies[1];
-  EXPECT_DOUBLE_EQ(p.admitted_per_s(), (200 + 10 + 6) / 2.0);
+  EXPECT_DOUBLE_EQ(p.admitted_per_s(), (200 + 10 + 6 + 14) / 2.0);  // failed calls were admitted too
   EXPECT_DOUBLE_EQ(p.rejected_limit_per_s(), 30.0);
   // Only the interval's 4 ms calls, not the earlier 2 ms ones.
   EXPECT_DOUBLE_EQ(p.interval_latency_ms(0.5).value(), bucket_mid_ms(4'000'000));
@@ -231,13 +239,14 @@ TEST_F(CtlSegment, StatusTextIsATableWithOneRowPerDependency) {
   EXPECT_EQ(cells(table[0]), headers);
   char p50[16];
   std::snprintf(p50, sizeof p50, "%.2f", bucket_mid_ms(4'000'000));
-  EXPECT_EQ(cells(table[1]), (std::vector<std::string>{"payments", "12", "9", "2/4", p50, p50, "108", "30",
-                                                       "4", "2", "0", "own", "enforce"}));
+  EXPECT_EQ(cells(table[1]), (std::vector<std::string>{"payments", "12", "9", "2/4", p50, p50, "115", "30",
+                                                       "4", "2", "3", "7", "0", "own", "enforce", "half_open"}));
   EXPECT_EQ(cells(table[2]), (std::vector<std::string>{"recs", "25", "0", "0/0", "-", "-", "0", "0", "0", "0",
-                                                       "15", "defaults", "shadow"}));
+                                                       "0", "0", "15", "defaults", "shadow", "open*"}));
   // Columns line up: every row is as wide as the header up to the last
   // right-aligned column.
   EXPECT_EQ(table[1].find("enforce"), table[0].find("mode"));
+  EXPECT_EQ(table[1].find("half_open"), table[0].find("breaker"));
 }
 
 TEST_F(CtlSegment, StatusJsonHasTheDocumentedSchemaAndNumbers) {
@@ -266,8 +275,17 @@ TEST_F(CtlSegment, StatusJsonHasTheDocumentedSchemaAndNumbers) {
   EXPECT_EQ(p["inflight"].number, 9);
   EXPECT_TRUE(p["configured"].boolean);
   EXPECT_FALSE(p["shadow"].boolean);
-  EXPECT_DOUBLE_EQ(p["per_s"]["admitted"].number, 108);
+  EXPECT_DOUBLE_EQ(p["per_s"]["admitted"].number, 115);
   EXPECT_DOUBLE_EQ(p["per_s"]["rejected"]["limit"].number, 30);
+  EXPECT_DOUBLE_EQ(p["per_s"]["rejected"]["open_circuit"].number, 3);
+  EXPECT_DOUBLE_EQ(p["per_s"]["failed"].number, 7);
+  EXPECT_EQ(p["breaker"]["state"].string, "half_open");
+  EXPECT_FALSE(p["breaker"]["forced"].boolean);
+  EXPECT_EQ(p["breaker"]["override"].string, "auto");
+  EXPECT_EQ(p["breaker"]["trials_left"].number, 2);
+  EXPECT_EQ(r["breaker"]["state"].string, "open");
+  EXPECT_TRUE(r["breaker"]["forced"].boolean);
+  EXPECT_EQ(r["breaker"]["override"].string, "open");
   EXPECT_DOUBLE_EQ(p["per_s"]["shadow_admitted"].number, 0);
   EXPECT_EQ(p["latency_ms"]["samples"].number, 200);
   EXPECT_NEAR(p["latency_ms"]["p50"].number, bucket_mid_ms(4'000'000), 0.0005);
@@ -297,6 +315,9 @@ TEST_F(CtlSegment, GetShowsEveryCounterPercentilesAndHolders) {
   EXPECT_EQ(d["counters"]["dropped"].number, 10);
   EXPECT_EQ(d["counters"]["ignored"].number, 6);
   EXPECT_EQ(d["counters"]["rejected"]["limit"].number, 65);
+  EXPECT_EQ(d["counters"]["failed"].number, 14);
+  EXPECT_EQ(d["counters"]["rejected"]["open_circuit"].number, 6);
+  EXPECT_EQ(d["breaker"]["state"].string, "half_open");
   EXPECT_EQ(d["counters"]["shadow_admitted"].number, 0);
   EXPECT_EQ(d["counters"]["latency_sum_ns"].number, 100 * 2e6 + 200 * 4e6);
   EXPECT_DOUBLE_EQ(d["per_s"]["success"].number, 100);
@@ -324,6 +345,9 @@ TEST_F(CtlSegment, GetShowsEveryCounterPercentilesAndHolders) {
   EXPECT_EQ(cells_of_line(text, "  rejected: limit"),
             (std::vector<std::string>{"rejected:", "limit", "65", "30"}));
   EXPECT_EQ(cells_of_line(text, "  success"), (std::vector<std::string>{"success", "300", "100"}));
+  EXPECT_EQ(cells_of_line(text, "  failed"), (std::vector<std::string>{"failed", "14", "7"}));
+  EXPECT_NE(text.find("breaker     half_open; bulkheadctl override: auto; 2 trial call(s) left"),
+            std::string::npos);
   EXPECT_NE(text.find("pid " + std::to_string(::getpid()) + " (slot " + std::to_string(process_) + ", alive): 3"),
             std::string::npos);
 }

@@ -1,10 +1,12 @@
 // bulkheadctl: inspect a live bulkhead segment, read-only, with or without
-// a running daemon.
+// a running daemon; and force a dependency's circuit breaker (the one
+// command that writes, and only one word: the override bulkheadd reads).
 //
 //   bulkheadctl [--segment NAME] status    [--interval S] [--stale-after S] [--json]
 //   bulkheadctl [--segment NAME] top       [--interval S] [-n N]
 //   bulkheadctl [--segment NAME] get NAME  [--interval S] [--json]
 //   bulkheadctl [--segment NAME] processes [--json]
+//   bulkheadctl [--segment NAME] breaker NAME open|closed|auto
 //
 // Exit status: 0 done, 1 the segment cannot be opened or trusted, 2 usage,
 // 3 no dependency of that name. docs/operations.md describes the output and
@@ -46,6 +48,7 @@ struct Options {
   ctl::StatusOptions status;
   std::string dependency;  // get
   unsigned frames = 0;     // top -n; 0: until q or a signal
+  std::string force;       // breaker: open, closed, auto
 };
 
 void write_all(const std::string& text) {
@@ -86,6 +89,43 @@ int run_get(const shm::Segment& segment, const Options& o) {
 int run_processes(const shm::Segment& segment, const Options& o) {
   const ctl::Snapshot s = ctl::read_snapshot(segment, ctl::monotonic_now_ns());
   write_all(o.json ? ctl::processes_json(s) : ctl::processes_text(s));
+  return 0;
+}
+
+// --- breaker ---------------------------------------------------------------
+
+// Writes the breaker override of one dependency: the daemon reads it every
+// tick and holds the breaker open or closed until it is set back to auto.
+// It lives in the segment, so it outlasts a daemon restart. Needs write
+// access to the segment (its group, as clients have).
+int run_breaker(const Options& o) {
+  shm::Segment segment = [&] {
+    try {
+      return shm::Segment::attach(o.segment, shm::Access::kReadWrite);
+    } catch (const shm::SegmentError& e) {
+      if (e.code() == EACCES) {
+        throw shm::SegmentError(e.code(), std::string(e.what()) +
+                                              " (forcing a breaker writes to the segment: run as a member of "
+                                              "its group, as clients do)");
+      }
+      throw;
+    }
+  }();
+  const auto index = shm::find_dependency(segment, o.dependency);
+  if (!index) {
+    std::cerr << "bulkheadctl: no dependency '" << o.dependency << "' in /dev/shm/" << o.segment
+              << " (bulkheadctl status lists them)\n";
+    return kExitNoDependency;
+  }
+  const std::uint32_t value = o.force == "open" ? shm::kOverrideOpen
+                              : o.force == "closed" ? shm::kOverrideClosed
+                                                    : shm::kOverrideAuto;
+  shm::DependencyControl& control = segment.dependency(*index).control;
+  // Relaxed: a lone value the daemon reads each tick.
+  control.breaker_override.store(value, std::memory_order_relaxed);
+  std::cout << "breaker of " << o.dependency << ": override " << o.force
+            << (value == shm::kOverrideAuto ? " (the config's force, else the outcomes, decide)" : "")
+            << "; bulkheadd applies it at its next tick\n";
   return 0;
 }
 
@@ -199,12 +239,11 @@ int run_top(const shm::Segment& segment, const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{
-      "bulkheadctl: inspect a live bulkhead segment (read-only; works with bulkheadd down).\n"
-      "Operator actions (pin a limit, force a breaker) need a control channel to the\n"
-      "daemon, which does not exist yet."};
+      "bulkheadctl: inspect a live bulkhead segment (read-only; works with bulkheadd down),\n"
+      "and force a dependency's circuit breaker (`breaker`: writes one word the daemon reads)."};
   app.footer(
       "Exit status: 0 done; 1 the segment is missing, unreadable or not a valid segment;\n"
-      "2 usage; 3 get: no dependency of that name. Output and JSON schema:\n"
+      "2 usage; 3 get, breaker: no dependency of that name. Output and JSON schema:\n"
       "docs/operations.md, \"bulkheadctl\".");
   app.require_subcommand(1);
   app.fallthrough();
@@ -240,6 +279,13 @@ int main(int argc, char** argv) {
       "processes", "the process table: pid, start time, alive or dead, permits held");
   processes->add_flag("--json", o.json, "JSON for scripts (schema in docs/operations.md)");
 
+  CLI::App* breaker = app.add_subcommand(
+      "breaker", "force a dependency's circuit breaker open or closed, or hand it back to the daemon (auto)");
+  breaker->add_option("name", o.dependency, "dependency name")->required();
+  breaker->add_option("state", o.force, "open, closed, or auto")
+      ->required()
+      ->check(CLI::IsMember({"open", "closed", "auto"}));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -248,6 +294,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (*breaker) return run_breaker(o);
     const shm::Segment segment = ctl::open_read_only(o.segment);
     if (*status) return run_status(segment, o);
     if (*top) return run_top(segment, o);

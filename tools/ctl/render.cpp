@@ -142,7 +142,22 @@ void write_rejected(JsonWriter& j, const DependencyStatus& d) {
   j.key("limit").value(d.rejected_limit_per_s());
   j.key("queue_full").value(d.rejected_queue_full_per_s());
   j.key("deadline").value(d.rejected_deadline_per_s());
+  j.key("open_circuit").value(d.rejected_open_circuit_per_s());
   j.end_object();
+}
+
+void write_breaker(JsonWriter& j, const DependencyReading& r) {
+  j.key("breaker").begin_object();
+  j.key("state").value(std::string(r.breaker_state()));
+  j.key("forced").value(r.breaker_forced());
+  j.key("override").value(std::string(r.breaker_override_name()));
+  j.key("trials_left").value(r.trials_left);
+  j.end_object();
+}
+
+// "open", "half_open", "closed"; "*" when an operator forced it.
+std::string breaker_cell(const DependencyReading& r) {
+  return std::string(r.breaker_state()) + (r.breaker_forced() ? "*" : "");
 }
 
 }  // namespace
@@ -163,11 +178,14 @@ const std::vector<StatusColumn>& status_columns() {
        [](const DependencyStatus& d) { return rate(d.rejected_limit_per_s()); }},
       {":queue", false, [](const DependencyStatus& d) { return rate(d.rejected_queue_full_per_s()); }},
       {":deadline", false, [](const DependencyStatus& d) { return rate(d.rejected_deadline_per_s()); }},
+      {":open", false, [](const DependencyStatus& d) { return rate(d.rejected_open_circuit_per_s()); }},
+      {"failed/s", false, [](const DependencyStatus& d) { return rate(d.failed_per_s()); }},
       {"shadow/s", false, [](const DependencyStatus& d) { return rate(d.shadow_admitted_per_s()); }},
       {"config", true,
        [](const DependencyStatus& d) { return std::string(d.now.configured() ? "own" : "defaults"); }},
       {"mode", true,
        [](const DependencyStatus& d) { return std::string(d.now.shadow() ? "shadow" : "enforce"); }},
+      {"breaker", true, [](const DependencyStatus& d) { return breaker_cell(d.now); }},
   };
   return columns;
 }
@@ -214,8 +232,10 @@ std::string status_json(const Status& st) {
     j.key("max_queue").value(d.now.max_queue);
     j.key("configured").value(d.now.configured());
     j.key("shadow").value(d.now.shadow());
+    write_breaker(j, d.now);
     j.key("per_s").begin_object();
     j.key("admitted").value(d.admitted_per_s());
+    j.key("failed").value(d.failed_per_s());
     write_rejected(j, d);
     j.key("shadow_admitted").value(d.shadow_admitted_per_s());
     j.end_object();
@@ -271,6 +291,12 @@ std::string dependency_text(const Status& st, const DependencyStatus& d) {
          (r.configured() ? "own table in the config" : "[defaults] (not in the config)") + "\n";
   out += std::string("  mode        ") +
          (r.shadow() ? "shadow (enforce = false: admits past the limit)" : "enforce") + "\n";
+  out += "  breaker     " + breaker_cell(r) +
+         (r.breaker_forced() ? " (forced by an operator)" : "") +
+         "; bulkheadctl override: " + r.breaker_override_name() +
+         ((r.breaker & shm::kBreakerStateMask) == shm::kBreakerHalfOpen
+              ? format("; %u trial call(s) left", r.trials_left)
+              : std::string()) + "\n";
   out += format("  generation  %llu (config generation that last set it)\n",
                 static_cast<unsigned long long>(r.generation));
   out += daemon_line(st);
@@ -284,10 +310,13 @@ std::string dependency_text(const Status& st, const DependencyStatus& d) {
   out += render_table({"  outcome", "total", "per second"}, {true, false, false},
                       {row("success", c.ok, d.delta.ok), row("dropped", c.dropped, d.delta.dropped),
                        row("ignored", c.ignored, d.delta.ignored),
+                       row("failed", c.failed, d.delta.failed),
                        row("rejected: limit", c.rejected, d.delta.rejected),
                        row("rejected: queue full", c.queue_full, d.delta.queue_full),
                        row("rejected: deadline", c.deadline_rejected, d.delta.deadline_rejected),
-                       row("shadow admitted", c.shadow_admitted, d.delta.shadow_admitted)});
+                       row("rejected: open circuit", c.open_rejected, d.delta.open_rejected),
+                       row("shadow admitted", c.shadow_admitted, d.delta.shadow_admitted),
+                       row("shadow admitted: open circuit", c.shadow_open, d.delta.shadow_open)});
   out += "\nlatency of successful calls (ms)\n";
   std::vector<std::string> lh{"  window", "samples"};
   for (const auto& p : kDetailPercentiles) lh.emplace_back(p.label);
@@ -334,11 +363,13 @@ std::string dependency_json(const Status& st, const DependencyStatus& d) {
   j.key("max_queue").value(r.max_queue);
   j.key("configured").value(r.configured());
   j.key("shadow").value(r.shadow());
+  write_breaker(j, r);
   j.key("generation").value(r.generation);
   j.key("counters").begin_object();
   j.key("success").value(c.ok);
   j.key("dropped").value(c.dropped);
   j.key("ignored").value(c.ignored);
+  j.key("failed").value(c.failed);
   j.key("rejected")
       .begin_object()
       .key("limit")
@@ -347,8 +378,11 @@ std::string dependency_json(const Status& st, const DependencyStatus& d) {
       .value(c.queue_full)
       .key("deadline")
       .value(c.deadline_rejected)
+      .key("open_circuit")
+      .value(c.open_rejected)
       .end_object();
   j.key("shadow_admitted").value(c.shadow_admitted);
+  j.key("shadow_open_circuit").value(c.shadow_open);
   j.key("latency_sum_ns").value(c.rtt_sum_ns);
   j.end_object();
   j.key("per_s").begin_object();
@@ -357,6 +391,7 @@ std::string dependency_json(const Status& st, const DependencyStatus& d) {
   j.key("success").value(per_s(d.delta.ok));
   j.key("dropped").value(per_s(d.delta.dropped));
   j.key("ignored").value(per_s(d.delta.ignored));
+  j.key("failed").value(per_s(d.delta.failed));
   write_rejected(j, d);
   j.key("shadow_admitted").value(d.shadow_admitted_per_s());
   j.end_object();

@@ -154,6 +154,9 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     r.flags = slot.control.flags.load(std::memory_order_relaxed);
     r.generation = slot.control.generation.load(std::memory_order_relaxed);
     r.counters = shm::read_counters(segment, i);
+    r.breaker = slot.control.breaker.load(std::memory_order_relaxed);
+    r.breaker_override = slot.control.breaker_override.load(std::memory_order_relaxed);
+    r.trials_left = shm::trials_left(slot.control.trials.load(std::memory_order_relaxed));
     s.dependencies.push_back(std::move(r));
   }
 
@@ -187,13 +190,43 @@ const char* daemon_state_name(DaemonState state) {
 }
 
 double DependencyStatus::admitted_per_s() const {
-  return per_second(delta.ok + delta.dropped + delta.ignored, interval_s);
+  return per_second(delta.ok + delta.dropped + delta.ignored + delta.failed, interval_s);
 }
 double DependencyStatus::rejected_limit_per_s() const { return per_second(delta.rejected, interval_s); }
 double DependencyStatus::rejected_queue_full_per_s() const { return per_second(delta.queue_full, interval_s); }
 double DependencyStatus::rejected_deadline_per_s() const {
   return per_second(delta.deadline_rejected, interval_s);
 }
+const char* DependencyReading::breaker_state() const {
+  switch (breaker & shm::kBreakerStateMask) {
+    case shm::kBreakerOpen:
+      return "open";
+    case shm::kBreakerHalfOpen:
+      return "half_open";
+    default:
+      return "closed";
+  }
+}
+
+const char* DependencyReading::breaker_override_name() const {
+  switch (breaker_override) {
+    case shm::kOverrideAuto:
+      return "auto";
+    case shm::kOverrideOpen:
+      return "open";
+    case shm::kOverrideClosed:
+      return "closed";
+    default:
+      return "invalid";
+  }
+}
+
+double DependencyStatus::failed_per_s() const { return per_second(delta.failed, interval_s); }
+
+double DependencyStatus::rejected_open_circuit_per_s() const {
+  return per_second(delta.open_rejected, interval_s);
+}
+
 double DependencyStatus::shadow_admitted_per_s() const {
   return per_second(delta.shadow_admitted, interval_s);
 }

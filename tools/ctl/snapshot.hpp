@@ -56,7 +56,18 @@ struct DependencyReading {
   std::uint32_t waiters = 0;    // wait-queue records taken
   std::uint32_t max_queue = 0;  // waiters allowed (0: nobody waits)
   shm::DependencyCounters counters;
+  // The circuit breaker: the word the daemon publishes (shm::kBreaker*),
+  // bulkheadctl's override (shm::kOverride*), half-open trial permits left.
+  std::uint32_t breaker = 0;
+  std::uint32_t breaker_override = 0;
+  std::uint32_t trials_left = 0;
 
+  // "closed", "open", "half_open" ("closed" for a value no daemon writes,
+  // as clients read it).
+  const char* breaker_state() const;
+  bool breaker_forced() const { return (breaker & shm::kBreakerForced) != 0; }
+  // "auto", "open", "closed", or "invalid" (junk, which the daemon ignores).
+  const char* breaker_override_name() const;
   bool configured() const { return (flags & shm::kDependencyConfigured) != 0; }
   bool shadow() const { return (flags & shm::kDependencyShadow) != 0; }
 };
@@ -116,12 +127,14 @@ struct DependencyStatus {
   double interval_s = 0;
 
   // Calls that completed in the interval (admission is counted at release):
-  // ok + dropped + ignored, per second.
+  // ok + dropped + ignored + failed, per second.
   double admitted_per_s() const;
   double rejected_limit_per_s() const;
   double rejected_queue_full_per_s() const;
   double rejected_deadline_per_s() const;
   double shadow_admitted_per_s() const;
+  double failed_per_s() const;
+  double rejected_open_circuit_per_s() const;
   // Latency of successful calls at quantile q over the interval, in ms;
   // nullopt when none completed in it.
   std::optional<double> interval_latency_ms(double q) const;
