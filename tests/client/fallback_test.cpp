@@ -1,0 +1,201 @@
+// bulkhead::execute and FallbackGuard (bulkhead/fallback.hpp) on a real
+// segment with no daemon: the test sets the limit, the queue and the
+// breaker state itself, as bulkheadd would publish them.
+#include "bulkhead/fallback.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "shm/stats.hpp"
+#include "tests/support/temp_segment.hpp"
+
+namespace bulkhead {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TempSegmentName;
+
+class FallbackTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    segment_.emplace(shm::Segment::create(name_, testing::small_segment()));
+    segment_->header().default_limit.store(4);
+    client_.emplace(name_.str());
+    dep_.emplace(client_->dependency("pay"));
+  }
+  shm::DependencyControl& control() { return segment_->dependency(*shm::find_dependency(*segment_, "pay")).control; }
+  shm::DependencyCounters counters() {
+    return shm::read_counters(*segment_, *shm::find_dependency(*segment_, "pay"));
+  }
+  // What reason a fallback saw, for a call that would return 1.
+  FallbackReason reason_of(const ExecuteOptions& options = {}) {
+    FallbackReason seen = FallbackReason::kFailed;
+    bool ran = false;
+    const int r = execute(
+        *dep_, guard_, [] { return 1; },
+        [&](const FallbackContext& why) {
+          seen = why.reason;
+          ran = true;
+          return 2;
+        },
+        options);
+    EXPECT_EQ(r, 2);
+    EXPECT_TRUE(ran);
+    return seen;
+  }
+
+  TempSegmentName name_{"fb"};
+  std::optional<shm::Segment> segment_;
+  std::optional<Client> client_;
+  std::optional<Dependency> dep_;
+  FallbackGuard guard_{2};
+};
+
+TEST_F(FallbackTest, RunsTheCallUnderAPermitAndReportsSuccess) {
+  long inflight_inside = -1;
+  const int r = execute(
+      *dep_, guard_, [&] {
+        inflight_inside = dep_->inflight();
+        return 7;
+      },
+      [](const FallbackContext&) { return -1; });
+  EXPECT_EQ(r, 7);
+  EXPECT_EQ(inflight_inside, 1);
+  EXPECT_EQ(dep_->inflight(), 0);
+  EXPECT_EQ(counters().ok, 1u);
+  // A call may take its permit, for its budget.
+  const bool unbounded = execute(
+      *dep_, guard_, [](const Permit& p) { return p.remaining() == std::chrono::nanoseconds::max(); },
+      [](const FallbackContext&) { return false; });
+  EXPECT_TRUE(unbounded);
+  // A void call.
+  int side = 0;
+  execute(*dep_, guard_, [&] { side = 1; }, [&](const FallbackContext&) { side = 2; });
+  EXPECT_EQ(side, 1);
+}
+
+TEST_F(FallbackTest, AThrowingCallIsAFailureAndTheFallbackSeesWhatItThrew) {
+  std::string what;
+  const int r = execute(
+      *dep_, guard_, []() -> int { throw CallFailed("HTTP 503"); },
+      [&](const FallbackContext& why) {
+        EXPECT_EQ(why.reason, FallbackReason::kFailed);
+        EXPECT_EQ(dep_->inflight(), 0);  // the permit went back first
+        try {
+          std::rethrow_exception(why.error);
+        } catch (const std::exception& e) {
+          what = e.what();
+        }
+        return -1;
+      });
+  EXPECT_EQ(r, -1);
+  EXPECT_EQ(what, "HTTP 503");
+  EXPECT_EQ(counters().failed, 1u);
+  // Any exception is a failure; CallDropped is a timeout.
+  execute(*dep_, guard_, []() -> int { throw std::runtime_error("x"); }, [](const FallbackContext&) { return 0; });
+  execute(*dep_, guard_, []() -> int { throw CallDropped("timeout"); }, [](const FallbackContext&) { return 0; });
+  EXPECT_EQ(counters().failed, 2u);
+  EXPECT_EQ(counters().dropped, 1u);
+}
+
+TEST_F(FallbackTest, EachRefusalGivesItsReason) {
+  control().limit.store(0);
+  EXPECT_EQ(reason_of(), FallbackReason::kLimit);
+  // Waiting: no queue configured (max_queue 0), then one place and a budget
+  // that runs out.
+  EXPECT_EQ(reason_of({.wait = 10ms}), FallbackReason::kQueueFull);
+  control().max_queue.store(1);
+  EXPECT_EQ(reason_of({.wait = 20ms}), FallbackReason::kDeadline);
+  control().limit.store(4);
+  control().breaker.store(shm::kBreakerOpen);
+  EXPECT_EQ(reason_of(), FallbackReason::kOpenCircuit);
+  EXPECT_EQ(reason_of({.wait = 10ms}), FallbackReason::kOpenCircuit);
+  EXPECT_EQ(counters().open_rejected, 2u);
+  EXPECT_EQ(dep_->inflight(), 0);
+  EXPECT_STREQ(to_string(FallbackReason::kOpenCircuit), "open_circuit");
+  EXPECT_STREQ(to_string(FallbackReason::kQueueFull), "queue_full");
+}
+
+// Fallbacks that stall fill their guard; one more is refused at once with
+// FallbackRefused, and calls that are admitted run as before.
+TEST_F(FallbackTest, AStallingFallbackHitsItsOwnLimitAndTheCallPathIsUnaffected) {
+  control().breaker.store(shm::kBreakerOpen);
+  std::mutex m;
+  std::condition_variable cv;
+  bool go = false;
+  std::atomic<int> stalled{0};
+  auto stalling_fallback = [&](const FallbackContext&) {
+    ++stalled;
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return go; });
+    return 0;
+  };
+  std::vector<std::future<int>> stuck;
+  for (int i = 0; i < 2; ++i) {
+    stuck.push_back(std::async(std::launch::async, [&] {
+      return execute(*dep_, guard_, [] { return 1; }, stalling_fallback);
+    }));
+  }
+  while (stalled.load() < 2) std::this_thread::yield();
+  EXPECT_EQ(guard_.active(), 2u);
+  try {
+    execute(*dep_, guard_, [] { return 1; }, stalling_fallback);
+    ADD_FAILURE() << "a third fallback ran";
+  } catch (const FallbackRefused& e) {
+    EXPECT_EQ(e.reason(), FallbackReason::kOpenCircuit);
+    EXPECT_NE(std::string(e.what()).find("open_circuit"), std::string::npos);
+  }
+  EXPECT_EQ(guard_.refused(), 1u);
+  // The breaker closes: calls are admitted and run, fallbacks still stuck.
+  control().breaker.store(shm::kBreakerClosed);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(execute(*dep_, guard_, [] { return 5; }, stalling_fallback), 5);
+  EXPECT_EQ(guard_.active(), 2u);
+  {
+    std::lock_guard lock(m);
+    go = true;
+  }
+  cv.notify_all();
+  for (auto& f : stuck) EXPECT_EQ(f.get(), 0);
+  EXPECT_EQ(guard_.active(), 0u);
+}
+
+TEST_F(FallbackTest, WithoutAGuardEachDependencyHasItsOwnDefaultBound) {
+  control().limit.store(0);
+  std::atomic<int> inside{0};
+  std::atomic<bool> release{false};
+  std::vector<std::thread> threads;
+  std::atomic<int> refused{0};
+  for (std::size_t i = 0; i < kDefaultMaxConcurrentFallbacks + 3; ++i) {
+    threads.emplace_back([&] {
+      try {
+        execute(*dep_, [] { return 1; }, [&](const FallbackContext&) {
+          ++inside;
+          while (!release.load()) std::this_thread::sleep_for(1ms);
+          return 0;
+        });
+      } catch (const FallbackRefused&) {
+        ++refused;
+      }
+    });
+  }
+  while (inside.load() + refused.load() < static_cast<int>(kDefaultMaxConcurrentFallbacks) + 3) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(inside.load(), static_cast<int>(kDefaultMaxConcurrentFallbacks));
+  EXPECT_EQ(refused.load(), 3);
+  // Another dependency's fallbacks have a bound of their own.
+  Dependency other = client_->dependency("other");
+  segment_->dependency(*shm::find_dependency(*segment_, "other")).control.limit.store(0);
+  EXPECT_EQ(execute(other, [] { return 1; }, [](const FallbackContext&) { return 3; }), 3);
+  release = true;
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace
+}  // namespace bulkhead
