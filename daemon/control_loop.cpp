@@ -477,7 +477,7 @@ std::vector<ControlLoop::View> ControlLoop::view() const {
     const shm::DependencySlot& slot = segment_.dependency(index);
     out.push_back({d.name, d.controller->settings().policy, d.controller->limit(),
                    shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed)),
-                   d.controller->windows(), d.breaker->state(), d.breaker->forced()});
+                   d.controller->windows(), d.breaker->state(), d.breaker->forced(), index});
   }
   return out;
 }

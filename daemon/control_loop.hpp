@@ -62,6 +62,7 @@ class ControlLoop {
     std::uint64_t windows;  // windows handed to the policy so far
     BreakerState breaker;
     bool breaker_forced;
+    std::uint32_t index;  // slot
   };
   std::vector<View> view() const;
 

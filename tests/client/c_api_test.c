@@ -38,6 +38,14 @@ int main(void) {
   bh_release(&c, BH_SUCCESS); /* never admitted: harmless */
   CHECK(bh_inflight(dep) == 0);
 
+  /* The circuit breaker: standalone has none, so it is always closed. */
+  CHECK(bh_breaker_state(dep) == BH_BREAKER_CLOSED);
+  CHECK(bh_breaker_state(NULL) == -EINVAL);
+  CHECK(bh_try_acquire(dep, &a) == 0);
+  bh_release(&a, BH_FAILED);
+  CHECK(bh_inflight(dep) == 0);
+  CHECK(BH_REJECT_OPEN_CIRCUIT == 4 && BH_FAILED == 3);
+
   /* Waiting: standalone has no queue, so at the limit it is refused. */
   CHECK(bh_acquire(dep, BH_NO_DEADLINE, &a) == 0);
   CHECK(bh_permit_remaining_ns(&a) == UINT64_MAX);

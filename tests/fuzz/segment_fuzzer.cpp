@@ -6,8 +6,11 @@
 // the input as patches to it, then does what the daemon does with a
 // segment: validate it, and when it is valid, adopt its slots and run the
 // control loop over it for a few ticks. A valid segment with any contents
-// must leave the daemon running and every published limit inside its
-// configured bounds; an invalid one must be refused with a reason.
+// must leave the daemon running, every published limit inside its
+// configured bounds, every breaker word a state clients know, and no more
+// trial permits than half_open_calls; an invalid one must be refused with a
+// reason. Clients (and bulkheadctl) may write the breaker's trials and
+// override words, so the seed has a breaker (payments) that runs.
 //
 // Input: a sequence of patches, each
 //   region (1 byte) | index (1 byte) | offset (2 bytes, LE) | length (1 byte) | bytes
@@ -56,6 +59,12 @@ policy = "aimd"
 min_limit = 3
 max_limit = 40
 
+[dependency.payments.breaker]
+enabled = true
+minimum_calls = 1
+sleep_window_ms = 1000
+half_open_calls = 2
+
 [dependency.recs]
 policy = "balance"
 
@@ -95,6 +104,7 @@ struct Fixture {
       s.rejected.store(5);
       s.rtt_sum_ns.store(40'000'000);
       s.histogram[40].store(3);
+      s.failed.store(4);
     }
     image.assign(reinterpret_cast<const char*>(&segment->header()),
                  reinterpret_cast<const char*>(&segment->header()) + segment->size());
@@ -150,6 +160,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const auto& v : loop.view()) {
     const daemon::DependencyConfig d = f.config.effective(v.name);
     if (v.limit < d.bounds.min || v.limit > d.bounds.max) std::abort();
+    const shm::DependencyControl& control = f.segment->dependency(v.index).control;
+    const std::uint32_t breaker = control.breaker.load() & ~shm::kBreakerForced;
+    if (breaker > shm::kBreakerHalfOpen) std::abort();
+    if (breaker == shm::kBreakerHalfOpen && shm::trials_left(control.trials.load()) > d.breaker.half_open_calls) {
+      std::abort();
+    }
   }
   return 0;
 }
