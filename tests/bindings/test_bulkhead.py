@@ -60,6 +60,14 @@ class StandaloneTest(unittest.TestCase):
         self.assertFalse(permit)
         self.assertEqual(self.dep.inflight, 0)
 
+    def test_a_failed_call_and_the_breaker_of_a_standalone_client(self):
+        permit = self.dep.try_acquire()
+        permit.failed()
+        self.assertFalse(permit)
+        self.assertEqual(self.dep.inflight, 0)
+        self.assertEqual(self.dep.breaker_state(), bulkhead.BREAKER_CLOSED)  # standalone: no breaker
+        self.assertEqual((bulkhead.FAILED, bulkhead.REJECT_OPEN_CIRCUIT), (3, 4))
+
     def test_a_forgotten_permit_is_given_back(self):
         self.dep.try_acquire()  # dropped on the floor
         self.assertEqual(self.dep.inflight, 0)

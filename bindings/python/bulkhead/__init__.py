@@ -34,10 +34,17 @@ import errno
 import os
 import pathlib
 
-__all__ = ["Client", "Dependency", "Permit", "Rejected", "SUCCESS", "DROPPED", "IGNORE", "library_path"]
+__all__ = ["Client", "Dependency", "Permit", "Rejected", "SUCCESS", "DROPPED", "IGNORE", "FAILED",
+           "REJECT_LIMIT", "REJECT_QUEUE_FULL", "REJECT_DEADLINE", "REJECT_OPEN_CIRCUIT",
+           "BREAKER_CLOSED", "BREAKER_OPEN", "BREAKER_HALF_OPEN", "library_path"]
 
-# Outcomes (BH_SUCCESS, BH_DROPPED, BH_IGNORE).
-SUCCESS, DROPPED, IGNORE = 0, 1, 2
+# Outcomes (BH_SUCCESS, BH_DROPPED, BH_IGNORE, BH_FAILED). FAILED: the
+# dependency answered an error; the circuit breaker counts it (as DROPPED).
+SUCCESS, DROPPED, IGNORE, FAILED = 0, 1, 2, 3
+# Rejection reasons (BH_REJECT_*), in Rejected.reason.
+REJECT_LIMIT, REJECT_QUEUE_FULL, REJECT_DEADLINE, REJECT_OPEN_CIRCUIT = 1, 2, 3, 4
+# Circuit-breaker states (BH_BREAKER_*), from Dependency.breaker_state().
+BREAKER_CLOSED, BREAKER_OPEN, BREAKER_HALF_OPEN = 0, 1, 2
 # Client modes (BH_MODE_*).
 MODE_SHARED, MODE_STANDALONE = 0, 1
 _OPEN_REQUIRE_SEGMENT = 1
@@ -45,9 +52,10 @@ _SONAME = "libbulkhead.so.0"
 
 
 class Rejected(Exception):
-    """The dependency is at its limit: the call was not admitted.
+    """The call was not admitted.
 
-    ``reason`` is the BH_REJECT_* code (1: the limit)."""
+    ``reason`` is the BH_REJECT_* code: REJECT_LIMIT (at its limit) or
+    REJECT_OPEN_CIRCUIT (its circuit breaker is open)."""
 
     def __init__(self, dependency, reason):
         super().__init__(f"{dependency}: not admitted (reason {reason})")
@@ -94,8 +102,13 @@ def _load():
         "bh_limit": (ctypes.c_long, [c_dep]),
         "bh_inflight": (ctypes.c_long, [c_dep]),
         "bh_last_error": (ctypes.c_char_p, []),
+        # BULKHEAD_1.3: absent from an older libbulkhead (then always closed).
+        "bh_breaker_state": (ctypes.c_int, [c_dep]),
     }
     for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name, None)
+        if fn is None and name == "bh_breaker_state":
+            continue
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
     return lib
@@ -142,6 +155,11 @@ class Permit:
 
     def success(self):
         self.release(SUCCESS)
+
+    def failed(self):
+        """The dependency answered an error: counted by its circuit breaker,
+        not a latency sample."""
+        self.release(FAILED)
 
     def dropped(self):
         """Timed out or met back-pressure: counted, its latency not kept."""
@@ -193,6 +211,14 @@ class Dependency:
         if rc < 0:
             _raise(rc, self.name)
         return permit, rc
+
+    def breaker_state(self):
+        """BREAKER_CLOSED, BREAKER_OPEN or BREAKER_HALF_OPEN, as bulkheadd
+        last published it (always closed standalone, or with a libbulkhead
+        older than the breaker)."""
+        self._client._open_handle()
+        fn = getattr(_c(), "bh_breaker_state", None)
+        return BREAKER_CLOSED if fn is None or fn.argtypes is None else fn(self._handle)
 
     @property
     def limit(self):
