@@ -93,6 +93,7 @@ void expect_default_dependency(const DependencyConfig& dep) {
   EXPECT_EQ(dep.enforce, want.enforce);
   EXPECT_EQ(dep.max_queue, want.max_queue);
   EXPECT_EQ(dep.queue_order, want.queue_order);
+  EXPECT_EQ(dep.breaker, want.breaker);
 }
 
 // ---------------------------------------------------------------------------
@@ -115,7 +116,10 @@ TEST(EmbeddedDefaultConfig, ShowsEveryKeyWithItsValue) {
         "\nsegment_mode = 0o660\n", "\nlog_level = \"info\"\n", "\n[defaults]\n",
         "\npolicy = \"balance\"\n", "\nmin_limit = 1\n", "\nmax_limit = 1000\n",
         "\ninitial_limit = 20\n", "\nwindow_min_samples = 10\n", "\nwindow_max_ms = 1000\n", "\nenforce = true\n",
-        "\nmax_queue = 0\n", "\nqueue_order = \"fifo\"\n",
+        "\nmax_queue = 0\n", "\nqueue_order = \"fifo\"\n", "\n[defaults.breaker]\n", "\nenabled = false\n",
+        "\nfailure_rate_threshold = 0.5\n", "\nminimum_calls = 20\n", "\nwindow_ms = 10000\n",
+        "\nsleep_window_ms = 5000\n", "\nhalf_open_calls = 3\n", "\nslow_call_duration_ms = 0\n",
+        "\nslow_call_rate_threshold = 1.0\n", "\nforce = \"auto\"\n",
         "\n# [dependency.payments-db]\n"}) {
     EXPECT_NE(text.find(line), std::string_view::npos) << "missing: " << line;
   }
@@ -150,6 +154,8 @@ TEST(EmbeddedDefaultConfig, ExampleDependencyIsValid) {
   EXPECT_EQ(dep.policy, "aimd");
   EXPECT_EQ(dep.params, (policies::ParamMap{{"backoff", 0.8}}));
   EXPECT_EQ(dep.bounds.max, 200);
+  EXPECT_TRUE(dep.breaker.enabled);
+  EXPECT_EQ(dep.breaker.half_open_calls, 3u);
 }
 
 TEST(ParseConfig, EmptyTextIsTheStructDefaults) {
