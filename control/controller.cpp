@@ -93,9 +93,12 @@ void Controller::close_window(std::uint32_t inflight, std::uint64_t now_ns) {
   if (w.ok > 0) {
     w.rtt_min_ns = extremes_.rtt_min_ns == UINT64_MAX ? 0 : extremes_.rtt_min_ns;
     w.rtt_max_ns = extremes_.rtt_max_ns;
-    w.rtt_p50_ns = shm::histogram_quantile_ns(open_.histogram, 0.50);
-    w.rtt_p90_ns = shm::histogram_quantile_ns(open_.histogram, 0.90);
-    w.rtt_p99_ns = shm::histogram_quantile_ns(open_.histogram, 0.99);
+    constexpr double kQuantiles[] = {0.50, 0.90, 0.99};
+    std::uint64_t at[3];
+    shm::histogram_quantiles_ns(open_.histogram, kQuantiles, at);
+    w.rtt_p50_ns = at[0];
+    w.rtt_p90_ns = at[1];
+    w.rtt_p99_ns = at[2];
   }
   w.limit = limit_;
   // Clients write the peak; trust it no further than the limit allows.
