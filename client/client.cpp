@@ -73,10 +73,14 @@ void raise_to(std::atomic<T>& a, T value) {
   }
 }
 
+// Release: the window minimum, like the latency sum, tells the daemon's
+// StatsReader::take() that a bucket of this stripe moved (the same lock
+// cmpxchg as relaxed on x86).
 template <typename T>
 void lower_to(std::atomic<T>& a, T value) {
   T seen = a.load(std::memory_order_relaxed);
-  while (value < seen && !a.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  while (value < seen && !a.compare_exchange_weak(seen, value, std::memory_order_release,
+                                                  std::memory_order_relaxed)) {
   }
 }
 
@@ -161,11 +165,15 @@ std::uint32_t env_static_limit() {
 void record(bh_dep* d, int outcome, std::uint64_t latency_ns) {
   shm::StatsStripe& s = *d->stats;
   // Relaxed: statistics are counters read on their own by the daemon; they
-  // publish no other memory.
+  // publish no other memory. Except the latency sum, release: it pairs with
+  // the acquire load in the daemon's StatsReader::take(), which reads a
+  // stripe's histogram only once a sum (or the minimum) moved, so the
+  // bucket added before it must be visible with it. The same lock xadd as
+  // relaxed on x86.
   switch (outcome) {
     case BH_SUCCESS:
       s.histogram[shm::histogram_bucket(latency_ns)].fetch_add(1, std::memory_order_relaxed);
-      s.rtt_sum_ns.fetch_add(latency_ns, std::memory_order_relaxed);
+      s.rtt_sum_ns.fetch_add(latency_ns, std::memory_order_release);
       lower_to(s.rtt_min_ns, latency_ns);
       raise_to(s.rtt_max_ns, latency_ns);
       break;
@@ -221,9 +229,10 @@ void fill_permit(bh_permit* out, bh_dep* d, std::uint64_t deadline_ns) {
 }
 
 void record_wait(bh_dep* d, std::uint64_t waited_ns) {
-  // Relaxed: statistics, as in record().
+  // Relaxed: statistics, as in record(); the sum release, as the latency
+  // sum there.
   d->stats->wait_histogram[shm::histogram_bucket(waited_ns)].fetch_add(1, std::memory_order_relaxed);
-  d->stats->wait_sum_ns.fetch_add(waited_ns, std::memory_order_relaxed);
+  d->stats->wait_sum_ns.fetch_add(waited_ns, std::memory_order_release);
 }
 
 int reject_queue_full(bh_dep* d) {

@@ -125,7 +125,7 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
     return false;
   }
   // Start counting from now: an adopted segment's history is not a window.
-  d.last = shm::read_counters(segment_, index);
+  d.stats = std::make_unique<shm::StatsReader>(segment_, index);
   // Continue from the limit in force (set by a client's claim, the config,
   // or a previous daemon), not from initial_limit.
   const DependencyConfig settings = config_.effective(d.name);
@@ -206,10 +206,7 @@ void ControlLoop::tick(std::uint64_t now_ns) {
 void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
   const shm::DependencySlot& slot = segment_.dependency(d.index);
   control::TickObservation o;
-  const shm::DependencyCounters now = shm::read_counters(segment_, d.index);
-  o.delta = now.since(d.last);
-  d.last = now;
-  o.extremes = shm::take_window_extremes(segment_, d.index);
+  d.stats->take(segment_, d.index, o.delta, o.extremes);
   o.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
   if (d.controller->observe(o, now_ns)) publish_limit(d);
   publish_service_time(d, o.delta);

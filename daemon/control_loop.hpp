@@ -75,7 +75,7 @@ class ControlLoop {
     std::uint32_t index = 0;
     std::string name;
     std::unique_ptr<control::Controller> controller;
-    shm::DependencyCounters last;  // reading at the previous tick
+    std::unique_ptr<shm::StatsReader> stats;  // its stripes, read since the previous tick
     int drift_ticks = 0;           // ticks in a row in-flight exceeded the held counts
     std::int64_t drift_min = 0;    // the smallest excess over those ticks
     Metrics::Dependency* metrics = nullptr;

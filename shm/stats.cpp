@@ -67,3 +67,106 @@ WindowExtremes take_window_extremes(Segment& segment, std::uint32_t index) {
 }
 
 }  // namespace bulkhead::shm
+
+namespace bulkhead::shm {
+
+namespace {
+
+// The scalar counters of a stripe, in a fixed order. Acquire on the two
+// sums: they pair with the release adds in the client's record() and
+// record_wait(), which follow the histogram add of the same call, so that a
+// changed sum shows that call's bucket too.
+std::array<std::uint64_t, 8> load_scalars(const StatsStripe& st) {
+  return {st.dropped.load(std::memory_order_relaxed),
+          st.ignored.load(std::memory_order_relaxed),
+          st.rejected.load(std::memory_order_relaxed),
+          st.shadow_admitted.load(std::memory_order_relaxed),
+          st.rtt_sum_ns.load(std::memory_order_acquire),
+          st.queue_full.load(std::memory_order_relaxed),
+          st.deadline_rejected.load(std::memory_order_relaxed),
+          st.wait_sum_ns.load(std::memory_order_acquire)};
+}
+
+}  // namespace
+
+StatsReader::StatsReader(const Segment& segment, std::uint32_t index)
+    : stripes_(segment.capacities().stats_stripes) {
+  for (std::uint32_t s = 0; s < stripes_.size(); ++s) {
+    const StatsStripe& st = segment.stripe(index, s);
+    Stripe& mine = stripes_[s];
+    mine.scalars = load_scalars(st);
+    std::array<std::uint32_t, 2 * kHistogramBuckets> buckets;
+    bool any = false;
+    for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
+      buckets[b] = static_cast<std::uint32_t>(st.histogram[b].load(std::memory_order_relaxed));
+      buckets[kHistogramBuckets + b] = static_cast<std::uint32_t>(st.wait_histogram[b].load(std::memory_order_relaxed));
+      any |= (buckets[b] | buckets[kHistogramBuckets + b]) != 0;
+    }
+    if (any) mine.buckets = std::make_unique<std::array<std::uint32_t, 2 * kHistogramBuckets>>(buckets);
+  }
+}
+
+void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters& delta,
+                       WindowExtremes& extremes) {
+  // Why an unchanged stripe needs no histogram read: every call that adds
+  // to a histogram then changes a scalar of the same stripe (the latency
+  // or wait sum, with a release add), or, for a success of latency 0,
+  // lowers the window minimum, which this take finds not neutral. A bucket
+  // added to after this take's scalar loads is read at the take that sees
+  // its call's scalar change, which comes later. The one case left: a
+  // success of latency 0 whose minimum was already 0 this window, on a CPU
+  // weaker than x86's, may wait for the stripe's next change to be counted
+  // (counters only grow: it is late, never lost).
+  stripes_read_ = 0;
+  for (std::uint32_t s = 0; s < stripes_.size(); ++s) {
+    StatsStripe& st = segment.stripe(index, s);
+    Stripe& mine = stripes_[s];
+    // The extremes: load first, exchange only what is not neutral, so that
+    // an idle stripe costs no locked write. One set after the load waits
+    // for the next take. Acquire on the minimum: see above.
+    std::uint64_t rtt_min = st.rtt_min_ns.load(std::memory_order_relaxed);
+    if (rtt_min != UINT64_MAX) rtt_min = st.rtt_min_ns.exchange(UINT64_MAX, std::memory_order_acquire);
+    extremes.rtt_min_ns = std::min(extremes.rtt_min_ns, rtt_min);
+    if (st.rtt_max_ns.load(std::memory_order_relaxed) != 0) {
+      extremes.rtt_max_ns = std::max(extremes.rtt_max_ns, st.rtt_max_ns.exchange(0, std::memory_order_relaxed));
+    }
+    if (st.max_inflight.load(std::memory_order_relaxed) != 0) {
+      extremes.max_inflight = std::max(extremes.max_inflight, st.max_inflight.exchange(0, std::memory_order_relaxed));
+    }
+    const std::array<std::uint64_t, kScalars> now = load_scalars(st);
+    if (now == mine.scalars && rtt_min == UINT64_MAX) continue;
+    ++stripes_read_;
+    delta.dropped += now[0] - mine.scalars[0];
+    delta.ignored += now[1] - mine.scalars[1];
+    delta.rejected += now[2] - mine.scalars[2];
+    delta.shadow_admitted += now[3] - mine.scalars[3];
+    delta.rtt_sum_ns += now[4] - mine.scalars[4];
+    delta.queue_full += now[5] - mine.scalars[5];
+    delta.deadline_rejected += now[6] - mine.scalars[6];
+    delta.wait_sum_ns += now[7] - mine.scalars[7];
+    const std::uint64_t before_wait_sum = mine.scalars[7];
+    mine.scalars = now;
+    if (!mine.buckets) mine.buckets = std::make_unique<std::array<std::uint32_t, 2 * kHistogramBuckets>>();
+    std::array<std::uint32_t, 2 * kHistogramBuckets>& last = *mine.buckets;
+    for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
+      const auto ok = static_cast<std::uint32_t>(st.histogram[b].load(std::memory_order_relaxed));
+      const std::uint32_t added = ok - last[b];
+      last[b] = ok;
+      delta.histogram[b] += added;
+      delta.ok += added;
+    }
+    // The wait histogram only when a wait was recorded: its sum moved. (A
+    // wait of exactly 0 ns adds nothing to the sum: it is counted at the
+    // stripe's next wait.)
+    if (now[7] == before_wait_sum) continue;
+    for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
+      const auto waited = static_cast<std::uint32_t>(st.wait_histogram[b].load(std::memory_order_relaxed));
+      const std::uint32_t waits = waited - last[kHistogramBuckets + b];
+      last[kHistogramBuckets + b] = waited;
+      delta.wait_histogram[b] += waits;
+      delta.waited += waits;
+    }
+  }
+}
+
+}  // namespace bulkhead::shm

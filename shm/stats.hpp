@@ -9,6 +9,8 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "shm/segment.hpp"
 
@@ -52,5 +54,50 @@ struct WindowExtremes {
 // Takes the window extremes of dependency `index` and resets them to their
 // neutral values (the daemon, once per tick). Needs a read-write mapping.
 WindowExtremes take_window_extremes(Segment& segment, std::uint32_t index);
+
+// The daemon's reading of one dependency, tick after tick: the deltas of
+// its counters and its window extremes, read stripe by stripe, re-reading a
+// stripe's two histograms (50 of its 52 cache lines) only when something
+// was recorded there since the last take. A take reads, per stripe, its
+// first two lines (the scalar counters and the window extremes); a stripe
+// whose scalars are unchanged and whose window minimum is still neutral
+// has had no outcome and no wait recorded since, so its histograms are
+// unchanged too (see take() for the order that makes this sound). On a host
+// where a dependency is written by few processes, most of its stripes are
+// idle in any tick: the daemon's tick then costs in proportion to the
+// stripes written, not to stats_stripes.
+//
+// It keeps, per stripe, the last reading of the scalars and, for a stripe
+// that has ever been written, the low 32 bits of each histogram bucket
+// (1.6 KB): a bucket's delta is taken modulo 2^32, exact while a bucket of
+// one stripe takes fewer than 2^32 adds between two takes (a cache line
+// takes no more than about 10^8 adds a second, and a tick is at most 60 s).
+//
+// Thread safety: one thread (the control loop) owns a reader.
+class StatsReader {
+ public:
+  // Starts from the counters as they are now: what they hold already is
+  // not counted.
+  StatsReader(const Segment& segment, std::uint32_t index);
+
+  // Adds to `delta` (which the caller zeroed) what was recorded since the
+  // previous take or the construction, and takes the window extremes into
+  // `extremes`, resetting them to neutral. Needs a read-write mapping.
+  void take(Segment& segment, std::uint32_t index, DependencyCounters& delta, WindowExtremes& extremes);
+
+  // Stripes whose histograms the last take read (tests, benchmarks).
+  std::uint32_t stripes_read() const { return stripes_read_; }
+
+ private:
+  static constexpr std::size_t kScalars = 8;
+  struct Stripe {
+    std::array<std::uint64_t, kScalars> scalars{};
+    // Low 32 bits of the last reading of histogram then wait_histogram;
+    // null while both read all zeros.
+    std::unique_ptr<std::array<std::uint32_t, 2 * kHistogramBuckets>> buckets;
+  };
+  std::vector<Stripe> stripes_;
+  std::uint32_t stripes_read_ = 0;
+};
 
 }  // namespace bulkhead::shm

@@ -1,0 +1,101 @@
+// StatsReader: the daemon's stripe-by-stripe reading gives the same deltas
+// as summing every stripe, while reading only the stripes written since.
+#include "shm/stats.hpp"
+
+#include <gtest/gtest.h>
+
+#include "tests/support/temp_segment.hpp"
+
+namespace bulkhead::shm {
+namespace {
+
+using testing::TempSegmentName;
+
+// What the client's record() does for a success, on one stripe.
+void record_success(StatsStripe& s, std::uint64_t latency_ns) {
+  s.histogram[histogram_bucket(latency_ns)].fetch_add(1, std::memory_order_relaxed);
+  s.rtt_sum_ns.fetch_add(latency_ns, std::memory_order_release);
+  std::uint64_t seen = s.rtt_min_ns.load(std::memory_order_relaxed);
+  while (latency_ns < seen && !s.rtt_min_ns.compare_exchange_weak(seen, latency_ns, std::memory_order_release)) {
+  }
+}
+
+class StatsReaderTest : public ::testing::Test {
+ protected:
+  StatsReaderTest() : segment_(Segment::create(name_, testing::small_segment(4, 4, 4))) {
+    index_ = find_or_claim_dependency(segment_, "db", 10, 0).index;
+  }
+  DependencyCounters take(StatsReader& reader, WindowExtremes* extremes = nullptr) {
+    DependencyCounters delta;
+    WindowExtremes e;
+    reader.take(segment_, index_, delta, e);
+    if (extremes != nullptr) *extremes = e;
+    return delta;
+  }
+  TempSegmentName name_;
+  Segment segment_;
+  std::uint32_t index_ = 0;
+};
+
+TEST_F(StatsReaderTest, CountsWhatWasRecordedSinceTheLastTakeOnly) {
+  record_success(segment_.stripe(index_, 1), 2'000'000);  // before the reader: not counted
+  StatsReader reader(segment_, index_);
+  for (int i = 0; i < 3; ++i) record_success(segment_.stripe(index_, 1), 1'000'000);
+  segment_.stripe(index_, 2).dropped.fetch_add(2);
+  segment_.stripe(index_, 3).rejected.fetch_add(5);
+  WindowExtremes e;
+  const DependencyCounters d = take(reader, &e);
+  EXPECT_EQ(d.ok, 3u);
+  EXPECT_EQ(d.histogram[histogram_bucket(1'000'000)], 3u);
+  EXPECT_EQ(d.histogram[histogram_bucket(2'000'000)], 0u);
+  EXPECT_EQ(d.rtt_sum_ns, 3'000'000u);
+  EXPECT_EQ(d.dropped, 2u);
+  EXPECT_EQ(d.rejected, 5u);
+  EXPECT_EQ(e.rtt_min_ns, 1'000'000u);
+  EXPECT_EQ(reader.stripes_read(), 3u);  // stripe 0 was not written
+
+  const DependencyCounters again = take(reader);
+  EXPECT_EQ(again.ok, 0u);
+  EXPECT_EQ(again.dropped, 0u);
+  EXPECT_EQ(reader.stripes_read(), 0u);
+}
+
+TEST_F(StatsReaderTest, ASuccessOfZeroLatencyIsCountedThroughTheWindowMinimum) {
+  StatsReader reader(segment_, index_);
+  take(reader);
+  record_success(segment_.stripe(index_, 0), 0);  // the latency sum does not move
+  const DependencyCounters d = take(reader);
+  EXPECT_EQ(d.ok, 1u);
+  EXPECT_EQ(d.histogram[0], 1u);
+}
+
+TEST_F(StatsReaderTest, AgreesWithSummingEveryStripe) {
+  StatsReader reader(segment_, index_);
+  DependencyCounters last = read_counters(segment_, index_);
+  std::uint64_t seed = 3;
+  for (int tick = 0; tick < 20; ++tick) {
+    for (int i = 0; i < tick * 3; ++i) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      StatsStripe& s = segment_.stripe(index_, static_cast<std::uint32_t>((seed >> 40) % 4));
+      if ((seed >> 20) % 5 == 0) {
+        s.wait_histogram[histogram_bucket((seed >> 30) % 10'000'000)].fetch_add(1);
+        s.wait_sum_ns.fetch_add((seed >> 30) % 10'000'000 + 1, std::memory_order_release);
+      } else {
+        record_success(s, (seed >> 33) % 100'000'000);
+      }
+    }
+    const DependencyCounters d = take(reader);
+    const DependencyCounters now = read_counters(segment_, index_);
+    const DependencyCounters expected = now.since(last);
+    last = now;
+    EXPECT_EQ(d.ok, expected.ok) << tick;
+    EXPECT_EQ(d.rtt_sum_ns, expected.rtt_sum_ns) << tick;
+    EXPECT_EQ(d.histogram, expected.histogram) << tick;
+    EXPECT_EQ(d.waited, expected.waited) << tick;
+    EXPECT_EQ(d.wait_sum_ns, expected.wait_sum_ns) << tick;
+    EXPECT_EQ(d.wait_histogram, expected.wait_histogram) << tick;
+  }
+}
+
+}  // namespace
+}  // namespace bulkhead::shm
