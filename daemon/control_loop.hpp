@@ -107,6 +107,8 @@ class ControlLoop {
   Config config_;
   Metrics* metrics_;
   std::map<std::uint32_t, Dependency> dependencies_;  // by slot index
+  std::vector<bool> tracked_;                         // by slot index: in dependencies_
+  std::vector<std::int64_t> drift_first_gap_;         // scan_drift()'s, kept to reuse its memory
   // Slots seen mid-claim, with the heartbeat at which they were first seen.
   std::map<std::uint32_t, std::uint64_t> claiming_since_;
   std::vector<std::string> unclaimed_;  // configured names without a slot yet

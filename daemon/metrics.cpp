@@ -170,7 +170,10 @@ void Metrics::observe_wait(Dependency& d, const std::array<std::uint64_t, shm::k
 void Metrics::observe(prometheus::Histogram& histogram,
                       const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
                       std::uint64_t sum_ns) {
-  std::vector<double> increments(latency_bounds().size() + 1, 0.0);
+  // One vector for every call, not one each: this runs twice per
+  // dependency per tick.
+  std::vector<double>& increments = increments_;
+  increments.assign(latency_bounds().size() + 1, 0.0);
   bool any = false;
   for (std::uint32_t b = 0; b < counts.size(); ++b) {
     if (counts[b] == 0) continue;

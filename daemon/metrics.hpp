@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "shm/histogram.hpp"
 
@@ -103,6 +104,7 @@ class Metrics {
                const std::array<std::uint64_t, shm::kHistogramBuckets>& counts, std::uint64_t sum_ns);
 
   std::map<std::string, Dependency> dependencies_;
+  std::vector<double> increments_;  // observe()'s scratch
   // Segment bucket -> Prometheus bucket (the first whose bound is at or
   // above the segment bucket's upper edge).
   std::array<std::uint8_t, shm::kHistogramBuckets> bucket_map_{};
