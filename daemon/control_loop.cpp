@@ -45,7 +45,7 @@ std::int64_t move_inflight(std::atomic<std::uint64_t>& word, std::int64_t change
 }  // namespace
 
 ControlLoop::ControlLoop(shm::Segment& segment, const Config& config, Metrics* metrics)
-    : segment_(segment), metrics_(metrics) {
+    : segment_(segment), metrics_(metrics), watch_(segment.capacities().max_processes) {
   heartbeat_ = segment_.header().heartbeat.load(std::memory_order_relaxed);
   apply(config);
 }
@@ -353,10 +353,12 @@ void ControlLoop::reclaim_dead_processes() {
   const std::uint32_t processes = segment_.capacities().max_processes;
   const std::uint32_t capacity = segment_.capacities().max_dependencies;
   const std::uint64_t patience = abandon_after_ticks(config_);
+  watch_.poll();
   for (std::uint32_t p = 0; p < processes; ++p) {
     shm::ProcessIdentity& id = segment_.process(p).identity;
     // Pairs with the release store of kSlotReady in claim_process_slot().
     const std::uint32_t state = id.state.load(std::memory_order_acquire);
+    if (state != shm::kSlotReady) watch_.forget(p);
     if (state == shm::kSlotFree) continue;
     if (state == shm::kSlotClaiming) {
       // Nothing is held yet in a slot being claimed; free it if the claim
@@ -373,8 +375,7 @@ void ControlLoop::reclaim_dead_processes() {
     const std::int32_t pid = id.pid.load(std::memory_order_relaxed);
     // A process /proc hides (kUnknown) counts as alive: giving back the
     // permits of a live process would admit over the limit.
-    if (shm::process_liveness(pid, id.start_time.load(std::memory_order_relaxed)) !=
-        shm::Liveness::kDead) {
+    if (watch_.check(p, pid, id.start_time.load(std::memory_order_relaxed)) != shm::Liveness::kDead) {
       continue;
     }
     std::uint64_t total = 0;
@@ -404,6 +405,7 @@ void ControlLoop::reclaim_dead_processes() {
     }
     permits_reclaimed_ += total;
     shm::release_process_slot(segment_, p);
+    watch_.forget(p);
   }
 }
 

@@ -35,6 +35,7 @@
 #include "daemon/breaker.hpp"
 #include "daemon/config.hpp"
 #include "daemon/metrics.hpp"
+#include "daemon/process_watch.hpp"
 #include "shm/segment.hpp"
 #include "shm/stats.hpp"
 
@@ -106,6 +107,7 @@ class ControlLoop {
   shm::Segment& segment_;
   Config config_;
   Metrics* metrics_;
+  ProcessWatch watch_;  // which attached processes still run
   std::map<std::uint32_t, Dependency> dependencies_;  // by slot index
   std::vector<bool> tracked_;                         // by slot index: in dependencies_
   std::vector<std::int64_t> drift_first_gap_;         // scan_drift()'s, kept to reuse its memory

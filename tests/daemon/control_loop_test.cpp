@@ -227,6 +227,48 @@ TEST_F(ControlLoopTest, AZombieThatHeldPermitsCountsAsDead) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+// A process seen alive at a tick is watched through a pidfd from then on,
+// not through /proc: its death, and its becoming a zombie, must still be
+// seen at the next tick.
+TEST_F(ControlLoopTest, AProcessThatDiesAfterATickIsFoundDeadAtTheNext) {
+  start("");
+  Dependency dep = client_->dependency("orders");
+  for (const bool reap : {true, false}) {
+    int ready[2], go[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    ASSERT_EQ(::pipe(go), 0);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      Permit a = dep.try_acquire();
+      char c = a ? 'y' : 'n';
+      if (::write(ready[1], &c, 1) != 1) std::_Exit(2);
+      if (::read(go[0], &c, 1) != 1) std::_Exit(3);
+      std::_Exit(0);  // dies holding its permit
+    }
+    char c = 0;
+    ASSERT_EQ(::read(ready[0], &c, 1), 1);
+    ASSERT_EQ(c, 'y');
+    advance_ticks(2);  // alive: seen, then watched
+    EXPECT_EQ(dep.inflight(), 1);
+    ASSERT_EQ(::write(go[1], "x", 1), 1);
+    if (reap) {
+      int status = 0;
+      ::waitpid(child, &status, 0);
+    } else {
+      for (int i = 0; i < 5000; ++i) {
+        const auto stat = shm::read_process_stat(child);
+        if (stat && stat->state == 'Z') break;
+        std::this_thread::sleep_for(1ms);
+      }
+      ASSERT_EQ(shm::read_process_stat(child)->state, 'Z');
+    }
+    advance_ticks(1);
+    EXPECT_EQ(dep.inflight(), 0) << (reap ? "reaped" : "zombie");
+    if (!reap) ::waitpid(child, nullptr, 0);
+    for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
+  }
+}
+
 TEST_F(ControlLoopTest, GarbageHeldCountsNeverTakeMoreThanIsInFlight) {
   start("");
   Dependency dep = client_->dependency("orders");

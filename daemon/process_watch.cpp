@@ -1,0 +1,99 @@
+#include "daemon/process_watch.hpp"
+
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace bulkhead::daemon {
+
+namespace {
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+}  // namespace
+
+ProcessWatch::ProcessWatch(std::uint32_t slots) : slots_(slots) {
+  rlimit files{};
+  // Room for a pidfd per slot past what the daemon otherwise holds (the
+  // metrics server's sockets, the log, the segment).
+  const rlim_t wanted = static_cast<rlim_t>(slots) + 256;
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < wanted) {
+    files.rlim_cur = std::min(wanted, files.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &files);  // when refused: fewer pidfds, more /proc reads
+  }
+}
+
+ProcessWatch::~ProcessWatch() {
+  for (Watched& w : slots_) {
+    if (w.fd >= 0) ::close(w.fd);
+  }
+}
+
+void ProcessWatch::poll() {
+  std::vector<pollfd> fds;
+  polled_.clear();
+  for (std::uint32_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].fd >= 0 && !slots_[s].exited) {
+      fds.push_back({slots_[s].fd, POLLIN, 0});
+      polled_.push_back(s);
+    }
+  }
+  if (fds.empty()) return;
+  int n;
+  do {
+    n = ::poll(fds.data(), fds.size(), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return;
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    // POLLIN: the process exited (a zombie too). POLLERR/POLLHUP/POLLNVAL
+    // should not happen on a pidfd; take them as "ask /proc" below.
+    if ((fds[i].revents & POLLIN) != 0) {
+      slots_[polled_[i]].exited = true;
+    } else if (fds[i].revents != 0) {
+      forget(polled_[i]);
+    }
+  }
+}
+
+shm::Liveness ProcessWatch::check(std::uint32_t slot, pid_t pid, std::uint64_t start_time) {
+  Watched& w = slots_.at(slot);
+  if (w.fd >= 0 && w.pid == pid && w.start_time == start_time) {
+    return w.exited ? shm::Liveness::kDead : shm::Liveness::kAlive;
+  }
+  forget(slot);
+  const shm::Liveness now = shm::process_liveness(pid, start_time);
+  // Watch it only when /proc confirmed the very process the slot names:
+  // the pidfd, opened after the slot was claimed, refers to the process
+  // that had the pid then, and a start time read after the open that
+  // matches says it is still that one.
+  if (now != shm::Liveness::kAlive || start_time == 0) return now;
+  const int fd = open_pidfd(pid);
+  if (fd < 0) return now;
+  const auto confirmed = shm::process_start_time(pid);
+  if (!confirmed || *confirmed != start_time) {
+    ::close(fd);
+    return confirmed ? shm::Liveness::kDead : now;
+  }
+  w = Watched{pid, start_time, fd, false};
+  return now;
+}
+
+void ProcessWatch::forget(std::uint32_t slot) {
+  Watched& w = slots_.at(slot);
+  if (w.fd >= 0) ::close(w.fd);
+  w = Watched{};
+}
+
+}  // namespace bulkhead::daemon
