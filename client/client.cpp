@@ -21,6 +21,7 @@
 // touching the admission line; a half-open one takes a trial permit from the
 // daemon's line with one compare-and-swap before the limit's.
 #include <pthread.h>
+#include <sys/rseq.h>
 #include <time.h>
 
 #include <algorithm>
@@ -91,7 +92,10 @@ struct bh_dep {
   const std::atomic<std::uint32_t>* limit;
   const std::atomic<std::uint32_t>* flags;  // the daemon's kDependency* flags
   std::atomic<std::uint32_t>* held;
+  // The statistics stripe this process writes, or with cpu_stripes, the
+  // dependency's first stripe: stats_of() picks one per call.
   shm::StatsStripe* stats;
+  std::uint32_t cpu_stripes;  // 0: always *stats; else the stripe of the CPU, of this many
   std::uint32_t index;  // slot in the segment; unused standalone
   std::unique_ptr<LocalSlot> local;
   // The wait queue: its futex and tickets, its records (none standalone),
@@ -138,7 +142,7 @@ void rebind_after_fork() {
     const std::uint32_t stripe = c->segment->stripe_of_process(c->process_index);
     for (auto& [name, dep] : c->deps) {
       dep->held = &c->segment->held(c->process_index, dep->index);
-      dep->stats = &c->segment->stripe(dep->index, stripe);
+      if (dep->cpu_stripes == 0) dep->stats = &c->segment->stripe(dep->index, stripe);
       dep->process = c->process_index;
     }
   }
@@ -162,8 +166,27 @@ std::uint32_t env_static_limit() {
   return value >= static_cast<long>(UINT32_MAX) ? UINT32_MAX : static_cast<std::uint32_t>(value);
 }
 
+// The stripe this call records on: with more than one, the stripe of the
+// CPU the thread runs on, as the kernel keeps it in the thread's rseq area
+// (glibc registers one per thread): one load, no system call. Processes
+// running at the same instant are on different CPUs, so with at least as
+// many stripes as CPUs they never write the same stripe, however many
+// processes there are and whatever their slots (slot p % stats_stripes
+// gave two processes whose slots differ by a multiple of the stripes one
+// line, 4x the cost of a line each: bulkhead-record-bench). A thread moved
+// right after the load writes the stripe of the CPU it left: an instant of
+// sharing, never a lost count (the adds are atomic).
+inline shm::StatsStripe* stats_of(const bh_dep* d) {
+  if (d->cpu_stripes == 0) return d->stats;
+  const auto* area = reinterpret_cast<const volatile struct rseq*>(
+      static_cast<const char*>(__builtin_thread_pointer()) + __rseq_offset);
+  std::uint32_t cpu = area->cpu_id_start;  // always a valid CPU number (0 before registration)
+  if (cpu >= d->cpu_stripes) cpu %= d->cpu_stripes;
+  return d->stats + cpu;
+}
+
 void record(bh_dep* d, int outcome, std::uint64_t latency_ns) {
-  shm::StatsStripe& s = *d->stats;
+  shm::StatsStripe& s = *stats_of(d);
   // Relaxed: statistics are counters read on their own by the daemon; they
   // publish no other memory. Except the latency sum, release: it pairs with
   // the acquire load in the daemon's StatsReader::take(), which reads a
@@ -207,7 +230,7 @@ inline void count_admission(bh_dep* d, std::uint64_t word) {
   // Release pairs with the daemon's acquire load of held: if it sees this
   // add it sees the CAS.
   d->held->fetch_add(1, std::memory_order_release);
-  raise_to(d->stats->max_inflight, shm::admission_inflight(word) + 1);
+  raise_to(stats_of(d)->max_inflight, shm::admission_inflight(word) + 1);
 }
 
 // bh_acquire() marks the permits it fills by the low bit of dep_ (a bh_dep
@@ -231,17 +254,18 @@ void fill_permit(bh_permit* out, bh_dep* d, std::uint64_t deadline_ns) {
 void record_wait(bh_dep* d, std::uint64_t waited_ns) {
   // Relaxed: statistics, as in record(); the sum release, as the latency
   // sum there.
-  d->stats->wait_histogram[shm::histogram_bucket(waited_ns)].fetch_add(1, std::memory_order_relaxed);
-  d->stats->wait_sum_ns.fetch_add(waited_ns, std::memory_order_release);
+  shm::StatsStripe* s = stats_of(d);
+  s->wait_histogram[shm::histogram_bucket(waited_ns)].fetch_add(1, std::memory_order_relaxed);
+  s->wait_sum_ns.fetch_add(waited_ns, std::memory_order_release);
 }
 
 int reject_queue_full(bh_dep* d) {
-  d->stats->queue_full.fetch_add(1, std::memory_order_relaxed);
+  stats_of(d)->queue_full.fetch_add(1, std::memory_order_relaxed);
   return BH_REJECT_QUEUE_FULL;
 }
 
 int reject_deadline(bh_dep* d) {
-  d->stats->deadline_rejected.fetch_add(1, std::memory_order_relaxed);
+  stats_of(d)->deadline_rejected.fetch_add(1, std::memory_order_relaxed);
   return BH_REJECT_DEADLINE;
 }
 
@@ -464,7 +488,11 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->limit = &slot.control.limit;
       dep->flags = &slot.control.flags;
       dep->held = &s.held(c->process_index, index);
-      dep->stats = &s.stripe(index, s.stripe_of_process(c->process_index));
+      // Per-CPU stripes where the kernel tells the CPU (rseq registered),
+      // else the process slot's stripe.
+      const std::uint32_t stripes = s.capacities().stats_stripes;
+      dep->cpu_stripes = stripes > 1 && __rseq_size > 0 ? stripes : 0;
+      dep->stats = &s.stripe(index, dep->cpu_stripes != 0 ? 0 : s.stripe_of_process(c->process_index));
       dep->line = &slot.admission;
       dep->control = &slot.control;
       dep->trials = &slot.control.trials;
@@ -481,6 +509,7 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->flags = &dep->local->control.flags;
       dep->held = &dep->local->held;
       dep->stats = &dep->local->stripe;
+      dep->cpu_stripes = 0;
       // No queue standalone: bh_acquire() at the limit is refused at once.
       dep->line = &dep->local->admission;
       dep->control = &dep->local->control;
@@ -520,12 +549,12 @@ inline int admit(bh_dep* d, bool count_rejection) {
     // rejection, so the admitted path pays nothing for it. Relaxed: a
     // lone flag, like the limit.
     if (over && (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) == 0) {
-      if (count_rejection) d->stats->rejected.fetch_add(1, std::memory_order_relaxed);
+      if (count_rejection) stats_of(d)->rejected.fetch_add(1, std::memory_order_relaxed);
       return BH_REJECT_LIMIT;
     }
   } while (!d->admission->compare_exchange_weak(word, word + shm::kAdmissionAcquire,
                                                 std::memory_order_relaxed));
-  if (over) d->stats->shadow_admitted.fetch_add(1, std::memory_order_relaxed);
+  if (over) stats_of(d)->shadow_admitted.fetch_add(1, std::memory_order_relaxed);
   count_admission(d, word);
   return 0;
 }

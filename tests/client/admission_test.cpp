@@ -1,6 +1,9 @@
 // Admission against a real segment: the limit holds under threads and
 // processes, counts return to zero, outcomes reach the statistics.
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/rseq.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -295,6 +298,46 @@ TEST_F(AdmissionTest, StrictDaemonRefusesUnknownNames) {
   EXPECT_EQ(bh_dependency(c, "known", &d), 0);
   EXPECT_EQ(bh_limit(d), 5);
   bh_client_close(c);
+}
+
+// Outcomes land on the stripe of the CPU the caller runs on: two threads
+// pinned to two CPUs write two stripes, and the daemon's sum has them all.
+TEST_F(AdmissionTest, OutcomesAreRecordedOnTheStripeOfTheCallersCpu) {
+  cpu_set_t mine;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof mine, &mine), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
+    if (CPU_ISSET(c, &mine)) cpus.push_back(c);
+  }
+  if (cpus.size() < 2 || __rseq_size == 0) GTEST_SKIP() << "needs two CPUs and glibc's rseq registration";
+  bh_client* client = nullptr;
+  ASSERT_EQ(bh_client_open(name_.c_str(), &client), 0);
+  bh_dep* dep = nullptr;
+  ASSERT_EQ(bh_dependency(client, "per-cpu", &dep), 0);
+  const std::uint32_t stripes = segment_->capacities().stats_stripes;
+  ASSERT_GE(stripes, 2u);
+  auto on_cpu = [&](int cpu, int calls) {
+    std::thread t([&] {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      ASSERT_EQ(::pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+      ::sched_yield();  // now on it: the kernel updates the rseq area on the move
+      for (int i = 0; i < calls; ++i) {
+        bh_permit p;
+        ASSERT_EQ(bh_try_acquire_untimed(dep, &p), 0);
+        bh_release_latency(&p, BH_DROPPED, 0);
+      }
+    });
+    t.join();
+  };
+  on_cpu(cpus[0], 3);
+  on_cpu(cpus[1], 5);
+  const std::uint32_t index = slot_of("per-cpu");
+  EXPECT_EQ(segment_->stripe(index, static_cast<std::uint32_t>(cpus[0]) % stripes).dropped.load(), 3u);
+  EXPECT_EQ(segment_->stripe(index, static_cast<std::uint32_t>(cpus[1]) % stripes).dropped.load(), 5u);
+  EXPECT_EQ(shm::read_counters(*segment_, index).dropped, 8u);
+  bh_client_close(client);
 }
 
 TEST_F(AdmissionTest, BadNamesAreEINVAL) {
