@@ -181,6 +181,14 @@ int run(const Options& options) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   shm::Segment segment = open_segment(config, options.recreate_segment);
+  {
+    // What the capacities cost, for capacity planning (docs/operations.md).
+    const shm::Capacities c = segment.capacities();
+    spdlog::info("segment /dev/shm/{}: {:.1f} MiB for {} dependencies ({} statistics stripes, {} queue "
+                 "places each) and {} processes",
+                 config.daemon.segment, static_cast<double>(segment.size()) / (1024.0 * 1024.0),
+                 c.max_dependencies, c.stats_stripes, c.queue_slots, c.max_processes);
+  }
   shm::Header& header = segment.header();
   header.daemon_pid.store(::getpid(), std::memory_order_relaxed);
   header.daemon_start_time.store(shm::process_start_time(::getpid()).value_or(0),
