@@ -554,7 +554,8 @@ class Fixture {
   static shm::CreateOptions segment_options() {
     shm::CreateOptions o;
     // Room for the parent and a child with two clients; 8 stripes, so that
-    // the child's slot never shares the parent's statistics stripe.
+    // the child never shares the parent's statistics stripe (each records
+    // on its CPU's, or without rseq on its slot's).
     o.capacities = {16, 16, 8};
     o.mode = 0600;
     return o;
