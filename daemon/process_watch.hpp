@@ -10,7 +10,11 @@
 // names, the watch opens a pidfd on it (pidfd_open, Linux 5.3), which
 // refers to that process and no other whatever happens to its pid; each
 // tick one poll() over every pidfd tells which exited (zombies included).
-// Where there is no pidfd (an older kernel, no descriptor left, a process
+// A pidfd polls readable once every thread of the process has exited: a
+// process whose main thread is a zombie while another thread is still on
+// its way out (a moment, or longer for one stuck in an uninterruptible
+// sleep) counts as dead a tick or so later than /proc would say; none of
+// its threads can release a permit meanwhile. Where there is no pidfd (an older kernel, no descriptor left, a process
 // /proc hides, a slot without a start time) it reads /proc every tick, as
 // before.
 //

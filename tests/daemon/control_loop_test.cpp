@@ -2,7 +2,9 @@
 // through the library, the test advances time tick by tick.
 #include "daemon/control_loop.hpp"
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -250,7 +252,15 @@ TEST_F(ControlLoopTest, AProcessThatDiesAfterATickIsFoundDeadAtTheNext) {
     ASSERT_EQ(c, 'y');
     advance_ticks(2);  // alive: seen, then watched
     EXPECT_EQ(dep.inflight(), 1);
+    // The test's own pidfd tells when the whole process has exited: a
+    // process that is a zombie in /proc may still have threads exiting
+    // (a sanitizer's), and until they are gone its pidfd is not readable.
+    const int watch = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
+    ASSERT_GE(watch, 0);
     ASSERT_EQ(::write(go[1], "x", 1), 1);
+    pollfd exited{watch, POLLIN, 0};
+    ASSERT_EQ(::poll(&exited, 1, 10'000), 1);
+    ::close(watch);
     if (reap) {
       int status = 0;
       ::waitpid(child, &status, 0);
