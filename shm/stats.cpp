@@ -76,7 +76,7 @@ namespace {
 // sums: they pair with the release adds in the client's record() and
 // record_wait(), which follow the histogram add of the same call, so that a
 // changed sum shows that call's bucket too.
-std::array<std::uint64_t, 8> load_scalars(const StatsStripe& st) {
+std::array<std::uint64_t, StatsReader::kScalars> load_scalars(const StatsStripe& st) {
   return {st.dropped.load(std::memory_order_relaxed),
           st.ignored.load(std::memory_order_relaxed),
           st.rejected.load(std::memory_order_relaxed),
@@ -84,7 +84,10 @@ std::array<std::uint64_t, 8> load_scalars(const StatsStripe& st) {
           st.rtt_sum_ns.load(std::memory_order_acquire),
           st.queue_full.load(std::memory_order_relaxed),
           st.deadline_rejected.load(std::memory_order_relaxed),
-          st.wait_sum_ns.load(std::memory_order_acquire)};
+          st.wait_sum_ns.load(std::memory_order_acquire),
+          st.failed.load(std::memory_order_relaxed),
+          st.open_rejected.load(std::memory_order_relaxed),
+          st.shadow_open.load(std::memory_order_relaxed)};
 }
 
 }  // namespace
@@ -144,6 +147,9 @@ void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters
     delta.queue_full += now[5] - mine.scalars[5];
     delta.deadline_rejected += now[6] - mine.scalars[6];
     delta.wait_sum_ns += now[7] - mine.scalars[7];
+    delta.failed += now[8] - mine.scalars[8];
+    delta.open_rejected += now[9] - mine.scalars[9];
+    delta.shadow_open += now[10] - mine.scalars[10];
     const std::uint64_t before_wait_sum = mine.scalars[7];
     mine.scalars = now;
     if (!mine.buckets) mine.buckets = std::make_unique<std::array<std::uint32_t, 2 * kHistogramBuckets>>();

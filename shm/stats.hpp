@@ -88,8 +88,12 @@ class StatsReader {
   // Stripes whose histograms the last take read (tests, benchmarks).
   std::uint32_t stripes_read() const { return stripes_read_; }
 
+  // The scalar counters of a stripe that a take compares: every counter of
+  // StatsStripe but the histograms and the window extremes. A counter left
+  // out would be read only when another one moved with it.
+  static constexpr std::size_t kScalars = 11;
+
  private:
-  static constexpr std::size_t kScalars = 8;
   struct Stripe {
     std::array<std::uint64_t, kScalars> scalars{};
     // Low 32 bits of the last reading of histogram then wait_histogram;

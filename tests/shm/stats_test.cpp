@@ -69,6 +69,32 @@ TEST_F(StatsReaderTest, ASuccessOfZeroLatencyIsCountedThroughTheWindowMinimum) {
   EXPECT_EQ(d.histogram[0], 1u);
 }
 
+// A counter the reader does not compare would be counted only when another
+// one of the same stripe moved with it: each one alone must be seen.
+TEST_F(StatsReaderTest, EveryCounterIsSeenOnItsOwn) {
+  struct Counter {
+    const char* name;
+    std::atomic<std::uint64_t> StatsStripe::*stripe;
+    std::uint64_t DependencyCounters::*delta;
+  };
+  const Counter counters[] = {
+      {"dropped", &StatsStripe::dropped, &DependencyCounters::dropped},
+      {"ignored", &StatsStripe::ignored, &DependencyCounters::ignored},
+      {"rejected", &StatsStripe::rejected, &DependencyCounters::rejected},
+      {"shadow_admitted", &StatsStripe::shadow_admitted, &DependencyCounters::shadow_admitted},
+      {"queue_full", &StatsStripe::queue_full, &DependencyCounters::queue_full},
+      {"deadline_rejected", &StatsStripe::deadline_rejected, &DependencyCounters::deadline_rejected},
+      {"failed", &StatsStripe::failed, &DependencyCounters::failed},
+      {"open_rejected", &StatsStripe::open_rejected, &DependencyCounters::open_rejected},
+      {"shadow_open", &StatsStripe::shadow_open, &DependencyCounters::shadow_open},
+  };
+  StatsReader reader(segment_, index_);
+  for (const Counter& c : counters) {
+    (segment_.stripe(index_, 2).*c.stripe).fetch_add(1);
+    EXPECT_EQ(take(reader).*c.delta, 1u) << c.name;
+  }
+}
+
 TEST_F(StatsReaderTest, AgreesWithSummingEveryStripe) {
   StatsReader reader(segment_, index_);
   DependencyCounters last = read_counters(segment_, index_);
