@@ -165,11 +165,15 @@ TEST_F(ExecutorTest, HostWidePermitsAdmitTheTasks) {
   EXPECT_TRUE(ran.load());
 }
 
-TEST_F(ExecutorTest, AnExceptionReachesTheFutureAndCountsAsDropped) {
+TEST_F(ExecutorTest, AnExceptionReachesTheFutureAndCountsAsFailedOrDropped) {
   Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
-  auto s = pool.submit([]() -> int { throw std::runtime_error("connection reset"); });
-  ASSERT_TRUE(s);
-  EXPECT_THROW(s.future().get(), std::runtime_error);
+  auto failed = pool.submit([]() -> int { throw std::runtime_error("connection reset"); });
+  ASSERT_TRUE(failed);
+  EXPECT_THROW(failed.future().get(), std::runtime_error);
+  auto timed_out = pool.submit([]() -> int { throw CallDropped("no answer in 200 ms"); });
+  ASSERT_TRUE(timed_out);
+  EXPECT_THROW(timed_out.future().get(), CallDropped);
+  EXPECT_EQ(counters().failed, 1u);
   EXPECT_EQ(counters().dropped, 1u);
   EXPECT_EQ(dep_->inflight(), 0);
 }

@@ -34,6 +34,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -62,6 +63,20 @@ class Error : public std::system_error {
  public:
   explicit Error(int negative_errno)
       : std::system_error(-negative_errno, std::generic_category(), bh_last_error()) {}
+};
+
+// Thrown by a call run for you (bulkhead::execute(), an Executor task), or
+// anything it calls, to report a timeout: its permit goes back BH_DROPPED.
+class CallDropped : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A plain failure such a call may throw for an error reply: BH_FAILED (any
+// other exception counts the same).
+class CallFailed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 class Permit {

@@ -21,7 +21,10 @@
 //
 // A task is called with no argument, or with the `const Permit&` it runs
 // under, whose remaining() is its budget. Its return is a success; an
-// exception it throws reaches the future and counts as dropped.
+// exception it throws reaches the future and counts as failed (BH_FAILED:
+// the circuit breaker counts it), or as dropped if it is a CallDropped (a
+// timeout: the breaker counts it, and the limit policy backs off), as with
+// bulkhead::execute().
 //
 // Thread safety: submit(), queued() and shutdown() may be called from any
 // thread; the destructor must not run while another thread submits. Under
@@ -204,8 +207,11 @@ class Executor {
           permit.success();
           promise.set_value(std::move(result));
         }
-      } catch (...) {
+      } catch (const CallDropped&) {
         permit.dropped();
+        promise.set_exception(std::current_exception());
+      } catch (...) {
+        permit.failed();
         promise.set_exception(std::current_exception());
       }
     }

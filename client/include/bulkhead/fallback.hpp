@@ -104,18 +104,8 @@ struct FallbackContext {
   std::exception_ptr error;  // kFailed: what the call threw; else null
 };
 
-// Thrown by a call (or anything it calls) to report a timeout: BH_DROPPED.
-class CallDropped : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// A plain failure a call may throw for an error reply: BH_FAILED (any other
-// exception counts the same).
-class CallFailed : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// CallDropped and CallFailed, the exceptions a call throws to say how it
+// ended, are in bulkhead/client.hpp (Executor tasks use them too).
 
 // Thrown by execute() when the fallback was needed but its guard was full.
 class FallbackRefused : public std::runtime_error {
