@@ -349,18 +349,25 @@ struct Shared {
   std::atomic<std::int64_t> start_ns{0};
 };
 
+// The run's dependency on bulkheadd's segment, or null (and no client) for
+// the run with no limiter. Dies when the segment cannot be used.
+bh_dep* open_dependency(const RunConfig& cfg, bh_client** client) {
+  *client = nullptr;
+  if (cfg.segment.empty()) return nullptr;
+  bh_options opts{};
+  opts.segment = cfg.segment.c_str();
+  opts.flags = BH_OPEN_REQUIRE_SEGMENT;
+  if (bh_client_open_opts(&opts, client) < 0) die(std::string("bh_client_open: ") + bh_last_error());
+  bh_dep* dep = nullptr;
+  if (bh_dependency(*client, cfg.dependency.c_str(), &dep) < 0) die(std::string("bh_dependency: ") + bh_last_error());
+  return dep;
+}
+
 // One load process: its pool, its arrivals, its records (written to
 // OUT.proc-N.bin when done).
 int load_process(const RunConfig& cfg, int index, Shared* shared) {
   bh_client* client = nullptr;
-  bh_dep* dep = nullptr;
-  if (!cfg.segment.empty()) {
-    bh_options opts{};
-    opts.segment = cfg.segment.c_str();
-    opts.flags = BH_OPEN_REQUIRE_SEGMENT;
-    if (bh_client_open_opts(&opts, &client) < 0) die(std::string("bh_client_open: ") + bh_last_error());
-    if (bh_dependency(client, cfg.dependency.c_str(), &dep) < 0) die(std::string("bh_dependency: ") + bh_last_error());
-  }
+  bh_dep* dep = open_dependency(cfg, &client);
   const std::string conninfo = cfg.conninfo + " options='-c statement_timeout=" +
                                std::to_string(static_cast<long>(cfg.timeout_ms)) + "'";
   std::vector<Slot> slots(static_cast<std::size_t>(cfg.connections));
@@ -560,14 +567,7 @@ int cmd_run(Args& args) {
   set_slow(false);
 
   bh_client* client = nullptr;
-  bh_dep* dep = nullptr;
-  if (!cfg.segment.empty()) {
-    bh_options opts{};
-    opts.segment = cfg.segment.c_str();
-    opts.flags = BH_OPEN_REQUIRE_SEGMENT;
-    if (bh_client_open_opts(&opts, &client) < 0) die(std::string("bh_client_open: ") + bh_last_error());
-    if (bh_dependency(client, cfg.dependency.c_str(), &dep) < 0) die(std::string("bh_dependency: ") + bh_last_error());
-  }
+  bh_dep* dep = open_dependency(cfg, &client);
 
   void* mem = ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) die("mmap failed");
