@@ -1,7 +1,8 @@
 // libbulkhead: the C ABI, and the admission hot path behind it.
 //
 // Hot path (bh_try_acquire + bh_release), per call:
-//   acquire  one load of the limit (daemon's line), a compare-and-swap loop
+//   acquire  one load of the fast path's limit (admit_limit, on the
+//            daemon's partition line), a compare-and-swap loop
 //            on the admission word (the contended line), one add to this
 //            process's held count (its own line), one load of the stripe's
 //            peak in-flight, one clock read;
@@ -13,10 +14,12 @@
 // when a waiter may be asleep (shm/wait_queue.hpp).
 //
 // Waiting (bh_acquire) is the slow path and lives apart from this: see
-// wait_in_queue().
+// wait_in_queue(). So are partitions (admit_partitioned()): a dependency
+// without them never reaches that code, and one with them sends there only
+// the calls that its fast path's limit (admit_limit) cannot decide.
 //
 // The circuit breaker adds one load of the breaker word, on the daemon's
-// line that the limit is read from, before admission (pass_breaker()). Only
+// control line, before admission (pass_breaker()). Only
 // an open or half-open breaker goes further: an open one refuses without
 // touching the admission line; a half-open one takes a trial permit from the
 // daemon's line with one compare-and-swap before the limit's.
@@ -37,6 +40,7 @@
 #include <vector>
 
 #include "bulkhead/bulkhead.h"
+#include "shm/partitions.hpp"
 #include "shm/segment.hpp"
 #include "shm/wait_queue.hpp"
 
@@ -49,7 +53,8 @@ namespace {
 struct LocalSlot {
   shm::DependencyControl control{};
   shm::DependencyAdmission admission{};
-  std::atomic<std::uint32_t> held{0};
+  shm::DependencyPartitions partitions{};
+  std::atomic<std::uint64_t> held{0};
   shm::StatsStripe stripe{};
 };
 
@@ -89,9 +94,12 @@ void lower_to(std::atomic<T>& a, T value) {
 
 struct bh_dep {
   std::atomic<std::uint64_t>* admission;
-  const std::atomic<std::uint32_t>* limit;
+  // The fast path's limit: DependencyPartitions::admit_limit, the limit
+  // itself unless the dependency has partitions; a partition handle's is
+  // kNoFastPath, so that its calls always take the partitioned admission.
+  const std::atomic<std::uint32_t>* admit_limit;
   const std::atomic<std::uint32_t>* flags;  // the daemon's kDependency* flags
-  std::atomic<std::uint32_t>* held;
+  std::atomic<std::uint64_t>* held;         // the admission word's encoding
   // The statistics stripe this process writes, or with cpu_stripes, the
   // dependency's first stripe: stats_of() picks one per call.
   shm::StatsStripe* stats;
@@ -106,6 +114,14 @@ struct bh_dep {
   std::atomic<std::uint64_t>* queue;
   std::uint32_t queue_slots;
   std::uint32_t process;  // this process's slot, named in its queue records
+  const shm::DependencyPartitions* partitions;
+  bh_client* client;
+  // A partition handle (bh_partition()): the dependency's own handle, the
+  // partition's name, and the field that name had under the shape version
+  // last seen: version << 32 | kResolved | field. nullptr for a dependency.
+  bh_dep* parent = nullptr;
+  shm::PackedName partition_name;
+  std::atomic<std::uint64_t> resolved{0};
 };
 
 struct bh_client {
@@ -115,6 +131,8 @@ struct bh_client {
   std::string status;
   std::mutex mutex;  // guards deps: cold path only
   std::map<std::string, std::unique_ptr<bh_dep>, std::less<>> deps;
+  // Partition handles, by "dependency/partition".
+  std::map<std::string, std::unique_ptr<bh_dep>, std::less<>> partitions;
 };
 
 namespace {
@@ -144,6 +162,11 @@ void rebind_after_fork() {
       dep->held = &c->segment->held(c->process_index, dep->index);
       if (dep->cpu_stripes == 0) dep->stats = &c->segment->stripe(dep->index, stripe);
       dep->process = c->process_index;
+    }
+    for (auto& [name, handle] : c->partitions) {
+      handle->held = handle->parent->held;
+      handle->stats = handle->parent->stats;
+      handle->process = handle->parent->process;
     }
   }
   g_clients_mutex.unlock();
@@ -224,6 +247,18 @@ void give_back(bh_dep* d) {
   shm::wake_waiters(d->line->futex);
 }
 
+// give_back() of a permit of named partition `p`: the same order, moving
+// the partition's field with the total.
+[[gnu::noinline]] void give_back_partition(bh_dep* d, std::uint32_t p) {
+  const std::uint64_t unit = shm::admission_unit(p);
+  // Release: as in give_back().
+  d->held->fetch_sub(unit, std::memory_order_release);
+  // seq_cst: as in give_back(). The permit holds one in T and one in the
+  // field, so neither borrows from the other.
+  d->admission->fetch_sub(unit, std::memory_order_seq_cst);
+  shm::wake_waiters(d->line->futex);
+}
+
 // After a successful compare-and-swap from `word`: the held count (shared
 // word first, then held; see give_back()) and the stripe's peak.
 inline void count_admission(bh_dep* d, std::uint64_t word) {
@@ -233,19 +268,39 @@ inline void count_admission(bh_dep* d, std::uint64_t word) {
   raise_to(stats_of(d)->max_inflight, shm::admission_inflight(word) + 1);
 }
 
+// admit() and wait_in_queue(): not decided here, take the partitioned
+// admission (never returned to a caller; every BH_REJECT_* is below it).
+constexpr int kDivert = 0x100;
+// A partition handle's fast-path limit: nothing is admitted without the rule.
+const std::atomic<std::uint32_t> kNoFastPath{0};
+
 // bh_acquire() marks the permits it fills by the low bit of dep_ (a bh_dep
 // is aligned): they carry a deadline in deadline_ns_, which bh_try_acquire()
 // never writes (a caller built before the field has no room for it).
 constexpr std::uintptr_t kPermitHasDeadline = 1;
+// Bits 1 and 2 of dep_: the named partition (1 or 2) the permit counts in;
+// 0 for every other permit. dep_ then points at the dependency's own
+// handle, never a partition handle.
+constexpr std::uintptr_t kPermitPartitionShift = 1;
+constexpr std::uintptr_t kPermitBits = 7;
+static_assert(alignof(bh_dep) > kPermitBits);
 // start_ns_ of a permit from bh_try_acquire_untimed().
 constexpr std::uint64_t kUntimed = UINT64_MAX;
 
 bh_dep* permit_dep(const bh_permit* p) {
-  return reinterpret_cast<bh_dep*>(reinterpret_cast<std::uintptr_t>(p->dep_) & ~kPermitHasDeadline);
+  return reinterpret_cast<bh_dep*>(reinterpret_cast<std::uintptr_t>(p->dep_) & ~kPermitBits);
+}
+
+std::uint32_t permit_partition(const bh_permit* p) {
+  return static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(p->dep_) >> kPermitPartitionShift) & 3u;
+}
+
+bh_dep* tagged_dep(bh_dep* d, std::uint32_t partition) {
+  return reinterpret_cast<bh_dep*>(reinterpret_cast<std::uintptr_t>(d) |
+                                   (std::uintptr_t{partition} << kPermitPartitionShift));
 }
 
 void fill_permit(bh_permit* out, bh_dep* d, std::uint64_t deadline_ns) {
-  static_assert(alignof(bh_dep) > kPermitHasDeadline);
   out->dep_ = reinterpret_cast<bh_dep*>(reinterpret_cast<std::uintptr_t>(d) | kPermitHasDeadline);
   out->deadline_ns_ = deadline_ns;
   out->start_ns_ = monotonic_ns();
@@ -297,6 +352,11 @@ bool expected_wait_fits(const bh_dep* d, std::uint32_t limit, std::uint32_t infl
 // BH_REJECT_OPEN_CIRCUIT when the breaker opens or half opens meanwhile:
 // only trial calls pass a breaker that is not closed.
 int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh_permit* out, bool trial) {
+  // Partitions have no wait queue (docs/architecture.md, "Partitions").
+  if (d->parent != nullptr ||
+      (d->flags->load(std::memory_order_relaxed) & shm::kDependencyPartitioned) != 0) {
+    return kDivert;
+  }
   const std::uint64_t joined_ns = now_ns;
   // Relaxed: lone values from the daemon; one a little stale changes how
   // long this call may wait, never how many are admitted.
@@ -304,7 +364,7 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
       std::min(d->control->max_queue.load(std::memory_order_relaxed), d->queue_slots);
   if (max_queue == 0) return reject_queue_full(d);
   const bool lifo = (d->flags->load(std::memory_order_relaxed) & shm::kDependencyLifo) != 0;
-  const std::uint32_t limit = d->limit->load(std::memory_order_relaxed);
+  const std::uint32_t limit = d->control->limit.load(std::memory_order_relaxed);
   const std::uint32_t inflight =
       shm::admission_inflight(d->admission->load(std::memory_order_relaxed));
   if (!expected_wait_fits(d, limit, inflight, lifo, now_ns, deadline_ns)) return reject_deadline(d);
@@ -325,10 +385,18 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
   if (place == nullptr) return reject_queue_full(d);
 
   bool admitted = false;
+  bool partitioned = false;
   bool open_circuit = false;
   std::uint64_t word = 0;
   for (;;) {
     const std::uint32_t seen = shm::announce_waiter(d->line->futex);
+    // A reload gave the dependency partitions while this call waited: its
+    // queue is gone (max_queue 0), and this compare-and-swap would not
+    // know the partitions' rule. Leave, and take the rule's answer.
+    if ((d->flags->load(std::memory_order_relaxed) & shm::kDependencyPartitioned) != 0) {
+      partitioned = true;
+      break;
+    }
     // Relaxed: a lone state; the daemon wakes the queue when it changes.
     const std::uint32_t breaker = d->control->breaker.load(std::memory_order_relaxed) & shm::kBreakerStateMask;
     if (!trial && (breaker == shm::kBreakerOpen || breaker == shm::kBreakerHalfOpen) &&
@@ -336,7 +404,7 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
       open_circuit = true;
       break;
     }
-    const std::uint32_t limit_now = d->limit->load(std::memory_order_relaxed);
+    const std::uint32_t limit_now = d->control->limit.load(std::memory_order_relaxed);
     // seq_cst: the load side of the Dekker pair with give_back().
     word = d->admission->load(std::memory_order_seq_cst);
     while (shm::admission_inflight(word) < limit_now) {
@@ -361,9 +429,10 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
   record_wait(d, monotonic_ns() - joined_ns);
   // Another waiter may take a permit still free: let it look.
   if (shm::admission_inflight(d->admission->load(std::memory_order_seq_cst)) <
-      d->limit->load(std::memory_order_relaxed)) {
+      d->control->limit.load(std::memory_order_relaxed)) {
     shm::wake_waiters(d->line->futex);
   }
+  if (partitioned) return kDivert;
   if (open_circuit) {
     d->stats->open_rejected.fetch_add(1, std::memory_order_relaxed);
     return BH_REJECT_OPEN_CIRCUIT;
@@ -485,7 +554,7 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       shm::DependencySlot& slot = s.dependency(index);
       dep->index = index;
       dep->admission = &slot.admission.word;
-      dep->limit = &slot.control.limit;
+      dep->admit_limit = &slot.partitions.admit_limit;
       dep->flags = &slot.control.flags;
       dep->held = &s.held(c->process_index, index);
       // Per-CPU stripes where the kernel tells the CPU (rseq registered),
@@ -499,13 +568,15 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->queue = s.queue(index);
       dep->queue_slots = s.queue_slots();
       dep->process = c->process_index;
+      dep->partitions = &slot.partitions;
     } else {
       dep->local = std::make_unique<LocalSlot>();
       dep->local->control.limit.store(c->static_limit, std::memory_order_relaxed);
+      dep->local->partitions.admit_limit.store(c->static_limit, std::memory_order_relaxed);
       dep->local->stripe.rtt_min_ns.store(UINT64_MAX, std::memory_order_relaxed);
       dep->index = 0;
       dep->admission = &dep->local->admission.word;
-      dep->limit = &dep->local->control.limit;
+      dep->admit_limit = &dep->local->partitions.admit_limit;
       dep->flags = &dep->local->control.flags;
       dep->held = &dep->local->held;
       dep->stats = &dep->local->stripe;
@@ -517,7 +588,9 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->queue = nullptr;
       dep->queue_slots = 0;
       dep->process = 0;
+      dep->partitions = &dep->local->partitions;  // never partitioned
     }
+    dep->client = c;
   } catch (const shm::SegmentError& e) {
     return fail(e.code(), e.what());
   } catch (const std::exception& e) {
@@ -533,24 +606,31 @@ namespace {
 // The admission of bh_try_acquire(), bh_acquire() and
 // bh_try_acquire_untimed(): a compare-and-swap under the limit (past it in
 // shadow mode), then the held count. At the limit it refuses, counting the
-// rejection when `count_rejection` (bh_acquire() queues instead). The
-// permit's dep_ and times are the caller's to fill.
+// rejection when `count_rejection` (bh_acquire() queues instead), or
+// answers kDivert when the partitioned admission must decide (a partition
+// handle, or a dependency with partitions): only on the way to a
+// rejection, so an admitted call pays nothing for partitions. The permit's
+// dep_ and times are the caller's to fill.
 inline int admit(bh_dep* d, bool count_rejection) {
   // Relaxed: the limit is a lone value; a stale one for an instant after
   // the daemon changes it is harmless (the next call sees the new one).
-  const std::uint32_t limit = d->limit->load(std::memory_order_relaxed);
+  const std::uint32_t limit = d->admit_limit->load(std::memory_order_relaxed);
   // Relaxed: the admission word protects no other memory; its atomicity
   // alone keeps in-flight under the limit.
   std::uint64_t word = d->admission->load(std::memory_order_relaxed);
   bool over = false;
   do {
     over = shm::admission_inflight(word) >= limit;
-    // Shadow mode admits past the limit: read only on the way to a
-    // rejection, so the admitted path pays nothing for it. Relaxed: a
-    // lone flag, like the limit.
-    if (over && (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) == 0) {
-      if (count_rejection) stats_of(d)->rejected.fetch_add(1, std::memory_order_relaxed);
-      return BH_REJECT_LIMIT;
+    if (over) {
+      // Shadow mode admits past the limit: read only on the way to a
+      // rejection, so the admitted path pays nothing for it. Relaxed: a
+      // lone flag, like the limit.
+      const std::uint32_t flags = d->flags->load(std::memory_order_relaxed);
+      if ((flags & shm::kDependencyPartitioned) != 0 || d->parent != nullptr) return kDivert;
+      if ((flags & shm::kDependencyShadow) == 0) {
+        if (count_rejection) stats_of(d)->rejected.fetch_add(1, std::memory_order_relaxed);
+        return BH_REJECT_LIMIT;
+      }
     }
   } while (!d->admission->compare_exchange_weak(word, word + shm::kAdmissionAcquire,
                                                 std::memory_order_relaxed));
@@ -615,15 +695,104 @@ void return_trial(bh_dep* d, std::uint64_t trial) {
   }
 }
 
+constexpr std::uint64_t kResolved = std::uint64_t{1} << 8;
+
+// The field (0, 1 or 2) of a partition handle's name under `shape`: found
+// again whenever the shape's version moved (a reload renamed, added or
+// removed partitions). A name no longer there is partition 0: its calls
+// go on as calls that name none. Lock-free; the names are read between two
+// loads of the shape, and read again if it moved.
+std::uint32_t resolve(bh_dep* h, std::uint64_t shape) {
+  const std::uint64_t cached = h->resolved.load(std::memory_order_relaxed);
+  if ((cached & kResolved) != 0 && (cached >> 32) == shm::shape_version(shape)) {
+    return static_cast<std::uint32_t>(cached & 3);
+  }
+  const shm::DependencyPartitions& line = *h->parent->partitions;
+  std::uint32_t field = 0;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    field = 0;
+    for (std::uint32_t p = 1; p < shm::kMaxPartitions; ++p) {
+      if ((shm::shape_active(shape) >> p & 1u) != 0 && shm::load_partition_name(line, p) == h->partition_name) {
+        field = p;
+      }
+    }
+    // Acquire pairs with the daemon's release store of the shape after the
+    // names: names read before this load are those of `shape` if it holds.
+    const std::uint64_t again = line.shape.load(std::memory_order_acquire);
+    if (again == shape) break;
+    shape = again;
+  }
+  // Relaxed: a cache of this process's; a thread that misses it resolves again.
+  h->resolved.store(std::uint64_t{shm::shape_version(shape)} << 32 | kResolved | field,
+                    std::memory_order_relaxed);
+  return field;
+}
+
+// The partitioned admission of a call of `handle` (a partition handle, or
+// a dependency's own handle for a call that names no partition): one
+// compare-and-swap of the admission word under the rule of shm/partitions.hpp,
+// then the held count. Returns 0 and the permit's tagged dep_ in *tagged,
+// or a BH_REJECT_* reason (counted when `count_rejection`). A dependency
+// without partitions (a reload removed them) admits as without a name.
+[[gnu::noinline]] int admit_partitioned(bh_dep* handle, bool count_rejection, bh_dep** tagged) {
+  bh_dep* d = handle->parent != nullptr ? handle->parent : handle;
+  const shm::DependencyPartitions& line = *d->partitions;
+  // Acquire pairs with the daemon's release store of the shape: the rule
+  // and names it published before are visible.
+  const std::uint64_t shape = line.shape.load(std::memory_order_acquire);
+  const bool partitioned = (d->flags->load(std::memory_order_relaxed) & shm::kDependencyPartitioned) != 0;
+  if (!partitioned) {
+    *tagged = d;
+    const int rc = admit(d, count_rejection);
+    return rc == kDivert ? BH_REJECT_LIMIT : rc;  // kDivert: partitions came back just now
+  }
+  const std::uint32_t p = handle->parent != nullptr ? resolve(handle, shape) : 0;
+  // Relaxed: one word, so one consistent rule; a stale one for an instant
+  // is a stale limit, as on the fast path.
+  const std::uint64_t rule = line.rule.load(std::memory_order_relaxed);
+  const std::uint32_t caps = shm::shape_caps(shape);
+  std::uint64_t word = d->admission->load(std::memory_order_relaxed);
+  shm::PartitionVerdict verdict;
+  bool over = false;
+  do {
+    verdict = shm::partition_verdict(word, rule, caps, p);
+    over = verdict != shm::PartitionVerdict::kAdmit;
+    if (over && (verdict == shm::PartitionVerdict::kFieldFull ||
+                 (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) == 0)) {
+      if (count_rejection) {
+        // Relaxed: statistics, as in record().
+        stats_of(d)->rejected.fetch_add(1, std::memory_order_relaxed);
+        stats_of(d)->partition_rejected[p].fetch_add(1, std::memory_order_relaxed);
+      }
+      // A call that names no partition keeps the reason it always had.
+      return verdict == shm::PartitionVerdict::kAtLimit || handle->parent == nullptr ? BH_REJECT_LIMIT
+                                                                                      : BH_REJECT_PARTITION;
+    }
+    // Relaxed: as in admit().
+  } while (!d->admission->compare_exchange_weak(word, word + shm::admission_unit(p),
+                                                std::memory_order_relaxed));
+  if (over) stats_of(d)->shadow_admitted.fetch_add(1, std::memory_order_relaxed);
+  // Release: as in count_admission().
+  d->held->fetch_add(shm::admission_unit(p), std::memory_order_release);
+  raise_to(stats_of(d)->max_inflight, shm::admission_inflight(word) + 1);
+  *tagged = tagged_dep(d, p);
+  return 0;
+}
+
 // bh_try_acquire() and, without the clock read, bh_try_acquire_untimed().
 inline int try_acquire(bh_dep* d, bh_permit* out, bool timed) {
   std::uint64_t trial;
   int rc = pass_breaker(d, trial);
+  bh_dep* dep = d;
   if (rc == 0) {
     rc = admit(d, true);
-    if (rc != 0) [[unlikely]] return_trial(d, trial);
+    if (rc != 0) [[unlikely]] {
+      if (rc == kDivert) rc = admit_partitioned(d, true, &dep);
+      // A refusal by the limit or the partitions' rule gives the trial back.
+      if (rc != 0) return_trial(d, trial);
+    }
   }
-  out->dep_ = rc == 0 ? d : nullptr;
+  out->dep_ = rc == 0 ? dep : nullptr;
   if (rc == 0) out->start_ns_ = timed ? monotonic_ns() : kUntimed;
   return rc;
 }
@@ -653,11 +822,22 @@ int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
   // bh_try_acquire(), shadow mode included, without counting a rejection.
   // Relaxed: a hint; a waiter that is missed here is one a newcomer passes,
   // as a bh_try_acquire() caller may.
-  if ((d->line->futex.load(std::memory_order_relaxed) & shm::kFutexSleepers) == 0 && admit(d, false) == 0) {
-    fill_permit(out, d, deadline_ns);
-    return 0;
+  int rc = BH_REJECT_LIMIT;  // not admitted yet
+  if ((d->line->futex.load(std::memory_order_relaxed) & shm::kFutexSleepers) == 0) {
+    rc = admit(d, false);
+    if (rc == 0) {
+      fill_permit(out, d, deadline_ns);
+      return 0;
+    }
   }
-  const int rc = wait_in_queue(d, now_ns, deadline_ns, out, trial != kNoTrial);
+  if (rc != kDivert) rc = wait_in_queue(d, now_ns, deadline_ns, out, trial != kNoTrial);
+  if (rc == kDivert) {
+    // Partitions: no wait queue. One partitioned admission, or its reason
+    // at once, whatever the deadline.
+    bh_dep* tagged = nullptr;
+    rc = admit_partitioned(d, true, &tagged);
+    if (rc == 0) fill_permit(out, tagged, deadline_ns);
+  }
   if (rc != 0) return_trial(d, trial);
   return rc;
 }
@@ -685,9 +865,87 @@ void bh_release(bh_permit* p, int outcome) {
 void bh_release_latency(bh_permit* p, int outcome, std::uint64_t latency_ns) {
   if (p == nullptr || p->dep_ == nullptr) return;
   bh_dep* d = permit_dep(p);
+  const std::uint32_t partition = permit_partition(p);
   p->dep_ = nullptr;
   record(d, outcome, latency_ns);
-  give_back(d);
+  if (partition == 0) {
+    give_back(d);
+  } else {
+    give_back_partition(d, partition);
+  }
+}
+
+int bh_partition(bh_dep* d, const char* name, bh_dep** out) {
+  if (d == nullptr || name == nullptr || out == nullptr) return fail(EINVAL, "bh_partition: NULL argument");
+  *out = nullptr;
+  if (d->parent != nullptr) return fail(EINVAL, "bh_partition: the handle is a partition's already");
+  if (const char* why = shm::check_partition_name(name)) {
+    return fail(EINVAL, std::string("partition name '") + name + "' " + why);
+  }
+  // Standalone, or "default": the calls that name no partition are the
+  // dependency's own.
+  if (d->local != nullptr || name == shm::kDefaultPartition) {
+    *out = d;
+    return 0;
+  }
+  bh_client* c = d->client;
+  const shm::DependencySlot& slot = c->segment->dependency(d->index);
+  const std::string dep_name(slot.identity.name,
+                             std::min<std::size_t>(slot.identity.name_length, shm::kMaxNameLength));
+  const shm::PackedName packed = shm::pack_partition_name(name);
+  // Acquire: as in admit_partitioned().
+  const std::uint64_t shape = d->partitions->shape.load(std::memory_order_acquire);
+  std::string known;
+  bool found = false;
+  if ((d->flags->load(std::memory_order_relaxed) & shm::kDependencyPartitioned) != 0) {
+    known = std::string(shm::kDefaultPartition);
+    for (std::uint32_t p = 1; p < shm::kMaxPartitions; ++p) {
+      if ((shm::shape_active(shape) >> p & 1u) == 0) continue;
+      const shm::PackedName there = shm::load_partition_name(*d->partitions, p);
+      char buffer[16];
+      known += ", " + std::string(shm::unpack_partition_name(there, buffer));
+      found |= there == packed;
+    }
+  }
+  if (!found) {
+    return fail(ENOENT, "dependency '" + dep_name + "' has no partition '" + name + "' (" +
+                            (known.empty() ? std::string("it has no partitions in bulkheadd's config")
+                                           : "its partitions: " + known) +
+                            ")");
+  }
+  std::lock_guard lock(c->mutex);
+  const std::string key = dep_name + "/" + name;
+  if (auto it = c->partitions.find(key); it != c->partitions.end()) {
+    *out = it->second.get();
+    return 0;
+  }
+  auto h = std::unique_ptr<bh_dep>(new (std::nothrow) bh_dep());
+  if (!h) return fail(ENOMEM, "bh_partition: out of memory");
+  h->admission = d->admission;
+  h->admit_limit = &kNoFastPath;
+  h->flags = d->flags;
+  h->held = d->held;
+  h->stats = d->stats;
+  h->cpu_stripes = d->cpu_stripes;
+  h->index = d->index;
+  h->line = d->line;
+  h->control = d->control;
+  h->trials = d->trials;
+  h->queue = d->queue;
+  h->queue_slots = d->queue_slots;
+  h->process = d->process;
+  h->partitions = d->partitions;
+  h->client = c;
+  h->parent = d;
+  h->partition_name = packed;
+  try {
+    *out = h.get();
+    c->partitions.emplace(key, std::move(h));
+  } catch (const std::exception& e) {
+    *out = nullptr;
+    return fail(ENOMEM, e.what());
+  }
+  return 0;
 }
 
 int bh_breaker_state(const bh_dep* d) {
@@ -700,7 +958,7 @@ int bh_breaker_state(const bh_dep* d) {
 
 long bh_limit(const bh_dep* d) {
   if (d == nullptr) return fail(EINVAL, "bh_limit: NULL dependency");
-  return static_cast<long>(d->limit->load(std::memory_order_relaxed));
+  return static_cast<long>(d->control->limit.load(std::memory_order_relaxed));
 }
 
 long bh_inflight(const bh_dep* d) {

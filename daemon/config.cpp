@@ -34,6 +34,7 @@
 
 #include "shm/layout.hpp"
 #include "shm/names.hpp"
+#include "shm/partitions.hpp"
 #include "tomlread/reader.hpp"
 
 namespace bulkhead::daemon {
@@ -202,6 +203,7 @@ struct RawTable {
     std::optional<double> slow_call_rate_threshold;
     std::optional<BreakerForce> force;
   } breaker;
+  std::optional<std::vector<PartitionConfig>> partitions;
   policies::ParamMap params;
   std::map<std::string, std::uint32_t, std::less<>> lines;  // every key set: its line
 
@@ -272,6 +274,64 @@ void read_breaker_table(const Reporter& report, const toml::table& table, const 
   }
 }
 
+// A share: a number in (0, 1], as millionths.
+std::uint32_t read_share(const Reporter& report, const Entry& e, const std::string& path) {
+  if (!e.node->is_integer() && !e.node->is_floating_point()) {
+    report.fail(e.line, path, "must be a share of the limit, a number in (0, 1], e.g. 0.3");
+  }
+  const double v = e.node->is_integer() ? static_cast<double>(e.node->as_integer()->get())
+                                        : e.node->as_floating_point()->get();
+  if (!(v > 0.0 && v <= 1.0)) {
+    report.fail(e.line, path, "must be a share of the limit in (0, 1], got " + std::to_string(v));
+  }
+  return static_cast<std::uint32_t>(std::llround(v * shm::kShareOne));
+}
+
+// [dependency.NAME.partitions]: NAME = share, or NAME = { share = S,
+// hard_cap = B }, in file order.
+std::vector<PartitionConfig> read_partitions(const Reporter& report, const Entry& table,
+                                             const std::string& path) {
+  const toml::table& t = read_table(report, table, path);
+  std::vector<PartitionConfig> out;
+  std::uint64_t sum = 0;
+  std::size_t named = 0;
+  for (const Entry& e : in_file_order(t)) {
+    const std::string here = key_path(path, e.key);
+    PartitionConfig p;
+    p.name = std::string(e.key);
+    if (const char* why = shm::check_partition_name(p.name)) report.fail(e.line, here, std::string("name ") + why);
+    if (p.name != shm::kDefaultPartition && ++named > shm::kMaxPartitions - 1) {
+      report.fail(e.line, here,
+                  "at most 2 partitions besides \"default\" (each counts in 16 bits of the "
+                  "dependency's admission word)");
+    }
+    if (const toml::table* inline_table = e.node->as_table()) {
+      bool has_share = false;
+      for (const Entry& f : in_file_order(*inline_table)) {
+        const std::string field = key_path(here, f.key);
+        if (f.key == "share") {
+          p.share_ppm = read_share(report, f, field);
+          has_share = true;
+        } else if (f.key == "hard_cap") {
+          p.hard_cap = read_boolean(report, f, field);
+        } else {
+          report.fail(f.line, field, "unknown key (a partition has share and hard_cap)");
+        }
+      }
+      if (!has_share) report.fail(e.line, here, "needs a share, e.g. { share = 0.3, hard_cap = true }");
+    } else {
+      p.share_ppm = read_share(report, e, here);
+    }
+    sum += p.share_ppm;
+    if (sum > shm::kShareOne) {
+      report.fail(e.line, here, "the shares sum to more than 1 (they are guaranteed parts of one limit)");
+    }
+    out.push_back(std::move(p));
+  }
+  if (out.empty()) report.fail(table.line, path, "must name at least one partition, e.g. critical = 0.7");
+  return out;
+}
+
 RawTable read_dependency_table(const Reporter& report, const toml::table& table, std::string path,
                                std::string name, std::uint32_t line) {
   RawTable raw;
@@ -311,6 +371,10 @@ RawTable read_dependency_table(const Reporter& report, const toml::table& table,
       raw.queue_order = order == "lifo" ? QueueOrder::kLifo : QueueOrder::kFifo;
     } else if (e.key == "breaker" && e.node->is_table()) {
       read_breaker_table(report, *e.node->as_table(), path_here, raw);
+    } else if (e.key == "partitions" && is_dependency) {
+      raw.partitions = read_partitions(report, e, path_here);
+    } else if (e.key == "partitions") {
+      report.fail(e.line, path_here, "partitions belong to one dependency: not allowed in [defaults]");
     } else if (e.node->is_table()) {
       // [dependency.search.v2] makes "v2" a table inside dependency "search".
       report.fail(e.line, path_here,
@@ -435,6 +499,24 @@ void check_queue(const Reporter& report, const RawTable& raw, const DependencyCo
               "must be <= daemon.queue_slots (" + std::to_string(queue_slots) + ")");
 }
 
+// A partitioned dependency's limit fits the 16-bit rule and counts; it has
+// no wait queue.
+void check_partitions(const Reporter& report, const RawTable& raw, const DependencyConfig& dep,
+                      std::string_view inherited) {
+  if (dep.partitions.empty()) return;
+  if (dep.bounds.max > shm::kPartitionFieldMax) {
+    std::string reason = "must be <= " + std::to_string(shm::kPartitionFieldMax) +
+                         " for a dependency with partitions (their counts are 16 bits)";
+    if (!raw.sets("max_limit")) reason += " (" + std::string(inherited) + ")";
+    report.fail(raw.line_of("max_limit"), key_path(raw.path, "max_limit"), reason);
+  }
+  if (dep.max_queue > 0) {
+    std::string reason = "must be 0 for a dependency with partitions (partitions have no wait queue)";
+    if (!raw.sets("max_queue")) reason += " (" + std::string(inherited) + ": set max_queue = 0 here)";
+    report.fail(raw.line_of("max_queue"), key_path(raw.path, "max_queue"), reason);
+  }
+}
+
 DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, const RawTable& raw,
                          std::uint32_t queue_slots, std::string_view inherited) {
   DependencyConfig dep = base;
@@ -460,8 +542,10 @@ DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, c
   if (b.slow_call_duration_ms) dep.breaker.slow_call_duration = std::chrono::milliseconds(*b.slow_call_duration_ms);
   if (b.slow_call_rate_threshold) dep.breaker.slow_call_rate_threshold = *b.slow_call_rate_threshold;
   if (b.force) dep.breaker.force = *b.force;
+  if (raw.partitions) dep.partitions = *raw.partitions;
   check_bounds(report, raw, dep, inherited);
   check_queue(report, raw, dep, queue_slots);
+  check_partitions(report, raw, dep, inherited);
   check_policy(report, raw, dep, inherited);
   return dep;
 }

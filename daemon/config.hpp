@@ -24,6 +24,14 @@ namespace bulkhead::daemon {
 // The order in which a dependency's wait queue admits its waiters.
 enum class QueueOrder { kFifo, kLifo };
 
+// One partition of a dependency's limit ([dependency.NAME.partitions]).
+struct PartitionConfig {
+  std::string name;            // "default": the calls that name none
+  std::uint32_t share_ppm = 0;  // guaranteed share of the limit, in millionths
+  bool hard_cap = false;        // never more than the share, even when capacity is idle
+  friend bool operator==(const PartitionConfig&, const PartitionConfig&) = default;
+};
+
 struct DependencyConfig : control::LimitSettings {
   std::string name;     // empty for [defaults]
   bool enforce = true;  // false: shadow mode, admit everything and count would-be rejections
@@ -33,6 +41,9 @@ struct DependencyConfig : control::LimitSettings {
   QueueOrder queue_order = QueueOrder::kFifo;
   // [dependency.NAME.breaker] (or [defaults.breaker]), key by key over [defaults].
   BreakerSettings breaker;
+  // Empty: no partitions. Otherwise at most 3, in file order, at most 2 of
+  // them other than "default" (see shm/partitions.hpp).
+  std::vector<PartitionConfig> partitions;
 };
 
 struct DaemonConfig {

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "shm/names.hpp"
+#include "shm/partitions.hpp"
 #include "shm/wait_queue.hpp"
 
 namespace bulkhead::daemon {
@@ -27,18 +28,34 @@ std::uint64_t abandon_after_ticks(const Config& config) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(config.daemon.tick).count());
   return std::max<std::uint64_t>(2, kAbandonAfterNs / std::max<std::uint64_t>(tick_ns, 1));
 }
-// Moves the in-flight half of a dependency's admission word by `change`
-// (negative: permits given back), never below zero nor past UINT32_MAX (a
-// client may have written garbage into a held count); returns the change
-// made. seq_cst, as a release in the client's give_back(): the store side of
-// the pair with a waiter's announce, for a wake that follows.
-std::int64_t move_inflight(std::atomic<std::uint64_t>& word, std::int64_t change) {
+// The three counts of an admission word (or a held word): the total and
+// partitions 1 and 2.
+constexpr std::uint32_t kCounts = 3;
+constexpr std::int64_t kCountMax[kCounts] = {UINT32_MAX, shm::kPartitionFieldMax, shm::kPartitionFieldMax};
+constexpr unsigned kCountShift[kCounts] = {0, 32, 48};
+std::int64_t count_of(std::uint64_t word, std::uint32_t k) {
+  return static_cast<std::int64_t>((word >> kCountShift[k]) & static_cast<std::uint64_t>(kCountMax[k]));
+}
+
+// Moves the counts of a dependency's admission word by `change` (negative:
+// permits given back), each never below zero nor past its width (a client
+// may have written garbage into a held count), so that no count borrows
+// from or carries into another; returns the change made. seq_cst, as a
+// release in the client's give_back(): the store side of the pair with a
+// waiter's announce, for a wake that follows.
+std::array<std::int64_t, kCounts> move_counts(std::atomic<std::uint64_t>& word,
+                                              const std::array<std::int64_t, kCounts>& change) {
   std::uint64_t w = word.load(std::memory_order_relaxed);
-  std::int64_t made;
+  std::array<std::int64_t, kCounts> made{};
+  std::uint64_t next;
   do {
-    const std::int64_t inflight = shm::admission_inflight(w);
-    made = std::clamp<std::int64_t>(change, -inflight, std::int64_t{UINT32_MAX} - inflight);
-  } while (!word.compare_exchange_weak(w, w + static_cast<std::uint64_t>(made), std::memory_order_seq_cst));
+    next = w;
+    for (std::uint32_t k = 0; k < kCounts; ++k) {
+      const std::int64_t now = count_of(w, k);
+      made[k] = std::clamp<std::int64_t>(change[k], -now, kCountMax[k] - now);
+      next += static_cast<std::uint64_t>(made[k]) << kCountShift[k];
+    }
+  } while (!word.compare_exchange_weak(w, next, std::memory_order_seq_cst));
   return made;
 }
 
@@ -85,11 +102,96 @@ void ControlLoop::publish_settings(std::uint32_t index, std::string_view name) {
   // Relaxed: lone values, read by clients on their way to a rejection or
   // into the queue; a client that reads the old one for an instant waits or
   // is refused by the old rule.
-  control.flags.store(flags_for(name), std::memory_order_relaxed);
+  publish_partitions(index, name);
+  // Release pairs with the acquire load of the flags in the client's
+  // admit_partitioned(): a client that sees kDependencyPartitioned sees the
+  // rule and shape just published.
+  control.flags.store(flags_for(name), std::memory_order_release);
   // A reload cannot grow the segment's queue (queue_slots lives as long as
   // the segment): clamp to what it has.
   control.max_queue.store(std::min(config_.effective(name).max_queue, segment_.queue_slots()),
                           std::memory_order_relaxed);
+}
+
+void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name) {
+  shm::DependencySlot& slot = segment_.dependency(index);
+  shm::DependencyPartitions& line = slot.partitions;
+  const DependencyConfig settings = config_.effective(name);
+  PartitionPlan plan;
+  plan.partitioned = !settings.partitions.empty();
+  const std::uint64_t shape = line.shape.load(std::memory_order_relaxed);
+  std::uint32_t active = 0;
+  if (plan.partitioned) {
+    // Names keep the field they had (its permits in flight are theirs);
+    // new names take a field no configured name keeps. A field whose name
+    // left the config drains: its permits still count in the total, and
+    // the name that takes it next inherits them until they come back.
+    std::array<shm::PackedName, 3> had{};
+    for (std::uint32_t p = 1; p < shm::kMaxPartitions; ++p) {
+      if ((shm::shape_active(shape) >> p & 1u) != 0) had[p] = shm::load_partition_name(line, p);
+    }
+    std::vector<const PartitionConfig*> unplaced;
+    for (const PartitionConfig& pc : settings.partitions) {
+      if (pc.name == shm::kDefaultPartition) {
+        plan.share_ppm[0] = pc.share_ppm;
+        if (pc.hard_cap) plan.caps |= 1u;
+        continue;
+      }
+      const shm::PackedName packed = shm::pack_partition_name(pc.name);
+      std::uint32_t field = 0;
+      for (std::uint32_t p = 1; p < shm::kMaxPartitions; ++p) {
+        if ((active >> p & 1u) == 0 && had[p] == packed) field = p;
+      }
+      if (field == 0) {
+        unplaced.push_back(&pc);
+        continue;
+      }
+      active |= 1u << field;
+      plan.share_ppm[field] = pc.share_ppm;
+      if (pc.hard_cap) plan.caps |= 1u << field;
+      plan.names[field] = pc.name;
+    }
+    for (const PartitionConfig* pc : unplaced) {
+      std::uint32_t field = 1;
+      while ((active >> field & 1u) != 0) ++field;  // config allows two named: always found
+      active |= 1u << field;
+      plan.share_ppm[field] = pc->share_ppm;
+      if (pc->hard_cap) plan.caps |= 1u << field;
+      plan.names[field] = pc->name;
+      const shm::PackedName packed = shm::pack_partition_name(pc->name);
+      // Relaxed: published by the release store of the shape below.
+      line.names[field - 1][0].store(packed.words[0], std::memory_order_relaxed);
+      line.names[field - 1][1].store(packed.words[1], std::memory_order_relaxed);
+    }
+  }
+  plans_[index] = plan;
+  publish_rule(index, slot.control.limit.load(std::memory_order_relaxed));
+  const std::uint64_t fields = std::uint64_t{active} << 8 | plan.caps;
+  if ((shape & 0xffffffffu) != fields || shm::shape_version(shape) == 0) {
+    // Release pairs with the clients' acquire loads of the shape: names and
+    // rule stored above are visible with the new version.
+    line.shape.store((std::uint64_t{shm::shape_version(shape) + 1} << 32) | fields, std::memory_order_release);
+  }
+}
+
+void ControlLoop::publish_rule(std::uint32_t index, std::uint32_t limit) {
+  shm::DependencyPartitions& line = segment_.dependency(index).partitions;
+  const auto it = plans_.find(index);
+  if (it == plans_.end() || !it->second.partitioned) {
+    // Relaxed: as the limit itself (publish_limit()).
+    line.admit_limit.store(limit, std::memory_order_relaxed);
+    return;
+  }
+  const PartitionPlan& plan = it->second;
+  // The config keeps a partitioned limit within 16 bits; clamp anyway.
+  const std::uint32_t l = std::min<std::uint32_t>(limit, shm::kPartitionFieldMax);
+  const std::uint64_t rule =
+      shm::partition_rule(l, shm::guaranteed_count(plan.share_ppm[0], l), shm::guaranteed_count(plan.share_ppm[1], l),
+                          shm::guaranteed_count(plan.share_ppm[2], l));
+  // Relaxed: one word, read whole; a client reading the old one for an
+  // instant admits by the old limit, as on the fast path.
+  line.rule.store(rule, std::memory_order_relaxed);
+  line.admit_limit.store(shm::unnamed_admit_limit(rule, plan.caps), std::memory_order_relaxed);
 }
 
 void ControlLoop::claim_configured() {
@@ -159,6 +261,7 @@ std::uint32_t ControlLoop::flags_for(std::string_view name) const {
   const DependencyConfig settings = config_.effective(name);
   if (!settings.enforce) flags |= shm::kDependencyShadow;
   if (settings.queue_order == QueueOrder::kLifo) flags |= shm::kDependencyLifo;
+  if (!settings.partitions.empty()) flags |= shm::kDependencyPartitioned;
   return flags;
 }
 
@@ -236,6 +339,17 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
     d.metrics->breaker_closed->Set(state == BreakerState::kClosed ? 1 : 0);
     d.metrics->breaker_open->Set(state == BreakerState::kOpen ? 1 : 0);
     d.metrics->breaker_half_open->Set(state == BreakerState::kHalfOpen ? 1 : 0);
+    const auto plan = plans_.find(d.index);
+    if (plan != plans_.end() && plan->second.partitioned) {
+      const std::uint64_t word = slot.admission.word.load(std::memory_order_relaxed);
+      const std::uint64_t rule = slot.partitions.rule.load(std::memory_order_relaxed);
+      for (std::uint32_t p = 0; p < shm::kMaxPartitions; ++p) {
+        const std::string& partition = plan->second.names[p];
+        if (partition.empty()) continue;
+        metrics_->observe_partition(d.name, partition, shm::partition_inflight(word, p),
+                                    shm::rule_guarantee(rule, p), o.delta.partition_rejected[p]);
+      }
+    }
   }
 }
 
@@ -341,6 +455,7 @@ void ControlLoop::publish_limit(const Dependency& d) {
   // load in bh_try_acquire(); nothing else is published with it. The wake
   // below makes its own order (seq_cst there).
   const std::uint32_t before = limit.exchange(d.controller->limit(), std::memory_order_relaxed);
+  publish_rule(d.index, d.controller->limit());
   if (before != d.controller->limit()) {
     spdlog::debug("dependency {}: limit {}", d.name, d.controller->limit());
   }
@@ -385,7 +500,8 @@ void ControlLoop::reclaim_dead_processes() {
           shm::free_records_of(segment_.queue(d), segment_.queue_slots(), p);
       // Acquire pairs with the release adds of held in bh_try_acquire() and
       // give_back(): the shared word's matching update is visible.
-      const std::uint32_t held = segment_.held(p, d).exchange(0, std::memory_order_acquire);
+      const std::uint64_t held_word = segment_.held(p, d).exchange(0, std::memory_order_acquire);
+      const auto held = static_cast<std::uint32_t>(count_of(held_word, 0));
       if (held == 0 && waited == 0) continue;
       auto it = dependencies_.find(d);
       const std::string name = it != dependencies_.end() ? it->second.name : std::to_string(d);
@@ -396,7 +512,10 @@ void ControlLoop::reclaim_dead_processes() {
       }
       if (held != 0) {
         auto& word = segment_.dependency(d).admission.word;
-        const auto take = static_cast<std::uint64_t>(-move_inflight(word, -std::int64_t{held}));
+        // The partitions' counts with the total: the held word has the
+        // admission word's encoding.
+        const auto made = move_counts(word, {-count_of(held_word, 0), -count_of(held_word, 1), -count_of(held_word, 2)});
+        const auto take = static_cast<std::uint64_t>(-made[0]);
         total += take;
         spdlog::warn("process {} died holding {} permit(s) of {}: given back", pid, take, name);
         if (metrics_ != nullptr) metrics_->count_reclaimed(name, take);
@@ -426,50 +545,75 @@ void ControlLoop::scan_drift() {
       ready.push_back(p);
     }
   }
+  // The same for each count of the word: the total, and the fields of
+  // partitions 1 and 2 (a thread killed mid-call of a partition leaves its
+  // field one high too), each on its own.
+  //
   // A first look at every dependency at once: all the in-flight counts,
   // then the held counts process by process, each process's a contiguous
   // row (per dependency, 256 processes' counts are 256 cache misses). A
-  // dependency this finds without a gap is done for this tick, as if its
-  // first look below had found none; only the others are looked at one by
-  // one. The longer time between the two reads here can only make a gap
-  // look smaller or of the other sign (a call that acquired in between),
-  // which delays a correction, never makes one.
+  // count this finds without a gap is done for this tick, as if its first
+  // look below had found none; a dependency whose three counts are all
+  // without one is done, and only the others are looked at one by one.
+  // The longer time between the two reads here can only make a gap look
+  // smaller or of the other sign (a call that acquired in between), which
+  // delays a correction, never makes one.
   const std::uint32_t capacity = segment_.capacities().max_dependencies;
-  std::vector<std::int64_t>& first_gap = drift_first_gap_;
-  first_gap.assign(capacity, 0);
+  std::vector<std::array<std::int64_t, kCounts>>& first_gap = drift_first_gap_;
+  first_gap.assign(capacity, {});
   for (const auto& [index, d] : dependencies_) {
-    first_gap[index] = shm::admission_inflight(
-        segment_.dependency(index).admission.word.load(std::memory_order_acquire));
+    const std::uint64_t w = segment_.dependency(index).admission.word.load(std::memory_order_acquire);
+    for (std::uint32_t k = 0; k < kCounts; ++k) first_gap[index][k] = count_of(w, k);
   }
   for (std::uint32_t p : ready) {
-    const std::atomic<std::uint32_t>* held = &segment_.held(p, 0);
-    for (std::uint32_t i = 0; i < capacity; ++i) first_gap[i] -= held[i].load(std::memory_order_acquire);
+    const std::atomic<std::uint64_t>* held = &segment_.held(p, 0);
+    for (std::uint32_t i = 0; i < capacity; ++i) {
+      const std::uint64_t h = held[i].load(std::memory_order_acquire);
+      for (std::uint32_t k = 0; k < kCounts; ++k) first_gap[i][k] -= count_of(h, k);
+    }
   }
   bool checked_stopped = false;
   for (auto& [index, d] : dependencies_) {
     auto& word = segment_.dependency(index).admission.word;
-    std::int64_t gap = 0;
-    if (first_gap[index] == 0) {
-      d.drift_ticks = 0;
-      continue;
+    std::array<std::int64_t, kCounts> gap{};
+    std::array<bool, kCounts> steady{};
+    for (std::uint32_t k = 0; k < kCounts; ++k) {
+      steady[k] = first_gap[index][k] != 0;
+      if (!steady[k]) d.drift_ticks[k] = 0;
     }
+    if (!steady[0] && !steady[1] && !steady[2]) continue;
     for (int sample = 0; sample < kDriftSamples; ++sample) {
-      const std::uint32_t inflight = shm::admission_inflight(word.load(std::memory_order_acquire));
-      std::int64_t held = 0;
-      for (std::uint32_t p : ready) held += segment_.held(p, index).load(std::memory_order_acquire);
-      const std::int64_t g = std::int64_t{inflight} - held;
-      if (g == 0 || (sample > 0 && (g > 0) != (gap > 0))) {
-        gap = 0;  // no gap, or gaps both ways: calls in progress
-        break;
+      const std::uint64_t w = word.load(std::memory_order_acquire);
+      std::array<std::int64_t, kCounts> held{};
+      for (std::uint32_t p : ready) {
+        const std::uint64_t h = segment_.held(p, index).load(std::memory_order_acquire);
+        for (std::uint32_t k = 0; k < kCounts; ++k) held[k] += count_of(h, k);
       }
-      if (sample == 0 || std::abs(g) < std::abs(gap)) gap = g;
+      for (std::uint32_t k = 0; k < kCounts; ++k) {
+        if (!steady[k]) continue;
+        const std::int64_t g = count_of(w, k) - held[k];
+        if (g == 0 || (sample > 0 && (g > 0) != (gap[k] > 0))) {
+          steady[k] = false;  // no gap, or gaps both ways: calls in progress
+          gap[k] = 0;
+          continue;
+        }
+        if (sample == 0 || std::abs(g) < std::abs(gap[k])) gap[k] = g;
+      }
+      if (!steady[0] && !steady[1] && !steady[2]) break;
     }
-    if (gap == 0 || (d.drift_ticks > 0 && (gap > 0) != (d.drift_min > 0))) {
-      d.drift_ticks = 0;
-      if (gap == 0) continue;
+    std::array<std::int64_t, kCounts> change{};
+    bool due = false;
+    for (std::uint32_t k = 0; k < kCounts; ++k) {
+      if (gap[k] == 0 || (d.drift_ticks[k] > 0 && (gap[k] > 0) != (d.drift_min[k] > 0))) {
+        d.drift_ticks[k] = 0;
+        if (gap[k] == 0) continue;
+      }
+      d.drift_min[k] = d.drift_ticks[k] == 0 || std::abs(gap[k]) < std::abs(d.drift_min[k]) ? gap[k] : d.drift_min[k];
+      if (++d.drift_ticks[k] < kDriftTicks) continue;
+      change[k] = -d.drift_min[k];
+      due = true;
     }
-    d.drift_min = d.drift_ticks == 0 || std::abs(gap) < std::abs(d.drift_min) ? gap : d.drift_min;
-    if (++d.drift_ticks < kDriftTicks) continue;
+    if (!due) continue;
     // A stopped process (SIGSTOP, a debugger) can sit between its two
     // updates for as long as it stays stopped: wait until none is.
     if (!checked_stopped) {
@@ -477,22 +621,32 @@ void ControlLoop::scan_drift() {
       for (std::uint32_t p : ready) {
         const auto stat = shm::read_process_stat(segment_.process(p).identity.pid.load(std::memory_order_relaxed));
         if (stat && (stat->state == 'T' || stat->state == 't')) {
-          for (auto& [i, other] : dependencies_) other.drift_ticks = 0;
+          for (auto& [i, other] : dependencies_) other.drift_ticks = {};
           return;
         }
       }
     }
-    d.drift_ticks = 0;
-    const std::int64_t change = move_inflight(word, -d.drift_min);
-    if (change < 0) {
+    for (std::uint32_t k = 0; k < kCounts; ++k) {
+      if (change[k] != 0) d.drift_ticks[k] = 0;
+    }
+    const auto made = move_counts(word, change);
+    if (made[0] < 0 || made[1] < 0 || made[2] < 0) {
       // Permits came back: a waiter may take them now.
       shm::wake_waiters(segment_.dependency(index).admission.futex);
-      permits_reclaimed_ += static_cast<std::uint64_t>(-change);
+    }
+    if (made[0] < 0) {
+      permits_reclaimed_ += static_cast<std::uint64_t>(-made[0]);
       spdlog::warn("dependency {}: {} permit(s) in flight that no process holds (a thread killed mid-call): "
-                   "given back", d.name, -change);
-      if (metrics_ != nullptr) metrics_->count_reclaimed(d.name, static_cast<std::uint64_t>(-change));
-    } else if (change > 0) {
-      spdlog::warn("dependency {}: in-flight count {} short of what processes hold: restored", d.name, change);
+                   "given back", d.name, -made[0]);
+      if (metrics_ != nullptr) metrics_->count_reclaimed(d.name, static_cast<std::uint64_t>(-made[0]));
+    } else if (made[0] > 0) {
+      spdlog::warn("dependency {}: in-flight count {} short of what processes hold: restored", d.name, made[0]);
+    }
+    for (std::uint32_t k = 1; k < kCounts; ++k) {
+      if (made[k] != 0) {
+        spdlog::warn("dependency {}: partition field {} off what processes hold by {}: corrected", d.name, k,
+                     -made[k]);
+      }
     }
   }
 }
@@ -501,9 +655,26 @@ std::vector<ControlLoop::View> ControlLoop::view() const {
   std::vector<View> out;
   for (const auto& [index, d] : dependencies_) {
     const shm::DependencySlot& slot = segment_.dependency(index);
-    out.push_back({d.name, d.controller->settings().policy, d.controller->limit(),
-                   shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed)),
-                   d.controller->windows(), d.breaker->state(), d.breaker->forced(), index});
+    const std::uint64_t word = slot.admission.word.load(std::memory_order_relaxed);
+    View v{d.name,
+           d.controller->settings().policy,
+           d.controller->limit(),
+           shm::admission_inflight(word),
+           d.controller->windows(),
+           d.breaker->state(),
+           d.breaker->forced(),
+           index,
+           {}};
+    const auto plan = plans_.find(index);
+    if (plan != plans_.end() && plan->second.partitioned) {
+      const std::uint64_t rule = slot.partitions.rule.load(std::memory_order_relaxed);
+      for (std::uint32_t p = 0; p < shm::kMaxPartitions; ++p) {
+        if (p != 0 && plan->second.names[p].empty()) continue;
+        v.partitions.push_back({plan->second.names[p], shm::rule_guarantee(rule, p), shm::partition_inflight(word, p),
+                                (plan->second.caps >> p & 1u) != 0});
+      }
+    }
+    out.push_back(std::move(v));
   }
   return out;
 }

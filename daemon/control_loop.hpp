@@ -23,6 +23,7 @@
 // the loop with a fake clock.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -64,6 +65,14 @@ class ControlLoop {
     BreakerState breaker;
     bool breaker_forced;
     std::uint32_t index;  // slot
+    // Partitions (empty without): name, guaranteed count, in flight.
+    struct Partition {
+      std::string name;
+      std::uint32_t guaranteed;
+      std::uint32_t inflight;
+      bool hard_cap;
+    };
+    std::vector<Partition> partitions;
   };
   std::vector<View> view() const;
 
@@ -77,8 +86,9 @@ class ControlLoop {
     std::string name;
     std::unique_ptr<control::Controller> controller;
     std::unique_ptr<shm::StatsReader> stats;  // its stripes, read since the previous tick
-    int drift_ticks = 0;           // ticks in a row in-flight exceeded the held counts
-    std::int64_t drift_min = 0;    // the smallest excess over those ticks
+    // Per count of the admission word (the total, partitions 1 and 2):
+    std::array<int, 3> drift_ticks{};          // ticks in a row it was off the held counts
+    std::array<std::int64_t, 3> drift_min{};   // the smallest gap over those ticks
     Metrics::Dependency* metrics = nullptr;
     std::uint64_t service_ns = 0;  // published as DependencyControl::service_ns
     std::optional<Breaker> breaker;
@@ -97,6 +107,20 @@ class ControlLoop {
   // Runs the breaker on a tick's deltas; publishes its state (and trial
   // permits on entering half open); logs and counts transitions.
   void update_breaker(Dependency& d, const shm::DependencyCounters& delta, std::uint64_t now_ns);
+  // A dependency's partitions, as the config gives them: what the rule
+  // needs besides the limit, kept so that each new limit can be published
+  // with its guarantees.
+  struct PartitionPlan {
+    bool partitioned = false;
+    std::array<std::uint32_t, 3> share_ppm{};  // by field: 0 "default", 1, 2
+    std::uint32_t caps = 0;
+    std::array<std::string, 3> names{"default", "", ""};
+  };
+  // Publishes the partitions' names, caps and field assignment (names keep
+  // their fields across reloads), then the rule for the current limit.
+  void publish_partitions(std::uint32_t index, std::string_view name);
+  // The rule and admit_limit for `limit` under the slot's plan.
+  void publish_rule(std::uint32_t index, std::uint32_t limit);
   // Flags and max_queue, as the config gives them to a dependency.
   void publish_settings(std::uint32_t index, std::string_view name);
   // The service time clients estimate their wait from.
@@ -110,12 +134,14 @@ class ControlLoop {
   ProcessWatch watch_;  // which attached processes still run
   std::map<std::uint32_t, Dependency> dependencies_;  // by slot index
   std::vector<bool> tracked_;                         // by slot index: in dependencies_
-  std::vector<std::int64_t> drift_first_gap_;         // scan_drift()'s, kept to reuse its memory
+  // scan_drift()'s first look, by slot index and count, kept to reuse its memory.
+  std::vector<std::array<std::int64_t, 3>> drift_first_gap_;
   // Slots seen mid-claim, with the heartbeat at which they were first seen.
   std::map<std::uint32_t, std::uint64_t> claiming_since_;
   std::vector<std::string> unclaimed_;  // configured names without a slot yet
   std::set<std::uint32_t> ignored_;     // ready slots with junk names
   std::map<std::uint32_t, std::uint64_t> process_claiming_since_;
+  std::map<std::uint32_t, PartitionPlan> plans_;  // by slot index, partitioned or not
   std::uint64_t heartbeat_ = 0;
   std::uint64_t permits_reclaimed_ = 0;
   std::uint64_t waiters_reclaimed_ = 0;

@@ -96,6 +96,19 @@ Metrics::Metrics(const std::string& listen)
                           .Help("Calls the open circuit breaker would have refused, admitted by shadow "
                                 "mode (enforce = false).")
                           .Register(*registry_)),
+      partition_inflight_(prometheus::BuildGauge()
+                              .Name("bulkhead_partition_inflight")
+                              .Help("Calls of the partition in flight host-wide at the last tick.")
+                              .Register(*registry_)),
+      partition_guaranteed_(prometheus::BuildGauge()
+                                .Name("bulkhead_partition_guaranteed")
+                                .Help("Calls in flight guaranteed to the partition: floor(share x limit).")
+                                .Register(*registry_)),
+      partition_rejected_(prometheus::BuildCounter()
+                              .Name("bulkhead_partition_rejected_total")
+                              .Help("Calls of the partition refused at admission (the dependency at its "
+                                    "limit, capacity reserved for other partitions, or a hard cap).")
+                              .Register(*registry_)),
       tick_seconds_(tick_.Add({}, prometheus::Histogram::BucketBoundaries{
                                       0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05})),
       reloads_ok_(reloads_.Add({{"result", "applied"}})),
@@ -202,6 +215,14 @@ void Metrics::count_breaker_transition(const std::string& dependency, const std:
 
 void Metrics::count_reclaimed_waiters(const std::string& dependency, std::uint64_t places) {
   waiters_reclaimed_.Add({{"dependency", dependency}}).Increment(static_cast<double>(places));
+}
+
+void Metrics::observe_partition(const std::string& dependency, const std::string& partition,
+                                std::uint32_t inflight, std::uint32_t guaranteed, std::uint64_t rejected) {
+  const prometheus::Labels labels{{"dependency", dependency}, {"partition", partition}};
+  partition_inflight_.Add(labels).Set(inflight);
+  partition_guaranteed_.Add(labels).Set(guaranteed);
+  partition_rejected_.Add(labels).Increment(static_cast<double>(rejected));
 }
 
 }  // namespace bulkhead::daemon

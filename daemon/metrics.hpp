@@ -75,6 +75,10 @@ class Metrics {
   void count_reclaimed_waiters(const std::string& dependency, std::uint64_t places);
   // One breaker transition, into state `to` ("closed", "open", "half_open").
   void count_breaker_transition(const std::string& dependency, const std::string& to);
+  // One tick of a partition: its in-flight count and guarantee, and the
+  // calls refused since the last tick.
+  void observe_partition(const std::string& dependency, const std::string& partition, std::uint32_t inflight,
+                         std::uint32_t guaranteed, std::uint64_t rejected);
 
  private:
   // Created before the exposer and destroyed after it (see ECOSYSTEM.md).
@@ -97,6 +101,9 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& breaker_transitions_;
   prometheus::Family<prometheus::Counter>& breaker_rejected_;
   prometheus::Family<prometheus::Counter>& breaker_shadow_;
+  prometheus::Family<prometheus::Gauge>& partition_inflight_;
+  prometheus::Family<prometheus::Gauge>& partition_guaranteed_;
+  prometheus::Family<prometheus::Counter>& partition_rejected_;
   prometheus::Histogram& tick_seconds_;
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_failed_;

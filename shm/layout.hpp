@@ -7,6 +7,8 @@
 //     control line               limit, breaker, flags: written by the daemon
 //     admission line             in-flight word, wait-queue futex and tickets:
 //                                every process, the hot line
+//     partition line             the partitions' rule, names and the limit
+//                                of the fast path: written by the daemon
 //     queue[queue_slots]         the wait queue: one record per waiting call
 //     StatsStripe[stats_stripes] outcome counters, latency and queue-wait
 //                                histograms, striped so that processes
@@ -14,6 +16,8 @@
 //   ProcessSlot[max_processes], each:
 //     identity line              pid, start time: written by its process
 //     held[max_dependencies]     permits this process holds, per dependency
+//                                (and per partition: the admission word's
+//                                encoding)
 //
 // Lines written by different parties never share a cache line. Sizes are
 // fixed at creation from the capacities in the header; a reader recomputes
@@ -41,11 +45,17 @@ inline constexpr std::uint64_t kMagic = 0x444145484B4C5542ull;
 // space, so a reader accepts any minor of its major.
 // Major 2: the wait queue. A client of major 1 would neither wake waiters
 // on release nor know the records, so the two cannot share a segment.
-inline constexpr std::uint16_t kAbiMajor = 2;
-// Minor 1: the circuit breaker (DependencyControl::breaker, trials,
+// Minor 2.1: the circuit breaker (DependencyControl::breaker, trials,
 // breaker_override; StatsStripe::failed, open_rejected, shadow_open). A
-// minor-0 client ignores the breaker and counts BH_FAILED as ignored.
-inline constexpr std::uint16_t kAbiMinor = 1;
+// minor-0 client ignored the breaker and counted BH_FAILED as ignored.
+// Major 3: partitions. The admission word's high half holds the partitions'
+// in-flight counts instead of an operation counter that a major-2 client
+// would go on adding into them; held counts are 64 bits in the same
+// encoding; a partition line joins each dependency slot. Major 3 carries
+// both the partitions and the breaker's fields (minor 0 of major 3 has
+// them all).
+inline constexpr std::uint16_t kAbiMajor = 3;
+inline constexpr std::uint16_t kAbiMinor = 0;
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
@@ -108,6 +118,10 @@ inline constexpr std::uint32_t kDependencyConfigured = 1u << 0;  // has its own 
 inline constexpr std::uint32_t kDependencyShadow = 1u << 1;
 // The wait queue admits the newest waiter first (queue_order = "lifo").
 inline constexpr std::uint32_t kDependencyLifo = 1u << 2;
+// The dependency has partitions (DependencyPartitions): read by a call
+// that names none on its way to a rejection, to take the partitioned
+// admission instead.
+inline constexpr std::uint32_t kDependencyPartitioned = 1u << 3;
 
 // DependencyControl::breaker: the state in the low byte, kBreakerForced
 // when an operator forced it (config `force`, or bulkheadctl). Clients test
@@ -156,13 +170,33 @@ struct alignas(kCacheLine) DependencyControl {
   std::uint8_t reserved[20];
 };
 
-// The admission word: low 32 bits the host-wide in-flight count, high 32
-// bits an operation counter that every acquire and release bumps in the same
-// atomic operation (see docs/architecture.md, "Permits").
-inline constexpr std::uint64_t kAdmissionAcquire = (std::uint64_t{1} << 32) + 1;
-inline constexpr std::uint64_t kAdmissionRelease = (std::uint64_t{1} << 32) - 1;
+// The admission word: low 32 bits the host-wide in-flight count T, every
+// call's; the high half the in-flight counts of the named partitions 1 and
+// 2, 16 bits each (docs/architecture.md, "Partitions"). A call that names
+// no partition (or partition 0, "default") moves T only: its count is T
+// minus the two fields. An admission adds admission_unit(p) in one
+// compare-and-swap, a release subtracts it in one add, so the word is
+// always one consistent view of every count. The same encoding counts a
+// process's held permits (ProcessSlot::held).
+inline constexpr std::uint32_t kMaxPartitions = 3;        // "default" and two named
+inline constexpr std::uint32_t kPartitionFieldMax = 0xffff;  // calls in flight per named partition
+constexpr std::uint32_t partition_shift(std::uint32_t p) { return 16 + 16 * p; }  // p = 1, 2
+constexpr std::uint64_t admission_unit(std::uint32_t p) {
+  return p == 0 ? 1 : 1 + (std::uint64_t{1} << partition_shift(p));
+}
+// A call that names no partition: + 1 on admission, - 1 (mod 2^64) on release.
+inline constexpr std::uint64_t kAdmissionAcquire = admission_unit(0);
+inline constexpr std::uint64_t kAdmissionRelease = ~std::uint64_t{0};
 constexpr std::uint32_t admission_inflight(std::uint64_t word) {
   return static_cast<std::uint32_t>(word);
+}
+// In-flight count of partition p: a field for 1 and 2; for 0 what T leaves
+// (never below 0, even if a client wrote junk into the fields).
+constexpr std::uint32_t partition_inflight(std::uint64_t word, std::uint32_t p) {
+  if (p != 0) return static_cast<std::uint32_t>(word >> partition_shift(p)) & kPartitionFieldMax;
+  const std::uint64_t named = partition_inflight(word, 1) + std::uint64_t{partition_inflight(word, 2)};
+  const std::uint32_t total = admission_inflight(word);
+  return total > named ? static_cast<std::uint32_t>(total - named) : 0;
 }
 
 // DependencyAdmission::futex: bit 0 says "a waiter may sleep on this word"
@@ -197,7 +231,7 @@ struct alignas(kCacheLine) StatsStripe {
   alignas(kCacheLine) std::atomic<std::uint64_t> queue_full;  // refused: queue at max_queue
   std::atomic<std::uint64_t> deadline_rejected;  // refused: deadline passed or could not be met
   std::atomic<std::uint64_t> wait_sum_ns;        // time spent in the queue, all waits
-  // The circuit breaker (ABI minor 1).
+  // The circuit breaker (ABI 2.1; part of major 3).
   std::atomic<std::uint64_t> failed;         // released BH_FAILED: the dependency answered an error
   std::atomic<std::uint64_t> open_rejected;  // refused: the breaker was open (or half open, no trial left)
   std::atomic<std::uint64_t> shadow_open;    // the same, admitted in shadow mode
@@ -207,12 +241,57 @@ struct alignas(kCacheLine) StatsStripe {
   // Calls that waited in the queue, by time waited (admitted or not); same
   // encoding as the latency histogram.
   std::atomic<std::uint64_t> wait_histogram[kHistogramBuckets];
+  // Partitions: calls refused, by partition (0 "default", 1, 2).
+  alignas(kCacheLine) std::atomic<std::uint64_t> partition_rejected[kMaxPartitions];
+  std::uint8_t reserved2[64 - 8 * kMaxPartitions];
+};
+
+// A dependency's partitions, written by the daemon only (at a reload, and
+// the rule whenever the limit changes). Clients read it when they admit a
+// call of a partitioned dependency, or a call that names no partition at
+// admit_limit.
+//
+// rule: the limit L and each partition's guaranteed count g_p, packed so
+// that one load gives a consistent view: L | g0 << 16 | g1 << 32 | g2 << 48
+// (so a partitioned dependency's limit is at most 65535).
+// shape: version << 32 | active << 8 | caps. caps bit p: partition p is
+// hard-capped at g_p; active bit p (1, 2): field p has a name. The version
+// grows whenever names or caps change, so a client that resolved a name
+// knows when to resolve it again.
+constexpr std::uint64_t partition_rule(std::uint32_t limit, std::uint32_t g0, std::uint32_t g1,
+                                       std::uint32_t g2) {
+  return std::uint64_t{limit & 0xffff} | std::uint64_t{g0 & 0xffff} << 16 |
+         std::uint64_t{g1 & 0xffff} << 32 | std::uint64_t{g2 & 0xffff} << 48;
+}
+constexpr std::uint32_t rule_limit(std::uint64_t rule) { return rule & 0xffff; }
+constexpr std::uint32_t rule_guarantee(std::uint64_t rule, std::uint32_t p) {
+  return (rule >> (16 + 16 * p)) & 0xffff;
+}
+constexpr std::uint32_t shape_caps(std::uint64_t shape) { return shape & 0xff; }
+constexpr std::uint32_t shape_active(std::uint64_t shape) { return (shape >> 8) & 0xff; }
+constexpr std::uint32_t shape_version(std::uint64_t shape) { return static_cast<std::uint32_t>(shape >> 32); }
+inline constexpr std::size_t kMaxPartitionNameLength = 15;
+
+struct alignas(kCacheLine) DependencyPartitions {
+  // The limit that a call naming no partition is admitted under without
+  // looking further: the limit itself for a dependency without partitions;
+  // L - g1 - g2 with partitions (0 when "default" is hard-capped), under
+  // which the partition rule admits such a call anyway. At or past it the
+  // call takes the partitioned admission.
+  std::atomic<std::uint32_t> admit_limit;
+  std::uint32_t reserved0;
+  std::atomic<std::uint64_t> rule;
+  std::atomic<std::uint64_t> shape;
+  // Names of partitions 1 and 2, NUL-padded, 16 bytes each (kMaxPartitionNameLength).
+  std::atomic<std::uint64_t> names[2][2];
+  std::uint8_t reserved[8];
 };
 
 struct DependencySlot {
   DependencyIdentity identity;
   DependencyControl control;
   DependencyAdmission admission;
+  DependencyPartitions partitions;
   // std::atomic<std::uint64_t> queue[queue_slots] follow, padded to a whole
   // cache line: 0 for a free place, else queue_record() of a waiting call.
   // Then StatsStripe stripes[stats_stripes].
@@ -227,8 +306,9 @@ struct alignas(kCacheLine) ProcessIdentity {
 
 struct ProcessSlot {
   ProcessIdentity identity;
-  // std::atomic<std::uint32_t> held[max_dependencies] follow, padded to a
-  // whole cache line.
+  // std::atomic<std::uint64_t> held[max_dependencies] follow, padded to a
+  // whole cache line: the admission word's encoding (total in the low 32
+  // bits, partitions 1 and 2 in the high half).
 };
 
 static_assert(sizeof(Header) == 2 * kCacheLine);
@@ -238,7 +318,11 @@ static_assert(sizeof(DependencyControl) == kCacheLine);
 static_assert(sizeof(DependencyAdmission) == kCacheLine);
 static_assert(offsetof(DependencySlot, control) == 1 * kCacheLine);
 static_assert(offsetof(DependencySlot, admission) == 2 * kCacheLine);
-static_assert(sizeof(DependencySlot) == 3 * kCacheLine);
+static_assert(sizeof(DependencyPartitions) == kCacheLine);
+static_assert(offsetof(DependencySlot, partitions) == 3 * kCacheLine);
+static_assert(sizeof(DependencySlot) == 4 * kCacheLine);
+static_assert(offsetof(DependencyPartitions, rule) == 8);
+static_assert(offsetof(DependencyPartitions, names) == 24);
 static_assert(offsetof(DependencyControl, service_ns) == 24);
 static_assert(offsetof(DependencyControl, trials) == 32);
 static_assert(offsetof(DependencyControl, breaker_override) == 40);
@@ -250,7 +334,8 @@ static_assert(offsetof(StatsStripe, failed) == kCacheLine + 24);
 static_assert(offsetof(StatsStripe, shadow_open) == kCacheLine + 40);
 static_assert(offsetof(StatsStripe, histogram) == 2 * kCacheLine);
 static_assert(offsetof(StatsStripe, wait_histogram) == 2 * kCacheLine + kHistogramBuckets * 8);
-static_assert(sizeof(StatsStripe) == 2 * kCacheLine + 2 * kHistogramBuckets * 8);
+static_assert(offsetof(StatsStripe, partition_rejected) == 2 * kCacheLine + 2 * kHistogramBuckets * 8);
+static_assert(sizeof(StatsStripe) == 3 * kCacheLine + 2 * kHistogramBuckets * 8);
 static_assert(sizeof(StatsStripe) % kCacheLine == 0);
 static_assert(sizeof(ProcessIdentity) == kCacheLine);
 static_assert(sizeof(ProcessSlot) == kCacheLine);
@@ -293,7 +378,7 @@ constexpr Layout segment_layout(const Capacities& c) {
   l.dependency_slot_size = static_cast<std::uint32_t>(
       sizeof(DependencySlot) + queue_bytes(c.queue_slots) + c.stats_stripes * sizeof(StatsStripe));
   l.process_slot_size = static_cast<std::uint32_t>(
-      sizeof(ProcessSlot) + round_up_to_line(std::uint64_t{c.max_dependencies} * 4));
+      sizeof(ProcessSlot) + round_up_to_line(std::uint64_t{c.max_dependencies} * 8));
   l.dependency_table_offset = sizeof(Header);
   l.process_table_offset =
       l.dependency_table_offset + std::uint64_t{c.max_dependencies} * l.dependency_slot_size;

@@ -239,10 +239,10 @@ ProcessSlot& Segment::process(std::uint32_t index) const {
                                          std::uint64_t{index} * layout_.process_slot_size);
 }
 
-std::atomic<std::uint32_t>& Segment::held(std::uint32_t process_index,
+std::atomic<std::uint64_t>& Segment::held(std::uint32_t process_index,
                                           std::uint32_t dependency_index) const {
   auto* first = reinterpret_cast<char*>(&process(process_index)) + sizeof(ProcessSlot);
-  return reinterpret_cast<std::atomic<std::uint32_t>*>(first)[dependency_index];
+  return reinterpret_cast<std::atomic<std::uint64_t>*>(first)[dependency_index];
 }
 
 // --- The dependency table ------------------------------------------------
@@ -311,6 +311,9 @@ ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
         std::memcpy(id.name, name.data(), name.size());
         id.name[name.size()] = '\0';
         slot.control.limit.store(initial_limit, std::memory_order_relaxed);
+        // No partitions until the daemon publishes some: calls that name
+        // none are admitted under the limit itself.
+        slot.partitions.admit_limit.store(initial_limit, std::memory_order_relaxed);
         slot.control.flags.store(flags, std::memory_order_relaxed);
         std::uint64_t expected = claiming;
         // Release pairs with the acquire loads of the tag in lookups: the

@@ -77,8 +77,8 @@ class Segment {
   std::uint32_t queue_slots() const { return capacities_.queue_slots; }
   StatsStripe& stripe(std::uint32_t dependency, std::uint32_t stripe) const;
   ProcessSlot& process(std::uint32_t index) const;
-  // held[dependency] of a process slot.
-  std::atomic<std::uint32_t>& held(std::uint32_t process, std::uint32_t dependency) const;
+  // held[dependency] of a process slot: the admission word's encoding.
+  std::atomic<std::uint64_t>& held(std::uint32_t process, std::uint32_t dependency) const;
 
   // The stripe a process slot writes its statistics to.
   std::uint32_t stripe_of_process(std::uint32_t process) const {

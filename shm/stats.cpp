@@ -19,6 +19,9 @@ DependencyCounters DependencyCounters::since(const DependencyCounters& earlier) 
   d.failed = failed - earlier.failed;
   d.open_rejected = open_rejected - earlier.open_rejected;
   d.shadow_open = shadow_open - earlier.shadow_open;
+  for (std::size_t p = 0; p < partition_rejected.size(); ++p) {
+    d.partition_rejected[p] = partition_rejected[p] - earlier.partition_rejected[p];
+  }
   for (std::size_t b = 0; b < histogram.size(); ++b) {
     d.histogram[b] = histogram[b] - earlier.histogram[b];
     d.wait_histogram[b] = wait_histogram[b] - earlier.wait_histogram[b];
@@ -44,6 +47,9 @@ DependencyCounters read_counters(const Segment& segment, std::uint32_t index) {
     c.failed += st.failed.load(std::memory_order_relaxed);
     c.open_rejected += st.open_rejected.load(std::memory_order_relaxed);
     c.shadow_open += st.shadow_open.load(std::memory_order_relaxed);
+    for (std::uint32_t p = 0; p < kMaxPartitions; ++p) {
+      c.partition_rejected[p] += st.partition_rejected[p].load(std::memory_order_relaxed);
+    }
     for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
       c.histogram[b] += st.histogram[b].load(std::memory_order_relaxed);
       c.wait_histogram[b] += st.wait_histogram[b].load(std::memory_order_relaxed);
@@ -87,7 +93,10 @@ std::array<std::uint64_t, StatsReader::kScalars> load_scalars(const StatsStripe&
           st.wait_sum_ns.load(std::memory_order_acquire),
           st.failed.load(std::memory_order_relaxed),
           st.open_rejected.load(std::memory_order_relaxed),
-          st.shadow_open.load(std::memory_order_relaxed)};
+          st.shadow_open.load(std::memory_order_relaxed),
+          st.partition_rejected[0].load(std::memory_order_relaxed),
+          st.partition_rejected[1].load(std::memory_order_relaxed),
+          st.partition_rejected[2].load(std::memory_order_relaxed)};
 }
 
 }  // namespace
@@ -150,6 +159,9 @@ void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters
     delta.failed += now[8] - mine.scalars[8];
     delta.open_rejected += now[9] - mine.scalars[9];
     delta.shadow_open += now[10] - mine.scalars[10];
+    for (std::uint32_t p = 0; p < kMaxPartitions; ++p) {
+      delta.partition_rejected[p] += now[11 + p] - mine.scalars[11 + p];
+    }
     const std::uint64_t before_wait_sum = mine.scalars[7];
     mine.scalars = now;
     if (!mine.buckets) mine.buckets = std::make_unique<std::array<std::uint32_t, 2 * kHistogramBuckets>>();

@@ -34,6 +34,8 @@ struct DependencyCounters {
   std::uint64_t failed = 0;         // released BH_FAILED
   std::uint64_t open_rejected = 0;  // refused by the breaker
   std::uint64_t shadow_open = 0;    // would have been refused by it: shadow mode admitted them
+  // Partitions: refused, by partition (0 "default", 1, 2).
+  std::array<std::uint64_t, kMaxPartitions> partition_rejected{};
 
   // What was added between `earlier` and this reading (modulo 2^64, so a
   // counter that wrapped still gives the right delta).
@@ -57,9 +59,10 @@ WindowExtremes take_window_extremes(Segment& segment, std::uint32_t index);
 
 // The daemon's reading of one dependency, tick after tick: the deltas of
 // its counters and its window extremes, read stripe by stripe, re-reading a
-// stripe's two histograms (50 of its 52 cache lines) only when something
+// stripe's two histograms (50 of its 53 cache lines) only when something
 // was recorded there since the last take. A take reads, per stripe, its
-// first two lines (the scalar counters and the window extremes); a stripe
+// first two lines (the scalar counters and the window extremes) and its
+// partitions' line (the rejections by partition); a stripe
 // whose scalars are unchanged and whose window minimum is still neutral
 // has had no outcome and no wait recorded since, so its histograms are
 // unchanged too (see take() for the order that makes this sound). On a host
@@ -91,7 +94,7 @@ class StatsReader {
   // The scalar counters of a stripe that a take compares: every counter of
   // StatsStripe but the histograms and the window extremes. A counter left
   // out would be read only when another one moved with it.
-  static constexpr std::size_t kScalars = 11;
+  static constexpr std::size_t kScalars = 11 + kMaxPartitions;
 
  private:
   struct Stripe {

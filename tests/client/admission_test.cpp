@@ -52,9 +52,10 @@ class AdmissionTest : public ::testing::Test {
   std::uint32_t slot_of(const std::string& dep) { return *shm::find_dependency(*segment_, dep); }
   void set_limit(const std::string& dep, std::uint32_t limit) {
     segment_->dependency(slot_of(dep)).control.limit.store(limit);
+    segment_->dependency(slot_of(dep)).partitions.admit_limit.store(limit);  // no partitions
   }
-  std::uint32_t held_total(std::uint32_t dep) {
-    std::uint32_t sum = 0;
+  std::uint64_t held_total(std::uint32_t dep) {
+    std::uint64_t sum = 0;
     for (std::uint32_t p = 0; p < segment_->header().max_processes; ++p) sum += segment_->held(p, dep).load();
     return sum;
   }

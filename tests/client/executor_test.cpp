@@ -145,6 +145,7 @@ TEST_F(ExecutorTest, ATaskWhoseDeadlinePassedWhileQueuedIsNotRun) {
 
 TEST_F(ExecutorTest, HostWidePermitsAdmitTheTasks) {
   control().limit.store(1);
+  segment_->dependency(slot_).partitions.admit_limit.store(1);  // no partitions
   control().max_queue.store(0);  // no host-wide queue
   Permit elsewhere = dep_->try_acquire();  // another caller holds the only permit
   ASSERT_TRUE(elsewhere);

@@ -30,6 +30,13 @@ class FallbackTest : public ::testing::Test {
     dep_.emplace(client_->dependency("pay"));
   }
   shm::DependencyControl& control() { return segment_->dependency(*shm::find_dependency(*segment_, "pay")).control; }
+  // What the daemon publishes for a dependency without partitions: the
+  // limit, and the fast path's limit equal to it.
+  void set_limit(std::uint32_t limit, const std::string& dep = "pay") {
+    shm::DependencySlot& slot = segment_->dependency(*shm::find_dependency(*segment_, dep));
+    slot.control.limit.store(limit);
+    slot.partitions.admit_limit.store(limit);
+  }
   shm::DependencyCounters counters() {
     return shm::read_counters(*segment_, *shm::find_dependency(*segment_, "pay"));
   }
@@ -105,14 +112,14 @@ TEST_F(FallbackTest, AThrowingCallIsAFailureAndTheFallbackSeesWhatItThrew) {
 }
 
 TEST_F(FallbackTest, EachRefusalGivesItsReason) {
-  control().limit.store(0);
+  set_limit(0);
   EXPECT_EQ(reason_of(), FallbackReason::kLimit);
   // Waiting: no queue configured (max_queue 0), then one place and a budget
   // that runs out.
   EXPECT_EQ(reason_of({.wait = 10ms}), FallbackReason::kQueueFull);
   control().max_queue.store(1);
   EXPECT_EQ(reason_of({.wait = 20ms}), FallbackReason::kDeadline);
-  control().limit.store(4);
+  set_limit(4);
   control().breaker.store(shm::kBreakerOpen);
   EXPECT_EQ(reason_of(), FallbackReason::kOpenCircuit);
   EXPECT_EQ(reason_of({.wait = 10ms}), FallbackReason::kOpenCircuit);
@@ -166,7 +173,7 @@ TEST_F(FallbackTest, AStallingFallbackHitsItsOwnLimitAndTheCallPathIsUnaffected)
 }
 
 TEST_F(FallbackTest, WithoutAGuardEachDependencyHasItsOwnDefaultBound) {
-  control().limit.store(0);
+  set_limit(0);
   std::atomic<int> inside{0};
   std::atomic<bool> release{false};
   std::vector<std::thread> threads;
@@ -191,7 +198,7 @@ TEST_F(FallbackTest, WithoutAGuardEachDependencyHasItsOwnDefaultBound) {
   EXPECT_EQ(refused.load(), 3);
   // Another dependency's fallbacks have a bound of their own.
   Dependency other = client_->dependency("other");
-  segment_->dependency(*shm::find_dependency(*segment_, "other")).control.limit.store(0);
+  set_limit(0, "other");
   EXPECT_EQ(execute(other, [] { return 1; }, [](const FallbackContext&) { return 3; }), 3);
   release = true;
   for (auto& t : threads) t.join();

@@ -54,6 +54,7 @@ class QueueTest : public ::testing::Test {
   // What the daemon would publish.
   void publish(std::uint32_t limit, std::uint32_t max_queue, std::uint32_t flags = 0) {
     control().limit.store(limit);
+    segment_->dependency(slot_).partitions.admit_limit.store(limit);  // no partitions
     control().max_queue.store(max_queue);
     control().flags.store(flags);
   }

@@ -29,22 +29,44 @@ TEST(Layout, TablesFollowTheHeaderAndEachOther) {
   EXPECT_EQ(l.dependency_table_offset, sizeof(Header));
   // 20 queue records of 8 bytes round up to 192 bytes (3 lines).
   EXPECT_EQ(l.dependency_slot_size, sizeof(DependencySlot) + 192 + 3 * sizeof(StatsStripe));
-  // 100 held counts of 4 bytes round up to 448 bytes (7 lines).
-  EXPECT_EQ(l.process_slot_size, sizeof(ProcessSlot) + 448);
+  // 100 held words of 8 bytes round up to 832 bytes (13 lines).
+  EXPECT_EQ(l.process_slot_size, sizeof(ProcessSlot) + 832);
   EXPECT_EQ(l.process_table_offset, l.dependency_table_offset + 100ull * l.dependency_slot_size);
   EXPECT_EQ(l.total_size, l.process_table_offset + 10ull * l.process_slot_size);
   EXPECT_EQ(l.dependency_slot_size % kCacheLine, 0u);
   EXPECT_EQ(l.process_slot_size % kCacheLine, 0u);
 }
 
-TEST(Layout, AdmissionDeltasMoveCountAndOperationCounter) {
+TEST(Layout, AnUnnamedCallMovesTheTotalOnly) {
   std::uint64_t word = 0;
   word += kAdmissionAcquire;
   word += kAdmissionAcquire;
   EXPECT_EQ(admission_inflight(word), 2u);
   word += kAdmissionRelease;
   EXPECT_EQ(admission_inflight(word), 1u);
-  EXPECT_EQ(word >> 32, 3u);  // three operations
+  EXPECT_EQ(word >> 32, 0u);  // the partitions' fields untouched
+  EXPECT_EQ(partition_inflight(word, 0), 1u);
+}
+
+TEST(Layout, APartitionsCallMovesItsFieldWithTheTotal) {
+  std::uint64_t word = 0;
+  word += admission_unit(1);
+  word += admission_unit(2);
+  word += admission_unit(2);
+  word += kAdmissionAcquire;
+  EXPECT_EQ(admission_inflight(word), 4u);
+  EXPECT_EQ(partition_inflight(word, 1), 1u);
+  EXPECT_EQ(partition_inflight(word, 2), 2u);
+  EXPECT_EQ(partition_inflight(word, 0), 1u);
+  word -= admission_unit(2);
+  EXPECT_EQ(admission_inflight(word), 3u);
+  EXPECT_EQ(partition_inflight(word, 2), 1u);
+  EXPECT_EQ(partition_inflight(word, 0), 1u);
+}
+
+TEST(Layout, JunkFieldsNeverMakeTheDefaultCountNegative) {
+  const std::uint64_t word = (std::uint64_t{5} << 32) | 2;  // field 1 says 5, the total 2
+  EXPECT_EQ(partition_inflight(word, 0), 0u);
 }
 
 }  // namespace

@@ -93,6 +93,16 @@ TEST_F(StatsReaderTest, EveryCounterIsSeenOnItsOwn) {
     (segment_.stripe(index_, 2).*c.stripe).fetch_add(1);
     EXPECT_EQ(take(reader).*c.delta, 1u) << c.name;
   }
+  // The rejections by partition, on the stripe's partitions line.
+  for (std::uint32_t p = 0; p < kMaxPartitions; ++p) {
+    segment_.stripe(index_, 2).partition_rejected[p].fetch_add(1);
+    const DependencyCounters d = take(reader);
+    for (std::uint32_t q = 0; q < kMaxPartitions; ++q) {
+      EXPECT_EQ(d.partition_rejected[q], p == q ? 1u : 0u) << "partition_rejected[" << p << "], [" << q << "]";
+    }
+  }
+  static_assert(StatsReader::kScalars == sizeof(counters) / sizeof(counters[0]) + 2 + kMaxPartitions,
+                "a scalar counter of StatsStripe is missing here (the two sums are checked elsewhere)");
 }
 
 TEST_F(StatsReaderTest, AgreesWithSummingEveryStripe) {

@@ -69,8 +69,12 @@ enum {
   BH_REJECT_LIMIT = 1,      /* the dependency's in-flight count is at its limit */
   BH_REJECT_QUEUE_FULL = 2, /* at the limit, and max_queue calls wait already */
   BH_REJECT_DEADLINE = 3,   /* the deadline passed, or the expected wait exceeds it */
-  BH_REJECT_OPEN_CIRCUIT = 4 /* the dependency's circuit breaker is open, or half
-                                open with all of its trial calls out */
+  BH_REJECT_OPEN_CIRCUIT = 4, /* the dependency's circuit breaker is open, or half
+                                 open with all of its trial calls out */
+  BH_REJECT_PARTITION = 5   /* a partition handle's call: the dependency is under its
+                               limit, but what is left is other partitions' unused
+                               guarantee, or this partition is hard-capped at its
+                               share (see bh_partition()) */
 };
 
 /* Circuit-breaker states, from bh_breaker_state(). bulkheadd computes the
@@ -170,6 +174,33 @@ BH_API uint64_t bh_now_ns(void);
 /* The dependency's breaker state, BH_BREAKER_*, as last published by the
  * daemon; -EINVAL for NULL. */
 BH_API int bh_breaker_state(const bh_dep *d);
+
+/* The handle of one partition of a dependency, for calls of that class
+ * (e.g. "critical", "batch"). bulkheadd's config may split a dependency's
+ * limit L into up to three partitions with guaranteed shares
+ * ([dependency.NAME.partitions] in docs/config.md): partition p is
+ * guaranteed floor(share_p x L) calls in flight whenever it asks, may borrow
+ * capacity that no other partition's unused guarantee reserves, and with
+ * hard_cap never goes past its share. Calls through the dependency's own
+ * handle (and every caller that never heard of partitions) belong to the
+ * partition "default", which has a share only if the config gives it one.
+ *
+ * The returned handle works with bh_try_acquire(), bh_try_acquire_untimed(),
+ * bh_acquire(), bh_limit() and bh_inflight() (the dependency's values);
+ * valid until bh_client_close(). Its rejections are BH_REJECT_LIMIT (the
+ * dependency is at its limit) or BH_REJECT_PARTITION; a call through the
+ * dependency's own handle is only ever refused with the reasons it always
+ * had. Partitions have no wait queue: bh_acquire() with a partitioned
+ * dependency admits or refuses at once, like bh_try_acquire() (a deadline
+ * already passed is still BH_REJECT_DEADLINE).
+ *
+ * -ENOENT when the dependency has no partition of that name (bh_last_error()
+ * lists those it has), -EINVAL for a bad name (1 to 15 of A-Z a-z 0-9 . _ -)
+ * or a handle that is a partition's already. "default" gives back `d`
+ * itself; so does any name in standalone mode, where no partitions are
+ * known. A partition that a later reload removes goes on admitting its
+ * calls as "default" ones. Call once, not per request. */
+BH_API int bh_partition(bh_dep *d, const char *name, bh_dep **out);
 
 /* The limit in force and the host-wide in-flight count, -EINVAL for NULL. */
 BH_API long bh_limit(const bh_dep *d);

@@ -14,6 +14,12 @@
 // permit.failed(): the circuit breaker counts it (bulkhead/fallback.hpp runs
 // a call and a fallback this way).
 //
+// A call of one class of a partitioned dependency (bh_partition()):
+//
+//   bulkhead::Dependency batch = payments.partition("batch");     // once
+//   if (bulkhead::Permit permit = batch.try_acquire()) { ... }
+//   // refused: BH_REJECT_LIMIT or BH_REJECT_PARTITION
+//
 // To wait for a permit rather than be refused, with a deadline that bounds
 // the wait and the call together:
 //
@@ -157,6 +163,15 @@ class Dependency {
     return acquire(budget >= std::chrono::steady_clock::time_point::max() - now
                        ? std::chrono::steady_clock::time_point::max()
                        : now + budget);
+  }
+  // The handle of one of the dependency's partitions (see bh_partition()):
+  //   bulkhead::Dependency critical = payments.partition("critical");
+  // Throws Error (ENOENT) when the config gives the dependency no such
+  // partition.
+  Dependency partition(const std::string& name) const {
+    bh_dep* p = nullptr;
+    if (const int rc = bh_partition(handle_, name.c_str(), &p); rc < 0) throw Error(rc);
+    return Dependency(p);
   }
   long limit() const { return bh_limit(handle_); }
   long inflight() const { return bh_inflight(handle_); }
