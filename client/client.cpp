@@ -742,8 +742,8 @@ std::uint32_t resolve(bh_dep* h, std::uint64_t shape) {
   const std::uint64_t shape = line.shape.load(std::memory_order_acquire);
   const bool partitioned = (d->flags->load(std::memory_order_relaxed) & shm::kDependencyPartitioned) != 0;
   if (!partitioned) {
-    *tagged = d;
     const int rc = admit(d, count_rejection);
+    if (rc == 0) *tagged = d;
     return rc == kDivert ? BH_REJECT_LIMIT : rc;  // kDivert: partitions came back just now
   }
   const std::uint32_t p = handle->parent != nullptr ? resolve(handle, shape) : 0;

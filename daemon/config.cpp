@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -282,7 +283,9 @@ std::uint32_t read_share(const Reporter& report, const Entry& e, const std::stri
   const double v = e.node->is_integer() ? static_cast<double>(e.node->as_integer()->get())
                                         : e.node->as_floating_point()->get();
   if (!(v > 0.0 && v <= 1.0)) {
-    report.fail(e.line, path, "must be a share of the limit in (0, 1], got " + std::to_string(v));
+    std::ostringstream shown;
+    shown << v;
+    report.fail(e.line, path, "must be a share of the limit in (0, 1], got " + shown.str());
   }
   return static_cast<std::uint32_t>(std::llround(v * shm::kShareOne));
 }

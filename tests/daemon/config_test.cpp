@@ -372,6 +372,19 @@ TEST(ParseConfig, BreakerKeysAreInheritedKeyByKey) {
   EXPECT_TRUE(config.effective("unlisted").breaker.enabled);
 }
 
+TEST(ParseConfig, PartitionsTakeSharesAndHardCapsInFileOrder) {
+  const Config config = parse_config(
+      "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\ncritical = 0.7\n"
+      "batch = { share = 0.2, hard_cap = true }\ndefault = 0.1\n",
+      "t.toml");
+  const auto& parts = config.find("db")->partitions;
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0], (PartitionConfig{"critical", 700'000, false}));
+  EXPECT_EQ(parts[1], (PartitionConfig{"batch", 200'000, true}));
+  EXPECT_EQ(parts[2], (PartitionConfig{"default", 100'000, false}));
+  EXPECT_TRUE(config.effective("unlisted").partitions.empty());
+}
+
 TEST(ParseConfig, MetricsCanBeTurnedOff) {
   EXPECT_EQ(parse_config("[daemon]\nmetrics_listen = \"\"\n", "t.toml").daemon.metrics_listen, "");
   EXPECT_EQ(parse_config("[daemon]\nmetrics_listen = \"0.0.0.0:0\"\n", "t.toml").daemon.metrics_listen,
@@ -584,6 +597,46 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:2: dependency.db.max_limit: must be >= initial_limit (20, from [defaults])"},
     {"InheritedInitialBelowMin", "[dependency.db]\nmin_limit = 30\n",
      "bad.toml:2: dependency.db.min_limit: must be <= initial_limit (20, from [defaults])"},
+
+    // Partitions.
+    {"PartitionShareAboveOne", "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = 1.5\n",
+     "bad.toml:4: dependency.db.partitions.a: must be a share of the limit in (0, 1], got 1.5"},
+    {"PartitionShareZero", "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = 0\n",
+     "bad.toml:4: dependency.db.partitions.a: must be a share of the limit in (0, 1], got 0"},
+    {"PartitionShareNotANumber", "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = \"half\"\n",
+     "bad.toml:4: dependency.db.partitions.a: must be a share of the limit, a number in (0, 1], e.g. 0.3"},
+    {"PartitionSharesAboveOne",
+     "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = 0.7\nb = 0.4\n",
+     "bad.toml:5: dependency.db.partitions.b: the shares sum to more than 1"},
+    {"PartitionTooMany",
+     "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = 0.1\nb = 0.1\nc = 0.1\n",
+     "bad.toml:6: dependency.db.partitions.c: at most 2 partitions besides \"default\""},
+    {"PartitionBadName", "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\n\"a b\" = 0.1\n",
+     "bad.toml:4: dependency.db.partitions.\"a b\": name has a character other than A-Z a-z 0-9 . _ -"},
+    {"PartitionNameTooLong",
+     "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\nabcdefghijklmnop = 0.1\n",
+     "bad.toml:4: dependency.db.partitions.abcdefghijklmnop: name is longer than 15 bytes"},
+    {"PartitionUnknownKey",
+     "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = { share = 0.1, cap = true }\n",
+     "bad.toml:4: dependency.db.partitions.a.cap: unknown key (a partition has share and hard_cap)"},
+    {"PartitionWithoutShare",
+     "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = { hard_cap = true }\n",
+     "bad.toml:4: dependency.db.partitions.a: needs a share"},
+    {"PartitionsEmpty", "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\n",
+     "bad.toml:3: dependency.db.partitions: must name at least one partition"},
+    {"PartitionsInDefaults", "[defaults]\n[defaults.partitions]\na = 0.5\n",
+     "bad.toml:2: defaults.partitions: partitions belong to one dependency: not allowed in [defaults]"},
+    {"PartitionedLimitAbove16Bits",
+     "[dependency.db]\nmax_limit = 70000\n[dependency.db.partitions]\na = 0.5\n",
+     "bad.toml:2: dependency.db.max_limit: must be <= 65535 for a dependency with partitions"},
+    {"PartitionedInheritedLimitAbove16Bits",
+     "[defaults]\nmax_limit = 70000\n[dependency.db]\n[dependency.db.partitions]\na = 0.5\n",
+     "bad.toml:3: dependency.db.max_limit: must be <= 65535 for a dependency with partitions (their counts are "
+     "16 bits) (from [defaults])"},
+    {"PartitionedWithAQueue",
+     "[defaults]\nmax_queue = 4\n[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = 0.5\n",
+     "bad.toml:3: dependency.db.max_queue: must be 0 for a dependency with partitions (partitions have no wait "
+     "queue) (from [defaults]: set max_queue = 0 here)"},
 
     // Whole-file checks.
     {"TooManyDependencies",

@@ -1,0 +1,317 @@
+// Partitions end to end: the daemon's control loop publishes them from a
+// config on a real segment, clients (threads and forked processes) admit
+// through libbulkhead, and the test looks at the admission word.
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <optional>
+#include <vector>
+
+#include "bulkhead/bulkhead.h"
+#include "bulkhead/client.hpp"
+#include "daemon/config.hpp"
+#include "daemon/control_loop.hpp"
+#include "shm/partitions.hpp"
+#include "tests/support/children.hpp"
+#include "tests/support/temp_segment.hpp"
+
+namespace bulkhead {
+namespace {
+
+using testing::TempSegmentName;
+
+constexpr std::uint64_t kTickNs = 100'000'000;
+
+// The admission word with `total` in flight, `c1` and `c2` of partitions 1 and 2.
+constexpr std::uint64_t word_of(std::uint32_t total, std::uint32_t c1, std::uint32_t c2) {
+  return std::uint64_t{total} | std::uint64_t{c1} << 32 | std::uint64_t{c2} << 48;
+}
+
+// A fixed limit of `limit` with the partitions table `partitions`.
+std::string dependency(const std::string& name, int limit, const std::string& partitions) {
+  const std::string l = std::to_string(limit);
+  return "[dependency." + name + "]\npolicy = \"fixed\"\nmin_limit = " + l + "\nmax_limit = " + l +
+         "\ninitial_limit = " + l + "\n" + (partitions.empty() ? "" : "[dependency." + name + ".partitions]\n" + partitions);
+}
+
+class PartitionTest : public ::testing::Test {
+ protected:
+  void start(const std::string& toml) {
+    segment_.emplace(shm::Segment::create(name_, testing::small_segment(16, 16, 2)));
+    loop_.emplace(*segment_, parse(toml), nullptr);
+    loop_->tick(now_ns_ += kTickNs);
+    client_.emplace(name_.str());
+  }
+  daemon::Config parse(const std::string& toml) {
+    return daemon::parse_config("[daemon]\nsegment = \"" + name_.str() +
+                                    "\"\nmax_dependencies = 16\nmax_processes = 16\nstats_stripes = 2\n" + toml,
+                                "test.toml");
+  }
+  void reload(const std::string& toml) { loop_->apply(parse(toml)); }
+  void advance_ticks(int n) {
+    for (int i = 0; i < n; ++i) loop_->tick(now_ns_ += kTickNs);
+  }
+  std::uint32_t slot_of(const std::string& dep) { return *shm::find_dependency(*segment_, dep); }
+  std::atomic<std::uint64_t>& word(const std::string& dep) { return segment_->dependency(slot_of(dep)).admission.word; }
+  std::uint64_t held_total(const std::string& dep) {
+    std::uint64_t sum = 0;
+    for (std::uint32_t p = 0; p < segment_->capacities().max_processes; ++p) sum += segment_->held(p, slot_of(dep)).load();
+    return sum;
+  }
+  // Acquires through `d` until refused; returns the permits and the reason.
+  static std::vector<Permit> take_all(Dependency d, int* reason = nullptr) {
+    std::vector<Permit> out;
+    for (;;) {
+      Permit p = d.try_acquire();
+      if (!p) {
+        if (reason != nullptr) *reason = p.reason();
+        return out;
+      }
+      out.push_back(std::move(p));
+    }
+  }
+
+  TempSegmentName name_{"part"};
+  std::optional<shm::Segment> segment_;
+  std::optional<daemon::ControlLoop> loop_;
+  std::optional<Client> client_;
+  std::uint64_t now_ns_ = 1'000'000'000;
+};
+
+TEST_F(PartitionTest, EachPartitionGetsItsGuaranteeAndBorrowsOnlyWhatNoneReserves) {
+  start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"));
+  Dependency db = client_->dependency("db");
+  Dependency critical = db.partition("critical");
+  Dependency batch = db.partition("batch");
+  // Batch alone: its 2, then the 3 nobody reserves; critical's 5 stay free.
+  int reason = 0;
+  auto batch_permits = take_all(batch, &reason);
+  EXPECT_EQ(batch_permits.size(), 5u);
+  EXPECT_EQ(reason, BH_REJECT_PARTITION);
+  // Critical still gets its whole guarantee.
+  auto critical_permits = take_all(critical, &reason);
+  EXPECT_EQ(critical_permits.size(), 5u);
+  EXPECT_EQ(reason, BH_REJECT_LIMIT);  // 10 in flight: the limit
+  const std::uint64_t w = word("db").load();
+  EXPECT_EQ(shm::admission_inflight(w), 10u);
+  EXPECT_EQ(shm::partition_inflight(w, 1) + shm::partition_inflight(w, 2), 10u);
+  EXPECT_EQ(held_total("db"), w);  // the held words mirror the admission word
+  // Calls that name no partition: nothing left.
+  EXPECT_EQ(db.try_acquire().reason(), BH_REJECT_LIMIT);
+  batch_permits.clear();
+  critical_permits.clear();
+  EXPECT_EQ(word("db").load(), 0u);
+  EXPECT_EQ(held_total("db"), 0u);
+}
+
+TEST_F(PartitionTest, CallsThatNameNoPartitionLeaveTheGuaranteesAlone) {
+  start(dependency("db", 10, "critical = 0.7\n"));
+  Dependency db = client_->dependency("db");
+  int reason = 0;
+  auto unnamed = take_all(db, &reason);
+  EXPECT_EQ(unnamed.size(), 3u);
+  EXPECT_EQ(reason, BH_REJECT_LIMIT);  // never BH_REJECT_PARTITION without a partition handle
+  auto critical = take_all(db.partition("critical"));
+  EXPECT_EQ(critical.size(), 7u);
+  // "default" is the dependency's own handle.
+  bh_dep* d = nullptr;
+  ASSERT_EQ(bh_partition(db.handle(), "default", &d), 0);
+  EXPECT_EQ(d, db.handle());
+}
+
+TEST_F(PartitionTest, AHardCapHoldsWithCapacityIdle) {
+  start(dependency("db", 10, "critical = 0.5\nbatch = { share = 0.2, hard_cap = true }\n"));
+  int reason = 0;
+  auto batch = take_all(client_->dependency("db").partition("batch"), &reason);
+  EXPECT_EQ(batch.size(), 2u);
+  EXPECT_EQ(reason, BH_REJECT_PARTITION);
+}
+
+TEST_F(PartitionTest, UnknownPartitionsAreRefusedNamingThoseThatExist) {
+  start(dependency("db", 10, "critical = 0.7\nbatch = 0.3\n") + dependency("plain", 10, ""));
+  bh_dep* db = client_->dependency("db").handle();
+  bh_dep* out = nullptr;
+  EXPECT_EQ(bh_partition(db, "bulk", &out), -ENOENT);
+  EXPECT_EQ(std::string(bh_last_error()),
+            "dependency 'db' has no partition 'bulk' (its partitions: default, critical, batch)");
+  EXPECT_EQ(bh_partition(client_->dependency("plain").handle(), "critical", &out), -ENOENT);
+  EXPECT_NE(std::string(bh_last_error()).find("it has no partitions"), std::string::npos) << bh_last_error();
+  EXPECT_EQ(bh_partition(db, "no good", &out), -EINVAL);
+  EXPECT_THROW(client_->dependency("db").partition("bulk"), Error);
+  ASSERT_EQ(bh_partition(db, "critical", &out), 0);
+  bh_dep* again = nullptr;
+  EXPECT_EQ(bh_partition(out, "batch", &again), -EINVAL);  // a partition of a partition
+}
+
+TEST_F(PartitionTest, PartitionsDoNotWait) {
+  start(dependency("db", 4, "critical = 0.5\n"));
+  Dependency critical = client_->dependency("db").partition("critical");
+  auto held = take_all(critical);
+  ASSERT_EQ(held.size(), 4u);
+  Permit p = critical.acquire(std::chrono::seconds(30));  // refused at once, not after 30 s
+  EXPECT_FALSE(p);
+  EXPECT_EQ(p.reason(), BH_REJECT_LIMIT);
+}
+
+TEST_F(PartitionTest, AReloadMovesNoPermitAndAGonePartitionAdmitsAsDefault) {
+  start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"));
+  Dependency db = client_->dependency("db");
+  Dependency batch = db.partition("batch");
+  Permit b = batch.try_acquire();
+  ASSERT_TRUE(b);
+  const std::uint64_t before = word("db").load();
+  // Batch leaves the config, "bulk" comes: it inherits no meaning from the
+  // permit in flight, which still goes back where it came from.
+  reload(dependency("db", 10, "critical = 0.5\nbulk = 0.2\n"));
+  EXPECT_EQ(word("db").load(), before);
+  Permit after = batch.try_acquire();  // batch is gone: a call of "default"
+  ASSERT_TRUE(after);
+  EXPECT_EQ(shm::admission_inflight(word("db").load()), 2u);
+  b.success();
+  after.success();
+  EXPECT_EQ(word("db").load(), 0u);
+  // No partitions at all: every handle admits under the plain limit.
+  reload(dependency("db", 10, ""));
+  auto all = take_all(batch);
+  EXPECT_EQ(all.size(), 10u);
+  all.clear();
+  EXPECT_EQ(word("db").load(), 0u);
+  EXPECT_EQ(held_total("db"), 0u);
+}
+
+TEST_F(PartitionTest, PermitsOfAKilledProcessAreGivenBackPerPartition) {
+  start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"));
+  Dependency db = client_->dependency("db");
+  Dependency critical = db.partition("critical");
+  Dependency batch = db.partition("batch");
+  Permit mine = critical.try_acquire();
+  ASSERT_TRUE(mine);
+  testing::PausedChild child([&] {
+    static std::vector<Permit> held;  // kept until the child is killed
+    for (int i = 0; i < 3; ++i) held.push_back(critical.try_acquire());
+    for (int i = 0; i < 4; ++i) held.push_back(batch.try_acquire());
+    held.push_back(db.try_acquire());
+    for (const Permit& p : held) {
+      if (!p) return false;
+    }
+    return true;
+  });
+  ASSERT_TRUE(child.ok());
+  EXPECT_EQ(word("db").load(), word_of(9, 4, 4));
+  child.kill();
+  advance_ticks(1);
+  EXPECT_EQ(word("db").load(), word_of(1, 1, 0));
+  mine.success();
+  EXPECT_EQ(word("db").load(), 0u);
+}
+
+TEST_F(PartitionTest, TheDriftScanCorrectsAPartitionsFieldOnItsOwn) {
+  start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"));
+  Dependency db = client_->dependency("db");
+  Permit held = db.partition("batch").try_acquire();
+  ASSERT_TRUE(held);
+  // A thread killed between its compare-and-swap and its held count: one
+  // critical call in the word that no process holds.
+  word("db").fetch_add(shm::admission_unit(1));
+  advance_ticks(5);
+  EXPECT_EQ(word("db").load(), word_of(1, 0, 1));  // the live batch permit stays
+  held.success();
+  EXPECT_EQ(word("db").load(), 0u);
+}
+
+// Occupancy the sampler saw, in memory shared across fork.
+struct Seen {
+  std::atomic<std::uint32_t> max_total{0};
+  std::atomic<std::uint32_t> max_batch_over_reserve{0};  // c_batch + max(c_critical, g_critical)
+  std::atomic<std::uint32_t> max_capped{0};
+  std::atomic<long> critical_refused{0};
+  std::atomic<long> critical_admitted{0};
+  std::atomic<long> batch_refused{0};
+};
+
+TEST_F(PartitionTest, ForkedProcessesHammeringTwoPartitionsKeepTheLimitCapsAndGuarantees) {
+  // shared: limit 10, critical 0.5 (5), batch 0.2 (2), 3 to borrow.
+  // capped: limit 10, critical 0.5, batch 0.3 hard-capped at 3.
+  start(dependency("shared", 10, "critical = 0.5\nbatch = 0.2\n") +
+        dependency("capped", 10, "critical = 0.5\nbatch = { share = 0.3, hard_cap = true }\n"));
+  auto* seen = static_cast<Seen*>(
+      ::mmap(nullptr, sizeof(Seen), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(seen, MAP_FAILED);
+  new (seen) Seen();
+  constexpr int kCritical = 4;  // each holds at most one: within critical's 5
+  constexpr int kBatch = 3;     // each grabs all it can
+  constexpr int kRounds = 3000;
+  std::vector<pid_t> children;
+  for (int i = 0; i < kCritical + kBatch; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      Client c(name_.str());
+      for (const char* dep : {"shared", "capped"}) {
+        Dependency d = c.dependency(dep);
+        if (i < kCritical) {
+          Dependency critical = d.partition("critical");
+          for (int r = 0; r < kRounds; ++r) {
+            Permit p = critical.try_acquire();
+            if (!p) {
+              seen->critical_refused.fetch_add(1);
+              continue;
+            }
+            seen->critical_admitted.fetch_add(1);
+            p.success();
+          }
+        } else {
+          Dependency batch = d.partition("batch");
+          for (int r = 0; r < kRounds / 10; ++r) {
+            int reason = 0;
+            auto held = take_all(batch, &reason);
+            seen->batch_refused.fetch_add(1);
+            if (reason != BH_REJECT_PARTITION && reason != BH_REJECT_LIMIT) std::_Exit(3);
+          }
+        }
+      }
+      std::_Exit(0);
+    }
+    ASSERT_GT(pid, 0);
+    children.push_back(pid);
+  }
+  // Sample both words until every child has exited.
+  auto& shared = word("shared");
+  auto& capped = word("capped");
+  long samples = 0;
+  for (std::size_t exited = 0; exited < children.size();) {
+    for (auto* w : {&shared, &capped}) {
+      const std::uint64_t v = w->load();
+      const std::uint32_t total = shm::admission_inflight(v);
+      const std::uint32_t critical = shm::partition_inflight(v, 1);
+      const std::uint32_t batch = shm::partition_inflight(v, 2);
+      seen->max_total.store(std::max(seen->max_total.load(), total));
+      seen->max_batch_over_reserve.store(std::max(seen->max_batch_over_reserve.load(), batch + std::max(critical, 5u)));
+      if (w == &capped) seen->max_capped.store(std::max(seen->max_capped.load(), batch));
+    }
+    ++samples;
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      ++exited;
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+    }
+  }
+  EXPECT_GT(samples, 0);
+  EXPECT_LE(seen->max_total.load(), 10u);               // the limit, always
+  EXPECT_LE(seen->max_batch_over_reserve.load(), 10u);  // batch never ate critical's reserve
+  EXPECT_LE(seen->max_capped.load(), 3u);               // the hard cap, always
+  EXPECT_EQ(seen->critical_refused.load(), 0);          // within its guarantee: always admitted
+  EXPECT_EQ(seen->critical_admitted.load(), 2L * kCritical * kRounds);
+  EXPECT_GT(seen->batch_refused.load(), 0);
+  EXPECT_EQ(shared.load(), 0u);
+  EXPECT_EQ(capped.load(), 0u);
+  ::munmap(seen, sizeof(Seen));
+}
+
+}  // namespace
+}  // namespace bulkhead
