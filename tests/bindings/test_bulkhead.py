@@ -72,6 +72,14 @@ class StandaloneTest(unittest.TestCase):
         self.dep.try_acquire()  # dropped on the floor
         self.assertEqual(self.dep.inflight, 0)
 
+    def test_a_partition_standalone_is_the_dependency_itself(self):
+        critical = self.dep.partition("critical")  # no daemon: no partitions known
+        with critical.acquire():
+            self.assertEqual(self.dep.inflight, 1)
+        self.assertEqual(self.dep.inflight, 0)
+        with self.assertRaises(ValueError):
+            self.dep.partition("no good")
+
     def test_a_bad_name_is_a_value_error(self):
         with self.assertRaises(ValueError) as caught:
             self.client.dependency("bad name")

@@ -169,7 +169,10 @@ class PrometheusCheck : public ::testing::Test {
     return "[daemon]\nsegment = \"" + segment_.str() +
            "\"\ntick_ms = 50\nmetrics_listen = \"127.0.0.1:0\"\nmax_dependencies = 16\n"
            "max_processes = 16\nstats_stripes = 2\n\n[dependency.checkout]\npolicy = \"fixed\"\n"
-           "initial_limit = 4\n";
+           "initial_limit = 4\n"
+           // Partitions, so that their series exist: the traffic below is
+           // the "default" partition's, which only borrows.
+           "[dependency.checkout.partitions]\ncritical = 0.5\n";
   }
 
   // Starts bulkheadd with callers of "checkout" over its limit of 4, and a

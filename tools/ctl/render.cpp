@@ -333,6 +333,15 @@ std::string dependency_text(const Status& st, const DependencyStatus& d) {
   out += render_table(lh, {true, false, false, false, false, false, false},
                       {latency_row(format("  last %.2f s", st.interval_s), d.delta),
                        latency_row("  since created", c)});
+  if (!r.partitions.empty()) {
+    out += "\npartitions (guaranteed: floor(share x limit))\n";
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& p : r.partitions) {
+      rows.push_back({"  " + p.name, std::to_string(p.guaranteed) + (p.hard_cap ? " (hard cap)" : ""),
+                      std::to_string(p.inflight), std::to_string(p.rejected)});
+    }
+    out += render_table({"  partition", "guaranteed", "in flight", "rejected"}, {true, false, false, false}, rows);
+  }
   out += "\npermits held\n";
   const auto held = holders(st.after, r.index);
   if (held.empty()) out += "  none\n";
@@ -365,6 +374,17 @@ std::string dependency_json(const Status& st, const DependencyStatus& d) {
   j.key("shadow").value(r.shadow());
   write_breaker(j, r);
   j.key("generation").value(r.generation);
+  j.key("partitions").begin_array();
+  for (const auto& p : r.partitions) {
+    j.begin_object();
+    j.key("name").value(p.name);
+    j.key("guaranteed").value(p.guaranteed);
+    j.key("hard_cap").value(p.hard_cap);
+    j.key("inflight").value(p.inflight);
+    j.key("rejected").value(p.rejected);
+    j.end_object();
+  }
+  j.end_array();
   j.key("counters").begin_object();
   j.key("success").value(c.ok);
   j.key("dropped").value(c.dropped);

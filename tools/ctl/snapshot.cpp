@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "shm/histogram.hpp"
+#include "shm/partitions.hpp"
 #include "shm/wait_queue.hpp"
 
 namespace bulkhead::ctl {
@@ -157,6 +158,29 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     r.breaker = slot.control.breaker.load(std::memory_order_relaxed);
     r.breaker_override = slot.control.breaker_override.load(std::memory_order_relaxed);
     r.trials_left = shm::trials_left(slot.control.trials.load(std::memory_order_relaxed));
+    if ((r.flags & shm::kDependencyPartitioned) != 0) {
+      const std::uint64_t word = slot.admission.word.load(std::memory_order_relaxed);
+      const std::uint64_t rule = slot.partitions.rule.load(std::memory_order_relaxed);
+      const std::uint64_t shape = slot.partitions.shape.load(std::memory_order_relaxed);
+      for (std::uint32_t p = 0; p < shm::kMaxPartitions; ++p) {
+        DependencyReading::Partition part;
+        if (p == 0) {
+          part.name = std::string(shm::kDefaultPartition);
+        } else {
+          if ((shm::shape_active(shape) >> p & 1u) == 0) continue;
+          char buffer[16];
+          part.name = std::string(shm::unpack_partition_name(shm::load_partition_name(slot.partitions, p), buffer));
+          for (char& c : part.name) {
+            if (shm::check_partition_name(std::string_view(&c, 1)) != nullptr) c = '?';
+          }
+        }
+        part.guaranteed = shm::rule_guarantee(rule, p);
+        part.inflight = shm::partition_inflight(word, p);
+        part.hard_cap = (shm::shape_caps(shape) >> p & 1u) != 0;
+        part.rejected = r.counters.partition_rejected[p];
+        r.partitions.push_back(std::move(part));
+      }
+    }
     s.dependencies.push_back(std::move(r));
   }
 
@@ -172,7 +196,8 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     r.start_time = id.start_time.load(std::memory_order_relaxed);
     r.liveness = shm::process_liveness(r.pid, r.start_time);
     for (std::uint32_t i = 0; i < dependencies; ++i) {
-      const std::uint32_t held = segment.held(p, i).load(std::memory_order_relaxed);
+      // The total of the held word (partitions' counts in its high half).
+      const std::uint32_t held = shm::admission_inflight(segment.held(p, i).load(std::memory_order_relaxed));
       if (held != 0) r.held.push_back({i, held});
     }
     s.processes.push_back(std::move(r));

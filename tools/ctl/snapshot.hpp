@@ -61,6 +61,15 @@ struct DependencyReading {
   std::uint32_t breaker = 0;
   std::uint32_t breaker_override = 0;
   std::uint32_t trials_left = 0;
+  // Partitions (empty without): "default" first, then the named ones.
+  struct Partition {
+    std::string name;  // junk characters shown as '?', as the dependency's
+    std::uint32_t guaranteed = 0;
+    std::uint32_t inflight = 0;
+    bool hard_cap = false;
+    std::uint64_t rejected = 0;  // since the segment was created
+  };
+  std::vector<Partition> partitions;
 
   // "closed", "open", "half_open" ("closed" for a value no daemon writes,
   // as clients read it).

@@ -35,14 +35,14 @@ import os
 import pathlib
 
 __all__ = ["Client", "Dependency", "Permit", "Rejected", "SUCCESS", "DROPPED", "IGNORE", "FAILED",
-           "REJECT_LIMIT", "REJECT_QUEUE_FULL", "REJECT_DEADLINE", "REJECT_OPEN_CIRCUIT",
+           "REJECT_LIMIT", "REJECT_QUEUE_FULL", "REJECT_DEADLINE", "REJECT_OPEN_CIRCUIT", "REJECT_PARTITION",
            "BREAKER_CLOSED", "BREAKER_OPEN", "BREAKER_HALF_OPEN", "library_path"]
 
 # Outcomes (BH_SUCCESS, BH_DROPPED, BH_IGNORE, BH_FAILED). FAILED: the
 # dependency answered an error; the circuit breaker counts it (as DROPPED).
 SUCCESS, DROPPED, IGNORE, FAILED = 0, 1, 2, 3
 # Rejection reasons (BH_REJECT_*), in Rejected.reason.
-REJECT_LIMIT, REJECT_QUEUE_FULL, REJECT_DEADLINE, REJECT_OPEN_CIRCUIT = 1, 2, 3, 4
+REJECT_LIMIT, REJECT_QUEUE_FULL, REJECT_DEADLINE, REJECT_OPEN_CIRCUIT, REJECT_PARTITION = 1, 2, 3, 4, 5
 # Circuit-breaker states (BH_BREAKER_*), from Dependency.breaker_state().
 BREAKER_CLOSED, BREAKER_OPEN, BREAKER_HALF_OPEN = 0, 1, 2
 # Client modes (BH_MODE_*).
@@ -54,8 +54,9 @@ _SONAME = "libbulkhead.so.0"
 class Rejected(Exception):
     """The call was not admitted.
 
-    ``reason`` is the BH_REJECT_* code: REJECT_LIMIT (at its limit) or
-    REJECT_OPEN_CIRCUIT (its circuit breaker is open)."""
+    ``reason`` is the BH_REJECT_* code: REJECT_LIMIT (at its limit),
+    REJECT_OPEN_CIRCUIT (its circuit breaker is open) or REJECT_PARTITION
+    (a partition's call: its share reserved by others, or its hard cap)."""
 
     def __init__(self, dependency, reason):
         super().__init__(f"{dependency}: not admitted (reason {reason})")
@@ -102,12 +103,14 @@ def _load():
         "bh_limit": (ctypes.c_long, [c_dep]),
         "bh_inflight": (ctypes.c_long, [c_dep]),
         "bh_last_error": (ctypes.c_char_p, []),
-        # BULKHEAD_1.3: absent from an older libbulkhead (then always closed).
+        # BULKHEAD_1.3: absent from an older libbulkhead (then the breaker
+        # is always closed, and no partition can be named).
         "bh_breaker_state": (ctypes.c_int, [c_dep]),
+        "bh_partition": (ctypes.c_int, [c_dep, ctypes.c_char_p, ctypes.POINTER(c_dep)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name, None)
-        if fn is None and name == "bh_breaker_state":
+        if fn is None and name in ("bh_breaker_state", "bh_partition"):
             continue
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
@@ -219,6 +222,20 @@ class Dependency:
         self._client._open_handle()
         fn = getattr(_c(), "bh_breaker_state", None)
         return BREAKER_CLOSED if fn is None or fn.argtypes is None else fn(self._handle)
+
+    def partition(self, name):
+        """The Dependency for calls of one of this dependency's partitions
+        (e.g. "critical"), as bulkheadd's config declares them; raises
+        FileNotFoundError for a partition the dependency does not have."""
+        self._client._open_handle()
+        fn = getattr(_c(), "bh_partition", None)
+        if fn is None or fn.argtypes is None:
+            raise OSError(errno.ENOSYS, f"{self.name}/{name}: this libbulkhead predates partitions")
+        handle = ctypes.c_void_p()
+        rc = fn(self._handle, name.encode(), ctypes.byref(handle))
+        if rc < 0:
+            _raise(rc, f"{self.name}/{name}")
+        return Dependency(self._client, f"{self.name}/{name}", handle)
 
     @property
     def limit(self):
