@@ -14,9 +14,9 @@
 //
 // Input: a sequence of patches, each
 //   region (1 byte) | index (1 byte) | offset (2 bytes, LE) | length (1 byte) | bytes
-// where region picks the header, a dependency slot's identity, control or
-// admission line, a statistics stripe, a process slot, its held[] array or
-// a dependency's wait-queue records,
+// where region picks the header, a dependency slot's identity, control,
+// admission or partition line, a statistics stripe, a process slot, its
+// held[] array or a dependency's wait-queue records,
 // and index the slot (modulo the table). Addresses come from the Segment
 // API, so the harness follows the layout as it changes.
 #include <unistd.h>
@@ -34,6 +34,7 @@
 #include "daemon/config.hpp"
 #include "daemon/control_loop.hpp"
 #include "shm/layout.hpp"
+#include "shm/partitions.hpp"
 #include "shm/segment.hpp"
 #include "shm/stats.hpp"
 
@@ -58,6 +59,11 @@ max_queue = 4
 policy = "aimd"
 min_limit = 3
 max_limit = 40
+max_queue = 0
+
+[dependency.payments.partitions]
+critical = 0.6
+batch = { share = 0.3, hard_cap = true }
 
 [dependency.payments.breaker]
 enabled = true
@@ -98,8 +104,10 @@ struct Fixture {
     const std::uint32_t process = shm::claim_process_slot(*segment);
     for (const char* dep : {"payments", "recs", "search"}) {
       const std::uint32_t d = *shm::find_dependency(*segment, dep);
-      segment->dependency(d).admission.word.fetch_add(2 * shm::kAdmissionAcquire);
-      segment->held(process, d).store(2);
+      // One call naming no partition and one of partition 1 (critical,
+      // for payments; any other dependency's daemon ignores the field).
+      segment->dependency(d).admission.word.fetch_add(shm::kAdmissionAcquire + shm::admission_unit(1));
+      segment->held(process, d).store(shm::kAdmissionAcquire + shm::admission_unit(1));
       shm::StatsStripe& s = segment->stripe(d, segment->stripe_of_process(process));
       s.rejected.store(5);
       s.rtt_sum_ns.store(40'000'000);
@@ -115,7 +123,7 @@ struct Fixture {
     const shm::Capacities c = segment->capacities();
     const std::uint32_t d = index % c.max_dependencies;
     const std::uint32_t p = index % c.max_processes;
-    switch (region % 8) {
+    switch (region % 9) {
       case 0: return {reinterpret_cast<char*>(&segment->header()), sizeof(shm::Header)};
       case 1: return {reinterpret_cast<char*>(&segment->dependency(d).identity), sizeof(shm::DependencyIdentity)};
       case 2: return {reinterpret_cast<char*>(&segment->dependency(d).control), sizeof(shm::DependencyControl)};
@@ -123,7 +131,8 @@ struct Fixture {
       case 4: return {reinterpret_cast<char*>(&segment->stripe(d, index / c.max_dependencies % c.stats_stripes)),
                       sizeof(shm::StatsStripe)};
       case 5: return {reinterpret_cast<char*>(&segment->process(p)), sizeof(shm::ProcessIdentity)};
-      case 6: return {reinterpret_cast<char*>(&segment->held(p, 0)), c.max_dependencies * sizeof(std::uint32_t)};
+      case 6: return {reinterpret_cast<char*>(&segment->held(p, 0)), c.max_dependencies * sizeof(std::uint64_t)};
+      case 7: return {reinterpret_cast<char*>(&segment->dependency(d).partitions), sizeof(shm::DependencyPartitions)};
       default: return {reinterpret_cast<char*>(segment->queue(d)), segment->queue_slots() * sizeof(std::uint64_t)};
     }
   }
@@ -166,6 +175,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (breaker == shm::kBreakerHalfOpen && shm::trials_left(control.trials.load()) > d.breaker.half_open_calls) {
       std::abort();
     }
+    // Whatever the partition line held, the daemon republished it: the
+    // configured partitions, guarantees within the limit.
+    if (v.partitions.size() != (d.partitions.empty() ? 0 : 3)) std::abort();
+    std::uint64_t guaranteed = 0;
+    for (const auto& p : v.partitions) guaranteed += p.guaranteed;
+    if (guaranteed > v.limit) std::abort();
+    const shm::DependencyPartitions& line = f.segment->dependency(v.index).partitions;
+    if (line.admit_limit.load() > v.limit) std::abort();
   }
   return 0;
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "shm/histogram.hpp"
+#include "shm/partitions.hpp"
 #include "shm/stats.hpp"
 #include "shm/wait_queue.hpp"
 #include "tests/support/daemon_process.hpp"
@@ -302,6 +303,44 @@ TEST_F(CtlSegment, StatusJsonSaysWhenThereIsNoDaemon) {
   EXPECT_EQ(j["daemon"]["state"].string, "none");
   EXPECT_TRUE(j["daemon"]["pid"].is_null());
   EXPECT_TRUE(j["daemon"]["heartbeat_age_s"].is_null());  // it never ticked
+}
+
+TEST_F(CtlSegment, GetShowsPartitions) {
+  // What the daemon publishes for critical = 0.5, batch = { share = 0.2,
+  // hard_cap = true } at limit 12, with 1 unnamed, 4 critical and 2 batch
+  // calls in flight.
+  shm::DependencySlot& slot = segment_.dependency(payments_);
+  slot.partitions.rule.store(shm::partition_rule(12, 0, 6, 2));
+  const auto critical = shm::pack_partition_name("critical");
+  const auto batch = shm::pack_partition_name("batch");
+  slot.partitions.names[0][0].store(critical.words[0]);
+  slot.partitions.names[0][1].store(critical.words[1]);
+  slot.partitions.names[1][0].store(batch.words[0]);
+  slot.partitions.names[1][1].store(batch.words[1]);
+  slot.partitions.shape.store(std::uint64_t{1} << 32 | 0b110 << 8 | 0b100);
+  slot.control.flags.fetch_or(shm::kDependencyPartitioned);
+  slot.admission.word.store(7 | std::uint64_t{4} << 32 | std::uint64_t{2} << 48);
+  segment_.stripe(payments_, 1).partition_rejected[2] += 9;
+  const Status st = derive_status(snapshot_at(kT0), snapshot_at(kT0 + kSecond));
+  const DependencyStatus& p = st.dependencies[0].now.name == "payments" ? st.dependencies[0] : st.dependencies[1];
+  const Json j = JsonParser::parse(dependency_json(st, p));
+  const Json& parts = j["dependency"]["partitions"];
+  ASSERT_EQ(parts.array.size(), 3u);
+  EXPECT_EQ(parts[0]["name"].string, "default");
+  EXPECT_EQ(parts[0]["inflight"].number, 1);
+  EXPECT_EQ(parts[1]["name"].string, "critical");
+  EXPECT_EQ(parts[1]["guaranteed"].number, 6);
+  EXPECT_EQ(parts[1]["inflight"].number, 4);
+  EXPECT_EQ(parts[2]["name"].string, "batch");
+  EXPECT_TRUE(parts[2]["hard_cap"].boolean);
+  EXPECT_EQ(parts[2]["rejected"].number, 9);
+  const std::string text = dependency_text(st, p);
+  SCOPED_TRACE(text);
+  EXPECT_EQ(cells_of_line(text, "  batch"), (std::vector<std::string>{"batch", "2", "(hard", "cap)", "2", "9"}));
+  // Without partitions: an empty array, no table.
+  const DependencyStatus& r = st.dependencies[0].now.name == "recs" ? st.dependencies[0] : st.dependencies[1];
+  EXPECT_TRUE(JsonParser::parse(dependency_json(st, r))["dependency"]["partitions"].array.empty());
+  EXPECT_EQ(dependency_text(st, r).find("partitions"), std::string::npos);
 }
 
 TEST_F(CtlSegment, GetShowsEveryCounterPercentilesAndHolders) {
