@@ -737,10 +737,13 @@ std::uint32_t resolve(bh_dep* h, std::uint64_t shape) {
 [[gnu::noinline]] int admit_partitioned(bh_dep* handle, bool count_rejection, bh_dep** tagged) {
   bh_dep* d = handle->parent != nullptr ? handle->parent : handle;
   const shm::DependencyPartitions& line = *d->partitions;
-  // Acquire pairs with the daemon's release store of the shape: the rule
-  // and names it published before are visible.
+  // Acquire pairs with the daemon's release store of the flags (in
+  // publish_settings()), made after the rule and shape: a client that sees
+  // the partitioned flag sees them.
+  const bool partitioned = (d->flags->load(std::memory_order_acquire) & shm::kDependencyPartitioned) != 0;
+  // Acquire pairs with the daemon's release store of the shape: the names
+  // and rule it published before are visible.
   const std::uint64_t shape = line.shape.load(std::memory_order_acquire);
-  const bool partitioned = (d->flags->load(std::memory_order_relaxed) & shm::kDependencyPartitioned) != 0;
   if (!partitioned) {
     const int rc = admit(d, count_rejection);
     if (rc == 0) *tagged = d;

@@ -59,6 +59,14 @@ int main(void) {
   CHECK(bh_inflight(dep) == 0);
   CHECK(bh_acquire(NULL, 0, &a) == -EINVAL);
 
+  /* Partitions: standalone knows none, so a partition is the dependency. */
+  bh_dep *critical = NULL;
+  CHECK(bh_partition(dep, "critical", &critical) == 0);
+  CHECK(critical == dep);
+  CHECK(bh_partition(dep, "no good", &critical) == -EINVAL);
+  CHECK(bh_partition(NULL, "critical", &critical) == -EINVAL);
+  CHECK(BH_REJECT_PARTITION == 5);
+
   CHECK(bh_dependency(client, "bad name", &dep) == -EINVAL);
   CHECK(strlen(bh_last_error()) > 0);
   CHECK(bh_try_acquire(NULL, &a) == -EINVAL);
