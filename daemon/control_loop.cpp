@@ -121,6 +121,7 @@ void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name)
   plan.partitioned = !settings.partitions.empty();
   const std::uint64_t shape = line.shape.load(std::memory_order_relaxed);
   std::uint32_t active = 0;
+  bool renamed = false;  // a field got a name it did not have
   if (plan.partitioned) {
     // Names keep the field they had (its permits in flight are theirs);
     // new names take a field no configured name keeps. A field whose name
@@ -158,6 +159,7 @@ void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name)
       plan.share_ppm[field] = pc->share_ppm;
       if (pc->hard_cap) plan.caps |= 1u << field;
       plan.names[field] = pc->name;
+      renamed = true;
       const shm::PackedName packed = shm::pack_partition_name(pc->name);
       // Relaxed: published by the release store of the shape below.
       line.names[field - 1][0].store(packed.words[0], std::memory_order_relaxed);
@@ -167,7 +169,9 @@ void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name)
   plans_[index] = plan;
   publish_rule(index, slot.control.limit.load(std::memory_order_relaxed));
   const std::uint64_t fields = std::uint64_t{active} << 8 | plan.caps;
-  if ((shape & 0xffffffffu) != fields || shm::shape_version(shape) == 0) {
+  // A new version whenever a handle's cached field may mean another name
+  // now (or none), so that handles look their names up again.
+  if ((shape & 0xffffffffu) != fields || renamed || shm::shape_version(shape) == 0) {
     // Release pairs with the clients' acquire loads of the shape: names and
     // rule stored above are visible with the new version.
     line.shape.store((std::uint64_t{shm::shape_version(shape) + 1} << 32) | fields, std::memory_order_release);
