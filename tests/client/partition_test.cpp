@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -107,6 +108,64 @@ TEST_F(PartitionTest, EachPartitionGetsItsGuaranteeAndBorrowsOnlyWhatNoneReserve
   critical_permits.clear();
   EXPECT_EQ(word("db").load(), 0u);
   EXPECT_EQ(held_total("db"), 0u);
+}
+
+// The circuit breaker is the dependency's: partition handles pass its gate,
+// their BH_FAILED permits (tagged with their field) count as its failures,
+// and a trial permit that the partitions' rule then refuses is given back.
+TEST_F(PartitionTest, TheBreakerGuardsPartitionHandlesAndGetsItsTrialBackFromTheRule) {
+  using namespace std::chrono_literals;
+  start(dependency("db", 4, "critical = 0.5\nbatch = { share = 0.25, hard_cap = true }\n") +
+        "[dependency.db.breaker]\nenabled = true\nminimum_calls = 2\nsleep_window_ms = 1000\n"
+        "half_open_calls = 3\n");
+  Dependency db = client_->dependency("db");
+  Dependency critical = db.partition("critical");
+  Dependency batch = db.partition("batch");
+  shm::DependencyControl& control = segment_->dependency(slot_of("db")).control;
+  // Two failures through the batch partition: one from try_acquire, one
+  // from acquire (its permit also carries a deadline bit).
+  Permit first = batch.try_acquire();
+  ASSERT_TRUE(first);
+  first.failed();
+  Permit second = batch.acquire(1s);
+  ASSERT_TRUE(second);
+  EXPECT_GT(second.remaining(), 0ns);
+  second.failed();
+  EXPECT_EQ(word("db").load(), 0u);  // both given back to their field and the total
+  EXPECT_EQ(held_total("db"), 0u);
+  EXPECT_EQ(shm::read_counters(*segment_, slot_of("db")).failed, 2u);
+  advance_ticks(1);
+  ASSERT_EQ(bh_breaker_state(batch.handle()), BH_BREAKER_OPEN);
+  // Open: every handle is refused before the rule, the word untouched.
+  EXPECT_EQ(critical.try_acquire().reason(), BH_REJECT_OPEN_CIRCUIT);
+  EXPECT_EQ(batch.acquire(1s).reason(), BH_REJECT_OPEN_CIRCUIT);
+  EXPECT_EQ(db.try_acquire().reason(), BH_REJECT_OPEN_CIRCUIT);
+  EXPECT_EQ(word("db").load(), 0u);
+  // Half open: three trials. Batch (hard-capped at 1) takes one; its next
+  // calls are refused by the rule and give their trial back.
+  advance_ticks(10);
+  ASSERT_EQ(bh_breaker_state(critical.handle()), BH_BREAKER_HALF_OPEN);
+  ASSERT_EQ(shm::trials_left(control.trials.load()), 3u);
+  Permit trial = batch.try_acquire();
+  ASSERT_TRUE(trial);
+  EXPECT_EQ(shm::trials_left(control.trials.load()), 2u);
+  EXPECT_EQ(batch.try_acquire().reason(), BH_REJECT_PARTITION);
+  EXPECT_EQ(shm::trials_left(control.trials.load()), 2u);
+  EXPECT_EQ(batch.acquire(1s).reason(), BH_REJECT_PARTITION);
+  EXPECT_EQ(shm::trials_left(control.trials.load()), 2u);
+  // Critical takes the other two trials; then none is left for anyone.
+  Permit c1 = critical.try_acquire();
+  Permit c2 = critical.try_acquire();
+  ASSERT_TRUE(c1);
+  ASSERT_TRUE(c2);
+  EXPECT_EQ(critical.try_acquire().reason(), BH_REJECT_OPEN_CIRCUIT);
+  EXPECT_EQ(word("db").load(), word_of(3, 2, 1));
+  trial.success();
+  c1.success();
+  c2.success();
+  EXPECT_EQ(word("db").load(), 0u);
+  advance_ticks(1);
+  EXPECT_EQ(bh_breaker_state(db.handle()), BH_BREAKER_CLOSED);
 }
 
 TEST_F(PartitionTest, CallsThatNameNoPartitionLeaveTheGuaranteesAlone) {
