@@ -45,7 +45,7 @@ inline constexpr std::uint64_t kMagic = 0x444145484B4C5542ull;
 // space, so a reader accepts any minor of its major.
 // Major 2: the wait queue. A client of major 1 would neither wake waiters
 // on release nor know the records, so the two cannot share a segment.
-// Minor 2.1: the circuit breaker (DependencyControl::breaker, trials,
+// ABI 2.1 (major 2, minor 1): the circuit breaker (DependencyControl::breaker, trials,
 // breaker_override; StatsStripe::failed, open_rejected, shadow_open). A
 // minor-0 client ignored the breaker and counted BH_FAILED as ignored.
 // Major 3: partitions. The admission word's high half holds the partitions'
