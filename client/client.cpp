@@ -434,7 +434,7 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
   }
   if (partitioned) return kDivert;
   if (open_circuit) {
-    d->stats->open_rejected.fetch_add(1, std::memory_order_relaxed);
+    stats_of(d)->open_rejected.fetch_add(1, std::memory_order_relaxed);
     return BH_REJECT_OPEN_CIRCUIT;
   }
   if (!admitted) return reject_deadline(d);
@@ -665,10 +665,10 @@ constexpr std::uint64_t kNoTrial = UINT64_MAX;
   }
   // Relaxed: lone flag and counters, as in admit().
   if ((d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) != 0) {
-    d->stats->shadow_open.fetch_add(1, std::memory_order_relaxed);
+    stats_of(d)->shadow_open.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
-  d->stats->open_rejected.fetch_add(1, std::memory_order_relaxed);
+  stats_of(d)->open_rejected.fetch_add(1, std::memory_order_relaxed);
   return BH_REJECT_OPEN_CIRCUIT;
 }
 
