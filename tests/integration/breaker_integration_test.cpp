@@ -42,7 +42,10 @@ class BreakerIntegration : public ::testing::Test {
            "[dependency.pay.breaker]\nenabled = true\nminimum_calls = 10\nsleep_window_ms = 300\n"
            "half_open_calls = 2\n" + breaker_extra;
   }
-  // `processes` forked processes report `calls` calls of "pay" each.
+  // `processes` forked processes report `calls` calls of "pay" each. A test
+  // that wants the breaker open reports exactly minimum_calls failures: it
+  // opens only on the tick that counts the last of them, so no reporter
+  // meets it open half way (a loaded machine spreads them over ticks).
   void report(int processes, int calls, Outcome outcome) {
     const std::string segment = segment_.str();
     testing::run_children(processes, [&](int) {
@@ -81,7 +84,7 @@ TEST_F(BreakerIntegration, OpensFromFailuresOfSeveralProcessesHalfOpensAndCloses
   Client client(segment_.str());
   Dependency pay = client.dependency("pay");
 
-  report(3, 5, Outcome::kFailed);
+  report(2, 5, Outcome::kFailed);
   ASSERT_TRUE(eventually([&] { return pay.breaker() == BreakerState::kOpen; })) << daemon.log();
   // Refused at once, the in-flight count untouched (nothing else calls).
   Permit refused = pay.try_acquire();
@@ -101,7 +104,7 @@ TEST_F(BreakerIntegration, OpensFromFailuresOfSeveralProcessesHalfOpensAndCloses
 
   // Transitions are log lines and metrics.
   const std::string log = daemon.log();
-  // The 15 failures may span two ticks: it opens on the first that holds 10.
+  // The 10 failures may span ticks: it opens on the one that counts the last.
   EXPECT_NE(log.find("dependency pay: circuit breaker closed -> open: "), std::string::npos) << log;
   EXPECT_NE(log.find("calls failed (100% >= 50%)"), std::string::npos) << log;
   EXPECT_NE(log.find("circuit breaker open -> half_open: sleep window over"), std::string::npos) << log;
@@ -118,7 +121,7 @@ TEST_F(BreakerIntegration, OpensFromFailuresOfSeveralProcessesHalfOpensAndCloses
   EXPECT_NE(m.find("bulkhead_breaker_transitions_total{dependency=\"pay\",to=\"half_open\"} 1"), std::string::npos)
       << m;
   EXPECT_NE(m.find("bulkhead_breaker_transitions_total{dependency=\"pay\",to=\"closed\"} 1"), std::string::npos) << m;
-  EXPECT_NE(m.find("bulkhead_requests_total{dependency=\"pay\",outcome=\"failed\"} 15"), std::string::npos) << m;
+  EXPECT_NE(m.find("bulkhead_requests_total{dependency=\"pay\",outcome=\"failed\"} 10"), std::string::npos) << m;
 }
 
 TEST_F(BreakerIntegration, ATrialFailureReopensIt) {
@@ -127,7 +130,7 @@ TEST_F(BreakerIntegration, ATrialFailureReopensIt) {
   ASSERT_TRUE(seg) << daemon.log();
   Client client(segment_.str());
   Dependency pay = client.dependency("pay");
-  report(2, 10, Outcome::kDropped);  // timeouts count as failures
+  report(2, 5, Outcome::kDropped);  // timeouts count as failures
   ASSERT_TRUE(eventually([&] { return pay.breaker() == BreakerState::kHalfOpen; })) << daemon.log();
   Permit trial = pay.try_acquire();
   ASSERT_TRUE(trial);
