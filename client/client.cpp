@@ -261,10 +261,12 @@ void give_back(bh_dep* d) {
 
 // After a successful compare-and-swap from `word`: the held count (shared
 // word first, then held; see give_back()) and the stripe's peak.
-inline void count_admission(bh_dep* d, std::uint64_t word) {
+// `unit` is what the CAS added to the word's partition fields
+// (shm::admission_unit()): held counts use the same encoding.
+inline void count_admission(bh_dep* d, std::uint64_t word, std::uint64_t unit = shm::admission_unit(0)) {
   // Release pairs with the daemon's acquire load of held: if it sees this
   // add it sees the CAS.
-  d->held->fetch_add(1, std::memory_order_release);
+  d->held->fetch_add(unit, std::memory_order_release);
   raise_to(stats_of(d)->max_inflight, shm::admission_inflight(word) + 1);
 }
 
@@ -398,8 +400,7 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
       break;
     }
     // Relaxed: a lone state; the daemon wakes the queue when it changes.
-    const std::uint32_t breaker = d->control->breaker.load(std::memory_order_relaxed) & shm::kBreakerStateMask;
-    if (!trial && (breaker == shm::kBreakerOpen || breaker == shm::kBreakerHalfOpen) &&
+    if (!trial && shm::breaker_stops(d->control->breaker.load(std::memory_order_relaxed)) &&
         (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) == 0) {
       open_circuit = true;
       break;
@@ -645,14 +646,14 @@ constexpr std::uint64_t kNoTrial = UINT64_MAX;
 // The breaker when it is not closed: a half-open one gives a trial permit
 // while any is left; otherwise the call is refused, or in shadow mode
 // admitted and counted. Out of line: the closed path stays small.
-[[gnu::noinline]] int breaker_gate(bh_dep* d, std::uint32_t state, std::uint64_t& trial) {
+[[gnu::noinline]] int breaker_gate(bh_dep* d, std::uint64_t& trial) {
   // Read again with acquire (the closed path's load stays relaxed): pairs
   // with the daemon's release store of the state in update_breaker(), so
   // that the trials word it stored before a half-open state is the one read
   // here. (A fence would do the same, but ThreadSanitizer cannot see one.)
-  state = d->control->breaker.load(std::memory_order_acquire) & shm::kBreakerStateMask;
-  if (state != shm::kBreakerOpen && state != shm::kBreakerHalfOpen) return 0;
-  if (state == shm::kBreakerHalfOpen) {
+  const std::uint32_t breaker = d->control->breaker.load(std::memory_order_acquire);
+  if (!shm::breaker_stops(breaker)) return 0;
+  if ((breaker & shm::kBreakerStateMask) == shm::kBreakerHalfOpen) {
     // Relaxed: the counter alone bounds the trial calls; it publishes no
     // other memory.
     std::uint64_t w = d->trials->load(std::memory_order_relaxed);
@@ -679,9 +680,8 @@ inline int pass_breaker(bh_dep* d, std::uint64_t& trial) {
   trial = kNoTrial;
   // Relaxed: a lone state, like the limit; a client that sees a change an
   // instant late admits or refuses one call by the old state.
-  const std::uint32_t state = d->control->breaker.load(std::memory_order_relaxed) & shm::kBreakerStateMask;
-  if (state != shm::kBreakerOpen && state != shm::kBreakerHalfOpen) [[likely]] return 0;
-  return breaker_gate(d, state, trial);
+  if (!shm::breaker_stops(d->control->breaker.load(std::memory_order_relaxed))) [[likely]] return 0;
+  return breaker_gate(d, trial);
 }
 
 // Gives back a trial permit the limit then refused, unless the daemon has
@@ -775,9 +775,7 @@ std::uint32_t resolve(bh_dep* h, std::uint64_t shape) {
   } while (!d->admission->compare_exchange_weak(word, word + shm::admission_unit(p),
                                                 std::memory_order_relaxed));
   if (over) stats_of(d)->shadow_admitted.fetch_add(1, std::memory_order_relaxed);
-  // Release: as in count_admission().
-  d->held->fetch_add(shm::admission_unit(p), std::memory_order_release);
-  raise_to(stats_of(d)->max_inflight, shm::admission_inflight(word) + 1);
+  count_admission(d, word, shm::admission_unit(p));
   *tagged = tagged_dep(d, p);
   return 0;
 }

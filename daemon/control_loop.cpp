@@ -238,11 +238,8 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   d.controller = std::make_unique<control::Controller>(
       settings, slot.control.limit.load(std::memory_order_relaxed), now_ns);
   // A breaker a previous daemon left open stays open for a sleep window.
-  const std::uint32_t found = slot.control.breaker.load(std::memory_order_relaxed) & shm::kBreakerStateMask;
-  d.breaker.emplace(settings.breaker,
-                    found == shm::kBreakerOpen || found == shm::kBreakerHalfOpen ? BreakerState::kOpen
-                                                                                  : BreakerState::kClosed,
-                    now_ns);
+  const bool found_open = shm::breaker_stops(slot.control.breaker.load(std::memory_order_relaxed));
+  d.breaker.emplace(settings.breaker, found_open ? BreakerState::kOpen : BreakerState::kClosed, now_ns);
   if (metrics_ != nullptr) {
     d.metrics = &metrics_->dependency(d.name);
     metrics_->set_limit_bounds(d.name, settings.bounds.min, settings.bounds.max);

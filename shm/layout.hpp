@@ -132,6 +132,12 @@ inline constexpr std::uint32_t kBreakerOpen = 1;
 inline constexpr std::uint32_t kBreakerHalfOpen = 2;
 inline constexpr std::uint32_t kBreakerStateMask = 0xff;
 inline constexpr std::uint32_t kBreakerForced = 1u << 8;
+// Whether a breaker word stops calls that hold no trial permit: open, or
+// half open (only trial calls pass). Any other state counts as closed.
+constexpr bool breaker_stops(std::uint32_t breaker) {
+  const std::uint32_t state = breaker & kBreakerStateMask;
+  return state == kBreakerOpen || state == kBreakerHalfOpen;
+}
 
 // DependencyControl::trials: (episode << 32) | trial permits left. The
 // daemon stores a fresh episode with half_open_calls permits when the
