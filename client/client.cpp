@@ -24,12 +24,12 @@
 // touching the admission line; a half-open one takes a trial permit from the
 // daemon's line with one compare-and-swap before the limit's.
 #include <pthread.h>
-#include <sys/rseq.h>
 #include <time.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -37,14 +37,17 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bulkhead/bulkhead.h"
 #include "shm/partitions.hpp"
 #include "shm/segment.hpp"
+#include "client/percpu.hpp"
 #include "shm/wait_queue.hpp"
 
 namespace shm = bulkhead::shm;
+namespace percpu = bulkhead::percpu;
 
 namespace {
 
@@ -104,6 +107,11 @@ struct bh_dep {
   // dependency's first stripe: stats_of() picks one per call.
   shm::StatsStripe* stats;
   std::uint32_t cpu_stripes;  // 0: always *stats; else the stripe of the CPU, of this many
+  // Not 0: stripes 0 to owned_cpus - 1 are each one CPU's own, added to by
+  // restartable sequences only, and `spare` is this process's stripe for
+  // a locked add when a sequence does not commit (assign_stripes()).
+  std::uint32_t owned_cpus;
+  shm::StatsStripe* spare;
   std::uint32_t index;  // slot in the segment; unused standalone
   std::unique_ptr<LocalSlot> local;
   // The wait queue: its futex and tickets, its records (none standalone),
@@ -137,6 +145,68 @@ struct bh_client {
 
 namespace {
 
+// The CPUs the host may ever have: the last number of
+// /sys/devices/system/cpu/possible ("0-7", "0-3,8-11") plus one, above
+// every CPU number the kernel reports. The same for every process on the
+// host (not namespaced); 0 when unknown.
+std::uint32_t host_cpus() {
+  static const std::uint32_t cpus = [] {
+    std::FILE* f = std::fopen("/sys/devices/system/cpu/possible", "re");
+    if (f == nullptr) return 0u;
+    char text[512];
+    const std::size_t n = std::fread(text, 1, sizeof text - 1, f);
+    std::fclose(f);
+    if (n == 0 || n == sizeof text - 1) return 0u;  // empty, or more than we read
+    std::size_t end = n;
+    while (end > 0 && (text[end - 1] < '0' || text[end - 1] > '9')) --end;
+    std::size_t begin = end;
+    while (begin > 0 && text[begin - 1] >= '0' && text[begin - 1] <= '9') --begin;
+    if (begin == end || end - begin > 6) return 0u;
+    return static_cast<std::uint32_t>(std::strtoul(std::string(text + begin, end - begin).c_str(), nullptr, 10)) + 1;
+  }();
+  return cpus;
+}
+
+// Which stripes of the segment's dependency slot `d` records on, for
+// process slot `process`. With S stripes and N CPUs on the host:
+//   S > N   stripe c < N is CPU c's own: only restartable sequences that
+//           commit on CPU c add to it (client/percpu.hpp), no lock prefix.
+//           The other S - N stripes take every locked add: process slot p
+//           adds to N + p % (S - N) when it has no rseq area, or when a
+//           sequence did not commit. Every process on the host computes
+//           the same split, so a CPU's stripe never sees a locked add
+//           from another CPU, which could lose an add of a sequence.
+//   S <= N  locked adds only, on the stripe cpu % S (the CPU read from the
+//           rseq area), or without rseq on p % S.
+// The window extremes (rtt_min_ns, rtt_max_ns, max_inflight) are always
+// compare-and-swaps on stats_of()'s stripe: the daemon exchanges them, and
+// nothing adds to them without a lock.
+void assign_stripes(bh_dep* d, const shm::Segment& segment, std::uint32_t process) {
+  const std::uint32_t stripes = segment.capacities().stats_stripes;
+  const std::uint32_t cpus = host_cpus();
+  shm::StatsStripe* first = &segment.stripe(d->index, 0);
+  const bool rseq = percpu::registered();
+  if (cpus > 0 && stripes > cpus) {
+    d->spare = first + cpus + process % (stripes - cpus);
+    d->owned_cpus = rseq && percpu::kBuilt ? cpus : 0;
+    d->cpu_stripes = d->owned_cpus != 0 ? stripes : 0;
+    d->stats = d->owned_cpus != 0 ? first : d->spare;
+  } else {
+    d->owned_cpus = 0;
+    d->cpu_stripes = stripes > 1 && rseq ? stripes : 0;
+    d->stats = d->cpu_stripes != 0 ? first : first + segment.stripe_of_process(process);
+    d->spare = d->stats;
+  }
+}
+
+// A partition handle records as its dependency's handle.
+void copy_stripes(bh_dep* to, const bh_dep* from) {
+  to->stats = from->stats;
+  to->cpu_stripes = from->cpu_stripes;
+  to->owned_cpus = from->owned_cpus;
+  to->spare = from->spare;
+}
+
 // A forked child inherits its parent's process slot; permits it takes must
 // be counted against a slot of its own, or the daemon would give them back
 // when the parent dies (and miss them when the child does). Every open
@@ -157,15 +227,14 @@ void rebind_after_fork() {
       c->status += std::string(" (after fork: ") + e.what() + ")";
       continue;
     }
-    const std::uint32_t stripe = c->segment->stripe_of_process(c->process_index);
     for (auto& [name, dep] : c->deps) {
       dep->held = &c->segment->held(c->process_index, dep->index);
-      if (dep->cpu_stripes == 0) dep->stats = &c->segment->stripe(dep->index, stripe);
+      assign_stripes(dep.get(), *c->segment, c->process_index);
       dep->process = c->process_index;
     }
     for (auto& [name, handle] : c->partitions) {
       handle->held = handle->parent->held;
-      handle->stats = handle->parent->stats;
+      copy_stripes(handle.get(), handle->parent);
       handle->process = handle->parent->process;
     }
   }
@@ -198,39 +267,87 @@ std::uint32_t env_static_limit() {
 // gave two processes whose slots differ by a multiple of the stripes one
 // line, 4x the cost of a line each: bulkhead-record-bench). A thread moved
 // right after the load writes the stripe of the CPU it left: an instant of
-// sharing, never a lost count (the adds are atomic).
+// sharing, never a lost count (these adds and compare-and-swaps are
+// locked; add_stat() is how a counter is added to).
 inline shm::StatsStripe* stats_of(const bh_dep* d) {
   if (d->cpu_stripes == 0) return d->stats;
-  const auto* area = reinterpret_cast<const volatile struct rseq*>(
-      static_cast<const char*>(__builtin_thread_pointer()) + __rseq_offset);
-  std::uint32_t cpu = area->cpu_id_start;  // always a valid CPU number (0 before registration)
+  std::uint32_t cpu = percpu::cpu_start();  // always a valid CPU number (0 before registration)
   if (cpu >= d->cpu_stripes) cpu %= d->cpu_stripes;
   return d->stats + cpu;
 }
 
+// Adds `value` to the counter `field` names in *d->stats (the first
+// stripe, or the only one) on the stripe this call records on, and returns
+// that stripe. With CPUs' own stripes (assign_stripes()): a restartable
+// sequence on the stripe of the thread's CPU, no lock prefix; one that does
+// not commit (the thread was preempted, moved or signalled in those few
+// instructions, or has no rseq area) adds with a lock to the process's
+// spare stripe instead, so no add is ever lost or made twice. Otherwise a
+// locked add on stats_of()'s stripe, with `order`; a committed sequence is
+// a plain store, a release store on x86 (client/percpu.hpp), so `order`
+// holds for it too.
+template <typename T>
+inline shm::StatsStripe* add_stat(const bh_dep* d, std::atomic<T>& field, std::type_identity_t<T> value,
+                                  std::memory_order order) {
+  const std::ptrdiff_t offset = reinterpret_cast<char*>(&field) - reinterpret_cast<char*>(d->stats);
+  const auto in = [offset](shm::StatsStripe* s) {
+    return reinterpret_cast<std::atomic<T>*>(reinterpret_cast<char*>(s) + offset);
+  };
+  shm::StatsStripe* s;
+  if (d->owned_cpus != 0) {
+    const std::uint32_t cpu = percpu::cpu_start();
+    if (cpu < d->owned_cpus && percpu::add_on_cpu(in(d->stats + cpu), value, cpu)) [[likely]] {
+      return d->stats + cpu;
+    }
+    s = d->spare;
+  } else {
+    s = stats_of(d);
+  }
+  in(s)->fetch_add(value, order);
+  return s;
+}
+
+// A stripe's window minimum lowered to `value`, written even when it is
+// not lower, with release: after it, the daemon's next take reads this
+// stripe's histogram (it finds the minimum not neutral) and, acquiring the
+// minimum, sees the bucket added before. For a call whose latency sum
+// could not go to the stripe of its bucket (record()).
+void mark_stripe_moved(std::atomic<std::uint64_t>& rtt_min_ns, std::uint64_t value) {
+  std::uint64_t seen = rtt_min_ns.load(std::memory_order_relaxed);
+  while (!rtt_min_ns.compare_exchange_weak(seen, std::min(seen, value), std::memory_order_release,
+                                           std::memory_order_relaxed)) {
+  }
+}
+
 void record(bh_dep* d, int outcome, std::uint64_t latency_ns) {
-  shm::StatsStripe& s = *stats_of(d);
   // Relaxed: statistics are counters read on their own by the daemon; they
   // publish no other memory. Except the latency sum, release: it pairs with
   // the acquire load in the daemon's StatsReader::take(), which reads a
   // stripe's histogram only once a sum (or the minimum) moved, so the
-  // bucket added before it must be visible with it. The same lock xadd as
-  // relaxed on x86.
+  // bucket added before it, on the same stripe, must be visible with it.
+  // A release add is the same lock xadd as a relaxed one on x86; a
+  // committed sequence (add_stat()) a plain store, release on x86.
   switch (outcome) {
-    case BH_SUCCESS:
-      s.histogram[shm::histogram_bucket(latency_ns)].fetch_add(1, std::memory_order_relaxed);
-      s.rtt_sum_ns.fetch_add(latency_ns, std::memory_order_release);
-      lower_to(s.rtt_min_ns, latency_ns);
-      raise_to(s.rtt_max_ns, latency_ns);
+    case BH_SUCCESS: {
+      std::atomic<std::uint64_t>& bucket = d->stats->histogram[shm::histogram_bucket(latency_ns)];
+      shm::StatsStripe* s = add_stat(d, bucket, 1, std::memory_order_relaxed);
+      shm::StatsStripe* sum = add_stat(d, d->stats->rtt_sum_ns, latency_ns, std::memory_order_release);
+      // The thread moved (or a sequence did not commit) between the two
+      // adds: the sum is on another stripe than the bucket, so tell the
+      // daemon to read the bucket's stripe. Rare: an instant's window.
+      if (sum != s) mark_stripe_moved(s->rtt_min_ns, latency_ns);
+      lower_to(sum->rtt_min_ns, latency_ns);
+      raise_to(sum->rtt_max_ns, latency_ns);
       break;
+    }
     case BH_DROPPED:
-      s.dropped.fetch_add(1, std::memory_order_relaxed);
+      add_stat(d, d->stats->dropped, 1, std::memory_order_relaxed);
       break;
     case BH_FAILED:
-      s.failed.fetch_add(1, std::memory_order_relaxed);
+      add_stat(d, d->stats->failed, 1, std::memory_order_relaxed);
       break;
     default:  // BH_IGNORE, and any value the caller made up
-      s.ignored.fetch_add(1, std::memory_order_relaxed);
+      add_stat(d, d->stats->ignored, 1, std::memory_order_relaxed);
       break;
   }
 }
@@ -310,19 +427,21 @@ void fill_permit(bh_permit* out, bh_dep* d, std::uint64_t deadline_ns) {
 
 void record_wait(bh_dep* d, std::uint64_t waited_ns) {
   // Relaxed: statistics, as in record(); the sum release, as the latency
-  // sum there.
-  shm::StatsStripe* s = stats_of(d);
+  // sum there. Locked adds, both on one stripe (with CPUs' own stripes,
+  // the process's spare one): the daemon reads a stripe's wait histogram
+  // only when its wait sum moved, and this is the slow path.
+  shm::StatsStripe* s = d->owned_cpus != 0 ? d->spare : stats_of(d);
   s->wait_histogram[shm::histogram_bucket(waited_ns)].fetch_add(1, std::memory_order_relaxed);
   s->wait_sum_ns.fetch_add(waited_ns, std::memory_order_release);
 }
 
 int reject_queue_full(bh_dep* d) {
-  stats_of(d)->queue_full.fetch_add(1, std::memory_order_relaxed);
+  add_stat(d, d->stats->queue_full, 1, std::memory_order_relaxed);
   return BH_REJECT_QUEUE_FULL;
 }
 
 int reject_deadline(bh_dep* d) {
-  stats_of(d)->deadline_rejected.fetch_add(1, std::memory_order_relaxed);
+  add_stat(d, d->stats->deadline_rejected, 1, std::memory_order_relaxed);
   return BH_REJECT_DEADLINE;
 }
 
@@ -435,7 +554,7 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
   }
   if (partitioned) return kDivert;
   if (open_circuit) {
-    stats_of(d)->open_rejected.fetch_add(1, std::memory_order_relaxed);
+    add_stat(d, d->stats->open_rejected, 1, std::memory_order_relaxed);
     return BH_REJECT_OPEN_CIRCUIT;
   }
   if (!admitted) return reject_deadline(d);
@@ -558,11 +677,7 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->admit_limit = &slot.partitions.admit_limit;
       dep->flags = &slot.control.flags;
       dep->held = &s.held(c->process_index, index);
-      // Per-CPU stripes where the kernel tells the CPU (rseq registered),
-      // else the process slot's stripe.
-      const std::uint32_t stripes = s.capacities().stats_stripes;
-      dep->cpu_stripes = stripes > 1 && __rseq_size > 0 ? stripes : 0;
-      dep->stats = &s.stripe(index, dep->cpu_stripes != 0 ? 0 : s.stripe_of_process(c->process_index));
+      assign_stripes(dep.get(), s, c->process_index);
       dep->line = &slot.admission;
       dep->control = &slot.control;
       dep->trials = &slot.control.trials;
@@ -582,6 +697,8 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->held = &dep->local->held;
       dep->stats = &dep->local->stripe;
       dep->cpu_stripes = 0;
+      dep->owned_cpus = 0;
+      dep->spare = dep->stats;
       // No queue standalone: bh_acquire() at the limit is refused at once.
       dep->line = &dep->local->admission;
       dep->control = &dep->local->control;
@@ -629,13 +746,13 @@ inline int admit(bh_dep* d, bool count_rejection) {
       const std::uint32_t flags = d->flags->load(std::memory_order_relaxed);
       if ((flags & shm::kDependencyPartitioned) != 0 || d->parent != nullptr) return kDivert;
       if ((flags & shm::kDependencyShadow) == 0) {
-        if (count_rejection) stats_of(d)->rejected.fetch_add(1, std::memory_order_relaxed);
+        if (count_rejection) add_stat(d, d->stats->rejected, 1, std::memory_order_relaxed);
         return BH_REJECT_LIMIT;
       }
     }
   } while (!d->admission->compare_exchange_weak(word, word + shm::kAdmissionAcquire,
                                                 std::memory_order_relaxed));
-  if (over) stats_of(d)->shadow_admitted.fetch_add(1, std::memory_order_relaxed);
+  if (over) add_stat(d, d->stats->shadow_admitted, 1, std::memory_order_relaxed);
   count_admission(d, word);
   return 0;
 }
@@ -666,10 +783,10 @@ constexpr std::uint64_t kNoTrial = UINT64_MAX;
   }
   // Relaxed: lone flag and counters, as in admit().
   if ((d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) != 0) {
-    stats_of(d)->shadow_open.fetch_add(1, std::memory_order_relaxed);
+    add_stat(d, d->stats->shadow_open, 1, std::memory_order_relaxed);
     return 0;
   }
-  stats_of(d)->open_rejected.fetch_add(1, std::memory_order_relaxed);
+  add_stat(d, d->stats->open_rejected, 1, std::memory_order_relaxed);
   return BH_REJECT_OPEN_CIRCUIT;
 }
 
@@ -764,8 +881,8 @@ std::uint32_t resolve(bh_dep* h, std::uint64_t shape) {
                  (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) == 0)) {
       if (count_rejection) {
         // Relaxed: statistics, as in record().
-        stats_of(d)->rejected.fetch_add(1, std::memory_order_relaxed);
-        stats_of(d)->partition_rejected[p].fetch_add(1, std::memory_order_relaxed);
+        add_stat(d, d->stats->rejected, 1, std::memory_order_relaxed);
+        add_stat(d, d->stats->partition_rejected[p], 1, std::memory_order_relaxed);
       }
       // A call that names no partition keeps the reason it always had.
       return verdict == shm::PartitionVerdict::kAtLimit || handle->parent == nullptr ? BH_REJECT_LIMIT
@@ -774,7 +891,7 @@ std::uint32_t resolve(bh_dep* h, std::uint64_t shape) {
     // Relaxed: as in admit().
   } while (!d->admission->compare_exchange_weak(word, word + shm::admission_unit(p),
                                                 std::memory_order_relaxed));
-  if (over) stats_of(d)->shadow_admitted.fetch_add(1, std::memory_order_relaxed);
+  if (over) add_stat(d, d->stats->shadow_admitted, 1, std::memory_order_relaxed);
   count_admission(d, word, shm::admission_unit(p));
   *tagged = tagged_dep(d, p);
   return 0;
@@ -926,8 +1043,7 @@ int bh_partition(bh_dep* d, const char* name, bh_dep** out) {
   h->admit_limit = &kNoFastPath;
   h->flags = d->flags;
   h->held = d->held;
-  h->stats = d->stats;
-  h->cpu_stripes = d->cpu_stripes;
+  copy_stripes(h.get(), d);
   h->index = d->index;
   h->line = d->line;
   h->control = d->control;
