@@ -145,28 +145,6 @@ struct bh_client {
 
 namespace {
 
-// The CPUs the host may ever have: the last number of
-// /sys/devices/system/cpu/possible ("0-7", "0-3,8-11") plus one, above
-// every CPU number the kernel reports. The same for every process on the
-// host (not namespaced); 0 when unknown.
-std::uint32_t host_cpus() {
-  static const std::uint32_t cpus = [] {
-    std::FILE* f = std::fopen("/sys/devices/system/cpu/possible", "re");
-    if (f == nullptr) return 0u;
-    char text[512];
-    const std::size_t n = std::fread(text, 1, sizeof text - 1, f);
-    std::fclose(f);
-    if (n == 0 || n == sizeof text - 1) return 0u;  // empty, or more than we read
-    std::size_t end = n;
-    while (end > 0 && (text[end - 1] < '0' || text[end - 1] > '9')) --end;
-    std::size_t begin = end;
-    while (begin > 0 && text[begin - 1] >= '0' && text[begin - 1] <= '9') --begin;
-    if (begin == end || end - begin > 6) return 0u;
-    return static_cast<std::uint32_t>(std::strtoul(std::string(text + begin, end - begin).c_str(), nullptr, 10)) + 1;
-  }();
-  return cpus;
-}
-
 // Which stripes of the segment's dependency slot `d` records on, for
 // process slot `process`. With S stripes and N CPUs on the host:
 //   S > N   stripe c < N is CPU c's own: only restartable sequences that
@@ -183,7 +161,7 @@ std::uint32_t host_cpus() {
 // nothing adds to them without a lock.
 void assign_stripes(bh_dep* d, const shm::Segment& segment, std::uint32_t process) {
   const std::uint32_t stripes = segment.capacities().stats_stripes;
-  const std::uint32_t cpus = host_cpus();
+  const std::uint32_t cpus = percpu::possible_cpus();
   shm::StatsStripe* first = &segment.stripe(d->index, 0);
   const bool rseq = percpu::registered();
   if (cpus > 0 && stripes > cpus) {
