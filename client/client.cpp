@@ -6,8 +6,16 @@
 //            on the admission word (the contended line), one add to this
 //            process's held count (its own line), one load of the stripe's
 //            peak in-flight, one clock read;
-//   release  one clock read, two or three adds to this process's stripe,
-//            one add to the held count, one add to the admission word.
+//   release  one clock read, two adds (a success: histogram bucket and
+//            latency sum) or one (dropped, failed, ignored) to the stripe
+//            of the caller's CPU, and for a success a load each of the
+//            window minimum and maximum; one add to the held count, one
+//            add to the admission word.
+// When the segment has more statistics stripes than the host has CPUs,
+// each CPU owns a stripe and the statistics adds carry no lock prefix:
+// each is a restartable sequence (client/percpu.hpp) that commits only
+// while the thread stays on that CPU; see assign_stripes() and add_stat().
+// Otherwise they are locked adds, as the held count and admission word's.
 // A rejection reads the admission word and counts itself on the stripe; it
 // never writes the admission line. Release adds one load of the futex word,
 // on the admission line it has just written, and makes a system call only
@@ -41,9 +49,9 @@
 #include <vector>
 
 #include "bulkhead/bulkhead.h"
+#include "client/percpu.hpp"
 #include "shm/partitions.hpp"
 #include "shm/segment.hpp"
-#include "client/percpu.hpp"
 #include "shm/wait_queue.hpp"
 
 namespace shm = bulkhead::shm;

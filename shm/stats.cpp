@@ -122,8 +122,12 @@ void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters
                        WindowExtremes& extremes) {
   // Why an unchanged stripe needs no histogram read: every call that adds
   // to a histogram then changes a scalar of the same stripe (the latency
-  // or wait sum, with a release add), or, for a success of latency 0,
-  // lowers the window minimum, which this take finds not neutral. A bucket
+  // or wait sum, with a release add, or on a CPU's own stripe a plain
+  // store, release on x86), or, for a success of latency 0, lowers the
+  // window minimum, which this take finds not neutral; a success whose
+  // thread moved to another CPU between its bucket and its sum writes the
+  // bucket's stripe's minimum with release (the client's
+  // mark_stripe_moved()). A bucket
   // added to after this take's scalar loads is read at the take that sees
   // its call's scalar change, which comes later. The one case left: a
   // success of latency 0 whose minimum was already 0 this window, on a CPU
