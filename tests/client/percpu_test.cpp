@@ -84,19 +84,20 @@ TEST(PerCpu, PossibleCpusCoversEveryCpuThisProcessMayRunOn) {
 
 // What one stats_hammer process reported.
 struct Report {
-  std::uint64_t ok = 0, sum_ns = 0, dropped = 0, failed = 0, ignored = 0, rejected = 0;
+  std::uint64_t ok = 0, sum_ns = 0, dropped = 0, failed = 0, ignored = 0, rejected = 0, refused = 0;
   unsigned rseq_size = 0;
   std::uint64_t signals = 0;
 };
 
 class PerCpuStatsTest : public ::testing::Test {
  protected:
-  // A segment of `stripes` stripes with one dependency of limit 8: with
-  // more threads than CPUs, a thread preempted while it holds a permit
-  // makes others be refused now and then.
+  // A segment of `stripes` stripes with two dependencies: "hammered",
+  // limit 8 (a thread preempted while it holds a permit may make others be
+  // refused), and "refused", limit 0.
   void make_segment(std::uint32_t stripes) {
     segment_.emplace(shm::Segment::create(name_, testing::small_segment(4, 16, stripes)));
     index_ = shm::find_or_claim_dependency(*segment_, "hammered", 8, 0).index;
+    refused_index_ = shm::find_or_claim_dependency(*segment_, "refused", 0, 0).index;
   }
 
   // Runs stats_hammer once per entry of `rseq` (false: the process runs
@@ -124,9 +125,11 @@ class PerCpuStatsTest : public ::testing::Test {
       env.push_back(nullptr);
       std::string path = STATS_HAMMER_PATH;
       std::string dep = "hammered";
+      std::string refused = "refused";
       std::string segment = name_.str();
-      std::array<char*, 6> argv{path.data(), segment.data(), dep.data(), const_cast<char*>(threads_text.c_str()),
-                                const_cast<char*>(calls_text.c_str()), nullptr};
+      std::array<char*, 7> argv{path.data(), segment.data(), dep.data(), refused.data(),
+                                const_cast<char*>(threads_text.c_str()), const_cast<char*>(calls_text.c_str()),
+                                nullptr};
       pid_t pid = -1;
       EXPECT_EQ(posix_spawn(&pid, path.c_str(), &actions, nullptr, argv.data(), env.data()), 0);
       posix_spawn_file_actions_destroy(&actions);
@@ -137,13 +140,13 @@ class PerCpuStatsTest : public ::testing::Test {
     std::vector<Report> reports;
     for (std::size_t i = 0; i < pids.size(); ++i) {
       Report r;
-      const int fields = std::fscanf(outputs[i], "%lu %lu %lu %lu %lu %lu %u %lu", &r.ok, &r.sum_ns, &r.dropped,
-                                     &r.failed, &r.ignored, &r.rejected, &r.rseq_size, &r.signals);
+      const int fields = std::fscanf(outputs[i], "%lu %lu %lu %lu %lu %lu %lu %u %lu", &r.ok, &r.sum_ns, &r.dropped,
+                                     &r.failed, &r.ignored, &r.rejected, &r.refused, &r.rseq_size, &r.signals);
       std::fclose(outputs[i]);
       int status = 0;
       ::waitpid(pids[i], &status, 0);
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "stats_hammer status " << status;
-      EXPECT_EQ(fields, 8) << "stats_hammer printed no report";
+      EXPECT_EQ(fields, 9) << "stats_hammer printed no report";
       reports.push_back(r);
     }
     return reports;
@@ -160,6 +163,7 @@ class PerCpuStatsTest : public ::testing::Test {
       all.failed += r.failed;
       all.ignored += r.ignored;
       all.rejected += r.rejected;
+      all.refused += r.refused;
       all.signals += r.signals;
     }
     const shm::DependencyCounters c = shm::read_counters(*segment_, index_);
@@ -169,9 +173,12 @@ class PerCpuStatsTest : public ::testing::Test {
     EXPECT_EQ(c.failed, all.failed);
     EXPECT_EQ(c.ignored, all.ignored);
     EXPECT_EQ(c.rejected, all.rejected);
-    EXPECT_EQ(all.ok + all.dropped + all.failed + all.ignored + all.rejected,
+    EXPECT_EQ(shm::read_counters(*segment_, refused_index_).rejected, all.refused);
+    EXPECT_EQ(all.ok + all.dropped + all.failed + all.ignored + all.rejected + all.refused,
               static_cast<std::uint64_t>(kCalls) * threads_per_process * reports.size());
-    std::printf("%lu ok, %lu rejected, %lu timer signals\n", all.ok, all.rejected, all.signals);
+    EXPECT_GT(all.refused, 0u);
+    std::printf("%lu ok, %lu rejected, %lu refused, %lu timer signals\n", all.ok, all.rejected, all.refused,
+                all.signals);
   }
 
   // Outcomes (every counter record() adds to) on stripes [from, to).
@@ -188,6 +195,7 @@ class PerCpuStatsTest : public ::testing::Test {
   TempSegmentName name_{"percpu"};
   std::optional<shm::Segment> segment_;
   std::uint32_t index_ = 0;
+  std::uint32_t refused_index_ = 0;
 };
 
 // Each CPU's own stripe, plus two spare ones. First two processes with
@@ -212,8 +220,6 @@ TEST_F(PerCpuStatsTest, ExactTotalsOnCpusOwnStripesUnderMovesAndSignals) {
   EXPECT_EQ(mixed[1].rseq_size, 0u) << "GLIBC_TUNABLES=glibc.pthread.rseq=0 did not turn rseq off";
   reports.insert(reports.end(), mixed.begin(), mixed.end());
   expect_exact_totals(reports, threads);
-  EXPECT_GT(reports[0].rejected + reports[1].rejected + mixed[0].rejected + mixed[1].rejected, 0u)
-      << "no call was refused: the rejection count went untested";
 }
 
 // A process without rseq never writes a CPU's stripe: with per-CPU stripes
@@ -229,6 +235,7 @@ TEST_F(PerCpuStatsTest, AProcessWithoutRseqWritesOnlyTheSpareStripes) {
   EXPECT_EQ(outcomes_on(0, cpus), 0u);
   EXPECT_EQ(outcomes_on(cpus, cpus + 2), reports[0].ok + reports[0].dropped + reports[0].failed +
                                              reports[0].ignored + reports[0].rejected);
+  for (std::uint32_t s = 0; s < cpus; ++s) EXPECT_EQ(segment_->stripe(refused_index_, s).rejected.load(), 0u);
 }
 
 // Fewer stripes than CPUs: no CPU owns a stripe, every add is locked

@@ -1,11 +1,12 @@
-// stats_hammer SEGMENT DEPENDENCY THREADS CALLS: one process of
-// percpu_test. THREADS threads make CALLS acquire/release pairs each on
-// DEPENDENCY (bh_try_acquire_untimed, bh_release_latency with outcomes and
-// latencies the thread chooses), while a thread moves them from CPU to CPU
+// stats_hammer SEGMENT DEPENDENCY REFUSED THREADS CALLS: one process of
+// percpu_test. THREADS threads make CALLS calls each: acquire/release pairs
+// on DEPENDENCY (bh_try_acquire_untimed, bh_release_latency with outcomes
+// and latencies the thread chooses), and every eighth call an acquire on
+// REFUSED, whose limit is 0, so that the refusals are known too; while a thread moves them from CPU to CPU
 // (sched_setaffinity) and a 20 us timer signal interrupts them, so that
 // restartable sequences abort and threads share CPUs. Prints what the
 // callers did, for the test to compare with the segment's statistics:
-//   ok SUM dropped failed ignored rejected rseq_size signals
+//   ok SUM dropped failed ignored rejected refused rseq_size signals
 // Exits 1 with a reason on stderr when something fails.
 #include <sched.h>
 #include <signal.h>
@@ -30,7 +31,7 @@ std::atomic<std::uint64_t> g_signals{0};
 void on_timer(int) { g_signals.fetch_add(1, std::memory_order_relaxed); }
 
 struct Tally {
-  std::uint64_t ok = 0, sum_ns = 0, dropped = 0, failed = 0, ignored = 0, rejected = 0;
+  std::uint64_t ok = 0, sum_ns = 0, dropped = 0, failed = 0, ignored = 0, rejected = 0, refused = 0;
 };
 
 // The latency of call i of thread t: spread over the histogram's buckets,
@@ -43,18 +44,20 @@ std::uint64_t latency_of(std::uint64_t t, std::uint64_t i) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: stats_hammer SEGMENT DEPENDENCY THREADS CALLS\n");
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: stats_hammer SEGMENT DEPENDENCY REFUSED THREADS CALLS\n");
     return 2;
   }
-  const int threads = std::atoi(argv[3]);
-  const long calls = std::atol(argv[4]);
+  const int threads = std::atoi(argv[4]);
+  const long calls = std::atol(argv[5]);
   bh_options options{};
   options.segment = argv[1];
   options.flags = BH_OPEN_REQUIRE_SEGMENT;
   bh_client* client = nullptr;
   bh_dep* dep = nullptr;
-  if (bh_client_open_opts(&options, &client) != 0 || bh_dependency(client, argv[2], &dep) != 0) {
+  bh_dep* refused = nullptr;
+  if (bh_client_open_opts(&options, &client) != 0 || bh_dependency(client, argv[2], &dep) != 0 ||
+      bh_dependency(client, argv[3], &refused) != 0) {
     std::fprintf(stderr, "stats_hammer: %s\n", bh_last_error());
     return 1;
   }
@@ -93,6 +96,14 @@ int main(int argc, char** argv) {
       Tally& tally = tallies[t];
       for (long i = 0; i < calls; ++i) {
         bh_permit permit;
+        if (i % 8 == 7) {
+          if (bh_try_acquire_untimed(refused, &permit) != BH_REJECT_LIMIT) {
+            failed = true;
+            break;
+          }
+          ++tally.refused;
+          continue;
+        }
         const int rc = bh_try_acquire_untimed(dep, &permit);
         if (rc == BH_REJECT_LIMIT) {
           ++tally.rejected;
@@ -140,7 +151,7 @@ int main(int argc, char** argv) {
   mover.join();
   timer_delete(timer);
   if (failed) {
-    std::fprintf(stderr, "stats_hammer: an acquire failed: %s\n", bh_last_error());
+    std::fprintf(stderr, "stats_hammer: an acquire failed, or one on REFUSED was admitted\n");
     return 1;
   }
   Tally all;
@@ -151,9 +162,11 @@ int main(int argc, char** argv) {
     all.failed += t.failed;
     all.ignored += t.ignored;
     all.rejected += t.rejected;
+    all.refused += t.refused;
   }
-  std::printf("%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %u %" PRIu64 "\n", all.ok,
-              all.sum_ns, all.dropped, all.failed, all.ignored, all.rejected, __rseq_size, g_signals.load());
+  std::printf("%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %u %" PRIu64 "\n",
+              all.ok, all.sum_ns, all.dropped, all.failed, all.ignored, all.rejected, all.refused, __rseq_size,
+              g_signals.load());
   bh_client_close(client);
   return 0;
 }
