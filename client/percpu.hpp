@@ -32,6 +32,13 @@
 // the section, and clears it at the thread's next preemption. The
 // descriptors live in libbulkhead itself, which is therefore linked
 // -z nodelete: never unmapped while a thread's rseq_cs may point into it.
+// (A plugin that links the static archive and is dlclose()d would need the
+// same.)
+//
+// Sanitizers: ASan and TSan instrument compiled accesses, not this asm, so
+// they neither check nor see the add (TSan cannot report a race it does
+// not see; the counters' readers use atomic loads). The same code runs in
+// the sanitized builds, and percpu_test passes in them.
 //
 // Memory order. The commit is a plain store (the `add`'s write) on x86-64,
 // whose stores are seen by every other CPU in program order (TSO): it is a
