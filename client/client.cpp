@@ -315,7 +315,7 @@ void record(bh_dep* d, int outcome, std::uint64_t latency_ns) {
   // committed sequence (add_stat()) a plain store, release on x86.
   switch (outcome) {
     case BH_SUCCESS: {
-      std::atomic<std::uint64_t>& bucket = d->stats->histogram[shm::histogram_bucket(latency_ns)];
+      auto& bucket = d->stats->histogram[shm::histogram_bucket(latency_ns)];  // 64 or 32 bits
       shm::StatsStripe* s = add_stat(d, bucket, 1, std::memory_order_relaxed);
       shm::StatsStripe* sum = add_stat(d, d->stats->rtt_sum_ns, latency_ns, std::memory_order_release);
       // The thread moved (or a sequence did not commit) between the two
