@@ -1,8 +1,9 @@
 // Per-CPU counter adds without a lock prefix: a restartable sequence.
 //
 // Source: the Linux rseq ABI (include/uapi/linux/rseq.h, kernel/rseq.c) and
-// librseq's rseq_addv() for x86-64 (include/rseq/arch/x86/bits.h), which
-// this follows instruction for instruction. Debian 12 packages no librseq,
+// librseq's rseq_addv() for x86-64 (include/rseq/rseq-x86.h; now
+// rseq_load_add_store__ptr() in include/rseq/arch/x86/bits.h), which this
+// follows instruction for instruction. Debian 12 packages no librseq,
 // and glibc 2.36 registers each thread's rseq area itself, exporting only
 // where it is (__rseq_offset from the thread pointer, __rseq_size), so the
 // few instructions are written here.
