@@ -321,25 +321,31 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
   update_breaker(d, o.delta, now_ns);
 
   if (d.metrics != nullptr) {
-    d.metrics->success->Increment(static_cast<double>(o.delta.ok));
-    d.metrics->dropped->Increment(static_cast<double>(o.delta.dropped));
-    d.metrics->ignored->Increment(static_cast<double>(o.delta.ignored));
-    d.metrics->rejected->Increment(static_cast<double>(o.delta.rejected));
-    d.metrics->shadow->Increment(static_cast<double>(o.delta.shadow_admitted));
-    if (o.delta.ok != 0) metrics_->observe_latency(*d.metrics, o.delta.histogram, o.delta.rtt_sum_ns);
-    d.metrics->limit->Set(d.controller->limit());
-    d.metrics->inflight->Set(o.inflight);
-    d.metrics->queue_full->Increment(static_cast<double>(o.delta.queue_full));
-    d.metrics->deadline->Increment(static_cast<double>(o.delta.deadline_rejected));
-    if (o.delta.waited != 0) metrics_->observe_wait(*d.metrics, o.delta.wait_histogram, o.delta.wait_sum_ns);
-    d.metrics->waiters->Set(shm::queue_length(segment_.queue(d.index), segment_.queue_slots()));
-    d.metrics->failed->Increment(static_cast<double>(o.delta.failed));
-    d.metrics->breaker_rejected->Increment(static_cast<double>(o.delta.open_rejected));
-    d.metrics->breaker_shadow->Increment(static_cast<double>(o.delta.shadow_open));
+    Metrics::Tick t;
+    t.limit = d.controller->limit();
+    t.inflight = o.inflight;
+    t.waiters = shm::queue_length(segment_.queue(d.index), segment_.queue_slots());
+    t.success = o.delta.ok;
+    t.dropped = o.delta.dropped;
+    t.ignored = o.delta.ignored;
+    t.rejected = o.delta.rejected;
+    t.failed = o.delta.failed;
+    t.shadow = o.delta.shadow_admitted;
+    t.queue_full = o.delta.queue_full;
+    t.deadline = o.delta.deadline_rejected;
+    t.breaker_rejected = o.delta.open_rejected;
+    t.breaker_shadow = o.delta.shadow_open;
     const BreakerState state = d.breaker->state();
-    d.metrics->breaker_closed->Set(state == BreakerState::kClosed ? 1 : 0);
-    d.metrics->breaker_open->Set(state == BreakerState::kOpen ? 1 : 0);
-    d.metrics->breaker_half_open->Set(state == BreakerState::kHalfOpen ? 1 : 0);
+    t.breaker_state = state == BreakerState::kOpen ? 1 : state == BreakerState::kHalfOpen ? 2 : 0;
+    if (o.delta.ok != 0) {
+      t.latency = &o.delta.histogram;
+      t.latency_sum_ns = o.delta.rtt_sum_ns;
+    }
+    if (o.delta.waited != 0) {
+      t.wait = &o.delta.wait_histogram;
+      t.wait_sum_ns = o.delta.wait_sum_ns;
+    }
+    metrics_->observe(*d.metrics, t);
     const auto plan = plans_.find(d.index);
     if (plan != plans_.end() && plan->second.partitioned) {
       const std::uint64_t word = slot.admission.word.load(std::memory_order_relaxed);

@@ -1,5 +1,9 @@
 #include "daemon/metrics.hpp"
 
+#include <prometheus/metric_family.h>
+
+#include <limits>
+#include <utility>
 #include <vector>
 
 namespace bulkhead::daemon {
@@ -15,26 +19,146 @@ const prometheus::Histogram::BucketBoundaries& latency_bounds() {
   return bounds;
 }
 
+constexpr const char* kOutcomes[5] = {"success", "dropped", "ignored", "rejected", "failed"};
+constexpr const char* kStates[3] = {"closed", "open", "half_open"};
+
+prometheus::MetricFamily family(const char* name, const char* help, prometheus::MetricType type,
+                                std::size_t series) {
+  prometheus::MetricFamily f{name, help, type, {}};
+  f.metric.reserve(series);
+  return f;
+}
+
+// A series labelled with the dependency, and one more label when `key` is given.
+prometheus::ClientMetric& series(prometheus::MetricFamily& f, const std::string& dependency,
+                                 const char* key = nullptr, const char* value = nullptr) {
+  prometheus::ClientMetric& m = f.metric.emplace_back();
+  m.label.push_back({"dependency", dependency});
+  if (key != nullptr) m.label.push_back({key, value});
+  return m;
+}
+
+void gauge(prometheus::MetricFamily& f, const std::string& dependency, double value, const char* key = nullptr,
+           const char* label = nullptr) {
+  series(f, dependency, key, label).gauge.value = value;
+}
+
+void counter(prometheus::MetricFamily& f, const std::string& dependency, double value, const char* key = nullptr,
+             const char* label = nullptr) {
+  series(f, dependency, key, label).counter.value = value;
+}
+
+void histogram(prometheus::MetricFamily& f, const std::string& dependency, const Metrics::Histogram& h) {
+  prometheus::ClientMetric::Histogram& out = series(f, dependency).histogram;
+  const auto& bounds = latency_bounds();
+  out.bucket.resize(Metrics::kBuckets);
+  std::uint64_t cumulative = 0;
+  for (std::size_t b = 0; b < Metrics::kBuckets; ++b) {
+    cumulative += h.counts[b];
+    out.bucket[b].cumulative_count = cumulative;
+    out.bucket[b].upper_bound = b < bounds.size() ? bounds[b] : std::numeric_limits<double>::infinity();
+  }
+  out.sample_count = cumulative;
+  out.sample_sum = h.sum_s;
+}
+
 }  // namespace
+
+// The per-dependency families, built from a copy of the records at each
+// scrape, on the exposer's thread.
+class Metrics::DependencySeries : public prometheus::Collectable {
+ public:
+  explicit DependencySeries(const Metrics& owner) : owner_(owner) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<Dependency> deps;
+    {
+      const std::lock_guard<std::mutex> lock(owner_.mu_);
+      deps.assign(owner_.dependencies_.begin(), owner_.dependencies_.end());
+    }
+    const std::size_t n = deps.size();
+    using prometheus::MetricType;
+    auto limit = family("bulkhead_limit", "Concurrency limit published for the dependency, in calls.",
+                        MetricType::Gauge, n);
+    auto inflight = family("bulkhead_inflight", "Calls to the dependency in flight host-wide at the last tick.",
+                           MetricType::Gauge, n);
+    auto requests = family("bulkhead_requests_total",
+                           "Calls by outcome: success, dropped, ignored, failed, or rejected at the limit.",
+                           MetricType::Counter, 5 * n);
+    auto latency = family("bulkhead_latency_seconds", "Latency of successful calls, admission to release.",
+                          MetricType::Histogram, n);
+    auto shadow = family("bulkhead_shadow_rejections_total",
+                         "Calls over the limit that shadow mode (enforce = false) admitted: "
+                         "the rejections enforcing would have made.",
+                         MetricType::Counter, n);
+    auto min_limit = family("bulkhead_min_limit",
+                            "Lowest limit the config allows the dependency (min_limit), in calls.",
+                            MetricType::Gauge, n);
+    auto max_limit = family("bulkhead_max_limit",
+                            "Highest limit the config allows the dependency (max_limit), in calls.",
+                            MetricType::Gauge, n);
+    auto queue_rejections = family("bulkhead_queue_rejections_total",
+                                   "Calls that asked to wait (bh_acquire) and were refused, by reason: "
+                                   "queue_full, or deadline (passed, or the expected wait exceeded it).",
+                                   MetricType::Counter, 2 * n);
+    auto waiters = family("bulkhead_queue_waiters",
+                          "Calls waiting for a permit of the dependency, host-wide, at the last tick.",
+                          MetricType::Gauge, n);
+    auto wait = family("bulkhead_queue_wait_seconds",
+                       "Time calls spent in the dependency's wait queue, admitted or not.", MetricType::Histogram, n);
+    auto waiters_reclaimed = family("bulkhead_waiters_reclaimed_total",
+                                    "Wait-queue places freed on behalf of processes that died waiting.",
+                                    MetricType::Counter, n);
+    auto breaker_state = family("bulkhead_breaker_state",
+                                "Circuit breaker state: 1 for the state it is in (closed, open, half_open), "
+                                "0 for the others.",
+                                MetricType::Gauge, 3 * n);
+    auto transitions = family("bulkhead_breaker_transitions_total",
+                              "Circuit breaker transitions, by the state entered.", MetricType::Counter, 3 * n);
+    auto breaker_rejected = family("bulkhead_breaker_rejections_total",
+                                   "Calls refused because the circuit breaker was open (or half open "
+                                   "with every trial call out): BH_REJECT_OPEN_CIRCUIT.",
+                                   MetricType::Counter, n);
+    auto breaker_shadow = family("bulkhead_breaker_shadow_rejections_total",
+                                 "Calls the open circuit breaker would have refused, admitted by shadow "
+                                 "mode (enforce = false).",
+                                 MetricType::Counter, n);
+    for (const Dependency& d : deps) {
+      gauge(limit, d.name, d.limit);
+      gauge(inflight, d.name, d.inflight);
+      for (std::size_t o = 0; o < d.requests.size(); ++o) counter(requests, d.name, d.requests[o], "outcome", kOutcomes[o]);
+      histogram(latency, d.name, d.latency);
+      counter(shadow, d.name, d.shadow);
+      gauge(min_limit, d.name, d.min_limit);
+      gauge(max_limit, d.name, d.max_limit);
+      counter(queue_rejections, d.name, d.queue_full, "reason", "queue_full");
+      counter(queue_rejections, d.name, d.deadline, "reason", "deadline");
+      gauge(waiters, d.name, d.waiters);
+      histogram(wait, d.name, d.wait);
+      counter(waiters_reclaimed, d.name, d.waiters_reclaimed);
+      for (std::uint8_t s = 0; s < 3; ++s) {
+        gauge(breaker_state, d.name, d.breaker_state == s ? 1 : 0, "state", kStates[s]);
+        counter(transitions, d.name, d.transitions[s], "to", kStates[s]);
+      }
+      counter(breaker_rejected, d.name, d.breaker_rejected);
+      counter(breaker_shadow, d.name, d.breaker_shadow);
+    }
+    std::vector<prometheus::MetricFamily> out;
+    out.reserve(15);
+    for (auto* f : {&limit, &inflight, &requests, &latency, &shadow, &min_limit, &max_limit, &queue_rejections,
+                    &waiters, &wait, &waiters_reclaimed, &breaker_state, &transitions, &breaker_rejected,
+                    &breaker_shadow}) {
+      out.push_back(std::move(*f));
+    }
+    return out;
+  }
+
+ private:
+  const Metrics& owner_;
+};
 
 Metrics::Metrics(const std::string& listen)
     : registry_(std::make_shared<prometheus::Registry>()),
-      limit_(prometheus::BuildGauge()
-                 .Name("bulkhead_limit")
-                 .Help("Concurrency limit published for the dependency, in calls.")
-                 .Register(*registry_)),
-      inflight_(prometheus::BuildGauge()
-                    .Name("bulkhead_inflight")
-                    .Help("Calls to the dependency in flight host-wide at the last tick.")
-                    .Register(*registry_)),
-      requests_(prometheus::BuildCounter()
-                    .Name("bulkhead_requests_total")
-                    .Help("Calls by outcome: success, dropped, ignored, failed, or rejected at the limit.")
-                    .Register(*registry_)),
-      latency_(prometheus::BuildHistogram()
-                   .Name("bulkhead_latency_seconds")
-                   .Help("Latency of successful calls, admission to release.")
-                   .Register(*registry_)),
       tick_(prometheus::BuildHistogram()
                 .Name("bulkhead_daemon_tick_seconds")
                 .Help("Time the daemon spent in one control-loop tick.")
@@ -47,55 +171,6 @@ Metrics::Metrics(const std::string& listen)
                      .Name("bulkhead_permits_reclaimed_total")
                      .Help("Permits given back on behalf of processes that died holding them.")
                      .Register(*registry_)),
-      shadow_(prometheus::BuildCounter()
-                  .Name("bulkhead_shadow_rejections_total")
-                  .Help("Calls over the limit that shadow mode (enforce = false) admitted: "
-                        "the rejections enforcing would have made.")
-                  .Register(*registry_)),
-      min_limit_(prometheus::BuildGauge()
-                     .Name("bulkhead_min_limit")
-                     .Help("Lowest limit the config allows the dependency (min_limit), in calls.")
-                     .Register(*registry_)),
-      max_limit_(prometheus::BuildGauge()
-                     .Name("bulkhead_max_limit")
-                     .Help("Highest limit the config allows the dependency (max_limit), in calls.")
-                     .Register(*registry_)),
-      queue_rejections_(prometheus::BuildCounter()
-                            .Name("bulkhead_queue_rejections_total")
-                            .Help("Calls that asked to wait (bh_acquire) and were refused, by reason: "
-                                  "queue_full, or deadline (passed, or the expected wait exceeded it).")
-                            .Register(*registry_)),
-      waiters_(prometheus::BuildGauge()
-                   .Name("bulkhead_queue_waiters")
-                   .Help("Calls waiting for a permit of the dependency, host-wide, at the last tick.")
-                   .Register(*registry_)),
-      wait_(prometheus::BuildHistogram()
-                .Name("bulkhead_queue_wait_seconds")
-                .Help("Time calls spent in the dependency's wait queue, admitted or not.")
-                .Register(*registry_)),
-      waiters_reclaimed_(prometheus::BuildCounter()
-                             .Name("bulkhead_waiters_reclaimed_total")
-                             .Help("Wait-queue places freed on behalf of processes that died waiting.")
-                             .Register(*registry_)),
-      breaker_state_(prometheus::BuildGauge()
-                         .Name("bulkhead_breaker_state")
-                         .Help("Circuit breaker state: 1 for the state it is in (closed, open, half_open), "
-                               "0 for the others.")
-                         .Register(*registry_)),
-      breaker_transitions_(prometheus::BuildCounter()
-                               .Name("bulkhead_breaker_transitions_total")
-                               .Help("Circuit breaker transitions, by the state entered.")
-                               .Register(*registry_)),
-      breaker_rejected_(prometheus::BuildCounter()
-                            .Name("bulkhead_breaker_rejections_total")
-                            .Help("Calls refused because the circuit breaker was open (or half open "
-                                  "with every trial call out): BH_REJECT_OPEN_CIRCUIT.")
-                            .Register(*registry_)),
-      breaker_shadow_(prometheus::BuildCounter()
-                          .Name("bulkhead_breaker_shadow_rejections_total")
-                          .Help("Calls the open circuit breaker would have refused, admitted by shadow "
-                                "mode (enforce = false).")
-                          .Register(*registry_)),
       partition_inflight_(prometheus::BuildGauge()
                               .Name("bulkhead_partition_inflight")
                               .Help("Calls of the partition in flight host-wide at the last tick.")
@@ -112,8 +187,10 @@ Metrics::Metrics(const std::string& listen)
       tick_seconds_(tick_.Add({}, prometheus::Histogram::BucketBoundaries{
                                       0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05})),
       reloads_ok_(reloads_.Add({{"result", "applied"}})),
-      reloads_failed_(reloads_.Add({{"result", "rejected"}})) {
+      reloads_failed_(reloads_.Add({{"result", "rejected"}})),
+      series_(std::make_shared<DependencySeries>(*this)) {
   const auto& bounds = latency_bounds();
+  static_assert(kBuckets == 17);
   for (std::uint32_t b = 0; b < shm::kHistogramBuckets; ++b) {
     const double upper_s = static_cast<double>(shm::histogram_bucket_upper_ns(b)) / 1e9;
     std::uint8_t p = 0;
@@ -121,11 +198,12 @@ Metrics::Metrics(const std::string& listen)
     bucket_map_[b] = p;  // == bounds.size(): the +Inf bucket
   }
   exposer_ = std::make_unique<prometheus::Exposer>(listen);
+  exposer_->RegisterCollectable(series_);
   exposer_->RegisterCollectable(registry_);
 }
 
 Metrics::~Metrics() {
-  exposer_.reset();  // stop serving before the registry goes
+  exposer_.reset();  // stop serving before the records and the registry go
 }
 
 std::uint16_t Metrics::port() const {
@@ -134,66 +212,39 @@ std::uint16_t Metrics::port() const {
 }
 
 Metrics::Dependency& Metrics::dependency(const std::string& name) {
-  auto it = dependencies_.find(name);
-  if (it != dependencies_.end()) return it->second;
-  const prometheus::Labels labels{{"dependency", name}};
-  auto with = [&](const char* outcome) {
-    prometheus::Labels l = labels;
-    l.emplace("outcome", outcome);
-    return &requests_.Add(l);
-  };
-  auto rejected_for = [&](const char* reason) {
-    prometheus::Labels l = labels;
-    l.emplace("reason", reason);
-    return &queue_rejections_.Add(l);
-  };
-  Dependency d{&limit_.Add(labels),   &inflight_.Add(labels), with("success"),
-               with("dropped"),      with("ignored"),        with("rejected"),
-               &shadow_.Add(labels), &latency_.Add(labels, latency_bounds()),
-               rejected_for("queue_full"), rejected_for("deadline"), &waiters_.Add(labels),
-               &wait_.Add(labels, latency_bounds()), with("failed"),
-               nullptr, nullptr, nullptr, &breaker_rejected_.Add(labels), &breaker_shadow_.Add(labels)};
-  auto state = [&](const char* name) {
-    prometheus::Labels l = labels;
-    l.emplace("state", name);
-    return &breaker_state_.Add(l);
-  };
-  d.breaker_closed = state("closed");
-  d.breaker_open = state("open");
-  d.breaker_half_open = state("half_open");
-  d.breaker_closed->Set(1);
-  for (const char* to : {"closed", "open", "half_open"}) breaker_transitions_.Add({{"dependency", name}, {"to", to}});
-  // At 0 from the start: a dead waiter is rare, and a dashboard should not
-  // have to tell "none yet" from "no such series".
-  waiters_reclaimed_.Add(labels);
-  return dependencies_.emplace(name, d).first->second;
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) return *it->second;
+  const std::lock_guard<std::mutex> lock(mu_);
+  Dependency& d = dependencies_.emplace_back();
+  d.name = name;
+  by_name_.emplace(name, &d);
+  return d;
 }
 
-void Metrics::observe_latency(Dependency& d,
-                              const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
-                              std::uint64_t sum_ns) {
-  observe(*d.latency, counts, sum_ns);
+void Metrics::add(Histogram& into, const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
+                  std::uint64_t sum_ns) {
+  for (std::uint32_t b = 0; b < counts.size(); ++b) into.counts[bucket_map_[b]] += counts[b];
+  into.sum_s += static_cast<double>(sum_ns) / 1e9;
 }
 
-void Metrics::observe_wait(Dependency& d, const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
-                           std::uint64_t sum_ns) {
-  observe(*d.wait, counts, sum_ns);
-}
-
-void Metrics::observe(prometheus::Histogram& histogram,
-                      const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
-                      std::uint64_t sum_ns) {
-  // One vector for every call, not one each: this runs twice per
-  // dependency per tick.
-  std::vector<double>& increments = increments_;
-  increments.assign(latency_bounds().size() + 1, 0.0);
-  bool any = false;
-  for (std::uint32_t b = 0; b < counts.size(); ++b) {
-    if (counts[b] == 0) continue;
-    increments[bucket_map_[b]] += static_cast<double>(counts[b]);
-    any = true;
-  }
-  if (any) histogram.ObserveMultiple(increments, static_cast<double>(sum_ns) / 1e9);
+void Metrics::observe(Dependency& d, const Tick& t) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  d.limit = t.limit;
+  d.inflight = t.inflight;
+  d.waiters = t.waiters;
+  d.requests[0] += static_cast<double>(t.success);
+  d.requests[1] += static_cast<double>(t.dropped);
+  d.requests[2] += static_cast<double>(t.ignored);
+  d.requests[3] += static_cast<double>(t.rejected);
+  d.requests[4] += static_cast<double>(t.failed);
+  d.shadow += static_cast<double>(t.shadow);
+  d.queue_full += static_cast<double>(t.queue_full);
+  d.deadline += static_cast<double>(t.deadline);
+  d.breaker_rejected += static_cast<double>(t.breaker_rejected);
+  d.breaker_shadow += static_cast<double>(t.breaker_shadow);
+  d.breaker_state = t.breaker_state;
+  if (t.latency != nullptr) add(d.latency, *t.latency, t.latency_sum_ns);
+  if (t.wait != nullptr) add(d.wait, *t.wait, t.wait_sum_ns);
 }
 
 void Metrics::observe_tick(double seconds) { tick_seconds_.Observe(seconds); }
@@ -204,17 +255,25 @@ void Metrics::count_reclaimed(const std::string& dependency, std::uint64_t permi
   reclaimed_.Add({{"dependency", dependency}}).Increment(static_cast<double>(permits));
 }
 
-void Metrics::set_limit_bounds(const std::string& dependency, double min_limit, double max_limit) {
-  min_limit_.Add({{"dependency", dependency}}).Set(min_limit);
-  max_limit_.Add({{"dependency", dependency}}).Set(max_limit);
+void Metrics::set_limit_bounds(const std::string& name, double min_limit, double max_limit) {
+  Dependency& d = dependency(name);
+  const std::lock_guard<std::mutex> lock(mu_);
+  d.min_limit = min_limit;
+  d.max_limit = max_limit;
 }
 
-void Metrics::count_breaker_transition(const std::string& dependency, const std::string& to) {
-  breaker_transitions_.Add({{"dependency", dependency}, {"to", to}}).Increment();
+void Metrics::count_breaker_transition(const std::string& name, const std::string& to) {
+  Dependency& d = dependency(name);
+  const std::lock_guard<std::mutex> lock(mu_);
+  for (std::size_t s = 0; s < 3; ++s) {
+    if (to == kStates[s]) d.transitions[s] += 1;
+  }
 }
 
-void Metrics::count_reclaimed_waiters(const std::string& dependency, std::uint64_t places) {
-  waiters_reclaimed_.Add({{"dependency", dependency}}).Increment(static_cast<double>(places));
+void Metrics::count_reclaimed_waiters(const std::string& name, std::uint64_t places) {
+  Dependency& d = dependency(name);
+  const std::lock_guard<std::mutex> lock(mu_);
+  d.waiters_reclaimed += static_cast<double>(places);
 }
 
 void Metrics::observe_partition(const std::string& dependency, const std::string& partition,

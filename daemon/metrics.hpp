@@ -1,10 +1,22 @@
 // bulkheadd's Prometheus endpoint (prometheus-cpp).
 //
-// Thread safety: prometheus-cpp's metric objects are safe to update from
-// the control loop while the exposer's thread serves scrapes; this class's
-// own methods are called by the control loop only.
+// The per-dependency series are not prometheus-cpp metric objects: each of
+// those is an allocation with its own label map in a hash table, about
+// 7.5 KB per dependency for the 28 series of one, and updating them is a
+// cache miss per series every tick (30 MiB and 4 ms a tick at 4096
+// dependencies: bulkhead-scale-bench, docs/benchmarks.md). They are plain
+// numbers instead, one compact record per dependency (Dependency, about
+// 0.4 KB), turned into metric families only when a scrape asks
+// (DependencySeries::Collect()). The daemon-wide series (tick time,
+// reloads) and the rare ones (reclaimed permits, partitions) stay
+// prometheus-cpp's own.
+//
+// Thread safety: the control loop calls every method; the exposer's thread
+// collects. A mutex guards the records: observe() takes it once per
+// dependency and tick, a scrape while it copies them.
 #pragma once
 
+#include <prometheus/collectable.h>
 #include <prometheus/counter.h>
 #include <prometheus/exposer.h>
 #include <prometheus/family.h>
@@ -14,8 +26,10 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,27 +39,48 @@ namespace bulkhead::daemon {
 
 class Metrics {
  public:
+  // Prometheus buckets of the latency and wait histograms: 16 bounds and +Inf.
+  static constexpr std::size_t kBuckets = 17;
+  struct Histogram {
+    std::array<std::uint64_t, kBuckets> counts{};  // per bucket, not cumulative
+    double sum_s = 0;
+  };
+  // One dependency's series; written under the lock only.
   struct Dependency {
-    prometheus::Gauge* limit;
-    prometheus::Gauge* inflight;
-    prometheus::Counter* success;
-    prometheus::Counter* dropped;
-    prometheus::Counter* ignored;
-    prometheus::Counter* rejected;
-    prometheus::Counter* shadow;  // over the limit, admitted in shadow mode
-    prometheus::Histogram* latency;
-    // The wait queue.
-    prometheus::Counter* queue_full;  // refused: the queue was full
-    prometheus::Counter* deadline;    // refused: the deadline passed or could not be met
-    prometheus::Gauge* waiters;       // calls waiting at the last tick
-    prometheus::Histogram* wait;      // time calls spent in the queue
-    // The circuit breaker.
-    prometheus::Counter* failed;          // released BH_FAILED
-    prometheus::Gauge* breaker_closed;    // bulkhead_breaker_state{state="closed"}: 1 or 0
-    prometheus::Gauge* breaker_open;      // {state="open"}
-    prometheus::Gauge* breaker_half_open; // {state="half_open"}
-    prometheus::Counter* breaker_rejected;  // refused: open circuit
-    prometheus::Counter* breaker_shadow;    // would have been refused; shadow mode admitted
+    std::string name;
+    double limit = 0;
+    double inflight = 0;
+    double min_limit = 0;
+    double max_limit = 0;
+    double waiters = 0;
+    // bulkhead_requests_total by outcome: success, dropped, ignored, rejected, failed.
+    std::array<double, 5> requests{};
+    double shadow = 0;
+    double queue_full = 0;
+    double deadline = 0;
+    double breaker_rejected = 0;
+    double breaker_shadow = 0;
+    double waiters_reclaimed = 0;
+    std::array<double, 3> transitions{};  // by state entered: closed, open, half_open
+    std::uint8_t breaker_state = 0;       // 0 closed, 1 open, 2 half open
+    Histogram latency;
+    Histogram wait;
+  };
+
+  // What one tick adds to a dependency's counters and sets its gauges to.
+  struct Tick {
+    std::uint32_t limit = 0;
+    std::uint32_t inflight = 0;
+    std::uint32_t waiters = 0;
+    std::uint64_t success = 0, dropped = 0, ignored = 0, rejected = 0, failed = 0;
+    std::uint64_t shadow = 0, queue_full = 0, deadline = 0, breaker_rejected = 0, breaker_shadow = 0;
+    std::uint8_t breaker_state = 0;  // as Dependency::breaker_state
+    // The tick's ok calls by segment histogram bucket (deltas) and their
+    // latency sum; null when there were none. The same for waits.
+    const std::array<std::uint64_t, shm::kHistogramBuckets>* latency = nullptr;
+    std::uint64_t latency_sum_ns = 0;
+    const std::array<std::uint64_t, shm::kHistogramBuckets>* wait = nullptr;
+    std::uint64_t wait_sum_ns = 0;
   };
 
   // Listens on `listen` ("host:port"; port 0 picks a free one). Throws
@@ -56,15 +91,11 @@ class Metrics {
   // The port actually bound.
   std::uint16_t port() const;
 
-  // The metrics of one dependency, created on first use.
+  // The series of one dependency, created on first use (the record's
+  // address stays valid as long as the Metrics).
   Dependency& dependency(const std::string& name);
-  // Adds a window's ok calls by segment histogram bucket (deltas) and their
-  // latency sum to the dependency's Prometheus histogram.
-  void observe_latency(Dependency& d, const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
-                       std::uint64_t sum_ns);
-  // The same for the time calls waited in the queue.
-  void observe_wait(Dependency& d, const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
-                    std::uint64_t sum_ns);
+  // One tick of a dependency.
+  void observe(Dependency& d, const Tick& tick);
 
   void observe_tick(double seconds);
   void count_reload(bool ok);
@@ -81,37 +112,25 @@ class Metrics {
                          std::uint32_t guaranteed, std::uint64_t rejected);
 
  private:
+  class DependencySeries;
+
   // Created before the exposer and destroyed after it (see ECOSYSTEM.md).
   std::shared_ptr<prometheus::Registry> registry_;
-  prometheus::Family<prometheus::Gauge>& limit_;
-  prometheus::Family<prometheus::Gauge>& inflight_;
-  prometheus::Family<prometheus::Counter>& requests_;
-  prometheus::Family<prometheus::Histogram>& latency_;
   prometheus::Family<prometheus::Histogram>& tick_;
   prometheus::Family<prometheus::Counter>& reloads_;
   prometheus::Family<prometheus::Counter>& reclaimed_;
-  prometheus::Family<prometheus::Counter>& shadow_;
-  prometheus::Family<prometheus::Gauge>& min_limit_;
-  prometheus::Family<prometheus::Gauge>& max_limit_;
-  prometheus::Family<prometheus::Counter>& queue_rejections_;
-  prometheus::Family<prometheus::Gauge>& waiters_;
-  prometheus::Family<prometheus::Histogram>& wait_;
-  prometheus::Family<prometheus::Counter>& waiters_reclaimed_;
-  prometheus::Family<prometheus::Gauge>& breaker_state_;
-  prometheus::Family<prometheus::Counter>& breaker_transitions_;
-  prometheus::Family<prometheus::Counter>& breaker_rejected_;
-  prometheus::Family<prometheus::Counter>& breaker_shadow_;
   prometheus::Family<prometheus::Gauge>& partition_inflight_;
   prometheus::Family<prometheus::Gauge>& partition_guaranteed_;
   prometheus::Family<prometheus::Counter>& partition_rejected_;
   prometheus::Histogram& tick_seconds_;
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_failed_;
-  void observe(prometheus::Histogram& histogram,
-               const std::array<std::uint64_t, shm::kHistogramBuckets>& counts, std::uint64_t sum_ns);
+  void add(Histogram& into, const std::array<std::uint64_t, shm::kHistogramBuckets>& counts, std::uint64_t sum_ns);
 
-  std::map<std::string, Dependency> dependencies_;
-  std::vector<double> increments_;  // observe()'s scratch
+  mutable std::mutex mu_;  // guards dependencies_' records
+  std::deque<Dependency> dependencies_;           // stable addresses
+  std::map<std::string, Dependency*> by_name_;    // the control loop's only
+  std::shared_ptr<DependencySeries> series_;
   // Segment bucket -> Prometheus bucket (the first whose bound is at or
   // above the segment bucket's upper edge).
   std::array<std::uint8_t, shm::kHistogramBuckets> bucket_map_{};
