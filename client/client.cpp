@@ -67,6 +67,9 @@ struct LocalSlot {
   shm::DependencyPartitions partitions{};
   std::atomic<std::uint64_t> held{0};
   shm::StatsStripe stripe{};
+  shm::HistogramCounts latency{};
+  shm::DependencyWaits waits{};
+  shm::HistogramCounts wait{};
 };
 
 thread_local std::string t_last_error;
@@ -114,12 +117,21 @@ struct bh_dep {
   // The statistics stripe this process writes, or with cpu_stripes, the
   // dependency's first stripe: stats_of() picks one per call.
   shm::StatsStripe* stats;
+  // Stripe 0 of the dependency and its latency histogram: stripe i's is
+  // latency_stride histograms further (shm::Segment::latency_histogram();
+  // histogram_of()).
+  shm::StatsStripe* stripe0;
+  shm::HistogramCounts* latency0;
+  std::uint32_t latency_stride;
   std::uint32_t cpu_stripes;  // 0: always *stats; else the stripe of the CPU, of this many
   // Not 0: stripes 0 to owned_cpus - 1 are each one CPU's own, added to by
   // restartable sequences only, and `spare` is this process's stripe for
   // a locked add when a sequence does not commit (assign_stripes()).
   std::uint32_t owned_cpus;
   shm::StatsStripe* spare;
+  // The dependency's queue waits: their sum and histogram.
+  shm::DependencyWaits* waits;
+  shm::HistogramCounts* wait_histogram;
   std::uint32_t index;  // slot in the segment; unused standalone
   std::unique_ptr<LocalSlot> local;
   // The wait queue: its futex and tickets, its records (none standalone),
@@ -171,6 +183,9 @@ void assign_stripes(bh_dep* d, const shm::Segment& segment, std::uint32_t proces
   const std::uint32_t stripes = segment.capacities().stats_stripes;
   const std::uint32_t cpus = percpu::possible_cpus();
   shm::StatsStripe* first = &segment.stripe(d->index, 0);
+  d->stripe0 = first;
+  d->latency0 = &segment.latency_histogram(d->index, 0);
+  d->latency_stride = segment.capacities().max_dependencies;
   const bool rseq = percpu::registered();
   if (cpus > 0 && stripes > cpus) {
     d->spare = first + cpus + process % (stripes - cpus);
@@ -188,6 +203,9 @@ void assign_stripes(bh_dep* d, const shm::Segment& segment, std::uint32_t proces
 // A partition handle records as its dependency's handle.
 void copy_stripes(bh_dep* to, const bh_dep* from) {
   to->stats = from->stats;
+  to->stripe0 = from->stripe0;
+  to->latency0 = from->latency0;
+  to->latency_stride = from->latency_stride;
   to->cpu_stripes = from->cpu_stripes;
   to->owned_cpus = from->owned_cpus;
   to->spare = from->spare;
@@ -305,6 +323,30 @@ void mark_stripe_moved(std::atomic<std::uint64_t>& rtt_min_ns, std::uint64_t val
   }
 }
 
+// The latency histogram of stripe `s` of the dependency (the histograms
+// are in tables of their own, one per stripe: shm/layout.hpp).
+inline shm::HistogramCounts* histogram_of(const bh_dep* d, const shm::StatsStripe* s) {
+  return d->latency0 + static_cast<std::size_t>(s - d->stripe0) * d->latency_stride;
+}
+
+// Adds one to bucket `b` of the latency histogram of the stripe this call
+// records on, as add_stat() adds a counter, and returns that stripe.
+inline shm::StatsStripe* add_bucket(const bh_dep* d, std::uint32_t b) {
+  shm::StatsStripe* s;
+  if (d->owned_cpus != 0) {
+    const std::uint32_t cpu = percpu::cpu_start();
+    if (cpu < d->owned_cpus &&
+        percpu::add_on_cpu(&histogram_of(d, d->stats + cpu)->bucket[b], std::uint32_t{1}, cpu)) [[likely]] {
+      return d->stats + cpu;
+    }
+    s = d->spare;
+  } else {
+    s = stats_of(d);
+  }
+  histogram_of(d, s)->bucket[b].fetch_add(1, std::memory_order_relaxed);
+  return s;
+}
+
 void record(bh_dep* d, int outcome, std::uint64_t latency_ns) {
   // Relaxed: statistics are counters read on their own by the daemon; they
   // publish no other memory. Except the latency sum, release: it pairs with
@@ -315,8 +357,7 @@ void record(bh_dep* d, int outcome, std::uint64_t latency_ns) {
   // committed sequence (add_stat()) a plain store, release on x86.
   switch (outcome) {
     case BH_SUCCESS: {
-      auto& bucket = d->stats->histogram[shm::histogram_bucket(latency_ns)];  // 64 or 32 bits
-      shm::StatsStripe* s = add_stat(d, bucket, 1, std::memory_order_relaxed);
+      shm::StatsStripe* s = add_bucket(d, shm::histogram_bucket(latency_ns));
       shm::StatsStripe* sum = add_stat(d, d->stats->rtt_sum_ns, latency_ns, std::memory_order_release);
       // The thread moved (or a sequence did not commit) between the two
       // adds: the sum is on another stripe than the bucket, so tell the
@@ -413,12 +454,10 @@ void fill_permit(bh_permit* out, bh_dep* d, std::uint64_t deadline_ns) {
 
 void record_wait(bh_dep* d, std::uint64_t waited_ns) {
   // Relaxed: statistics, as in record(); the sum release, as the latency
-  // sum there. Locked adds, both on one stripe (with CPUs' own stripes,
-  // the process's spare one): the daemon reads a stripe's wait histogram
-  // only when its wait sum moved, and this is the slow path.
-  shm::StatsStripe* s = d->owned_cpus != 0 ? d->spare : stats_of(d);
-  s->wait_histogram[shm::histogram_bucket(waited_ns)].fetch_add(1, std::memory_order_relaxed);
-  s->wait_sum_ns.fetch_add(waited_ns, std::memory_order_release);
+  // sum there. One histogram for the dependency, shared by every process:
+  // waiting is the slow path.
+  d->wait_histogram->bucket[shm::histogram_bucket(waited_ns)].fetch_add(1, std::memory_order_relaxed);
+  d->waits->wait_sum_ns.fetch_add(waited_ns, std::memory_order_release);
 }
 
 int reject_queue_full(bh_dep* d) {
@@ -664,6 +703,8 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->flags = &slot.control.flags;
       dep->held = &s.held(c->process_index, index);
       assign_stripes(dep.get(), s, c->process_index);
+      dep->waits = &slot.waits;
+      dep->wait_histogram = &s.wait_histogram(index);
       dep->line = &slot.admission;
       dep->control = &slot.control;
       dep->trials = &slot.control.trials;
@@ -682,9 +723,14 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->flags = &dep->local->control.flags;
       dep->held = &dep->local->held;
       dep->stats = &dep->local->stripe;
+      dep->stripe0 = dep->stats;
+      dep->latency0 = &dep->local->latency;
+      dep->latency_stride = 0;
       dep->cpu_stripes = 0;
       dep->owned_cpus = 0;
       dep->spare = dep->stats;
+      dep->waits = &dep->local->waits;
+      dep->wait_histogram = &dep->local->wait;
       // No queue standalone: bh_acquire() at the limit is refused at once.
       dep->line = &dep->local->admission;
       dep->control = &dep->local->control;
@@ -1030,6 +1076,8 @@ int bh_partition(bh_dep* d, const char* name, bh_dep** out) {
   h->flags = d->flags;
   h->held = d->held;
   copy_stripes(h.get(), d);
+  h->waits = d->waits;
+  h->wait_histogram = d->wait_histogram;
   h->index = d->index;
   h->line = d->line;
   h->control = d->control;

@@ -9,15 +9,30 @@
 //                                every process, the hot line
 //     partition line             the partitions' rule, names and the limit
 //                                of the fast path: written by the daemon
+//     waits line                 the queue-wait sum: every process that
+//                                waited (the slow path)
 //     queue[queue_slots]         the wait queue: one record per waiting call
-//     StatsStripe[stats_stripes] outcome counters, latency and queue-wait
-//                                histograms, striped so that processes
+//     StatsStripe[stats_stripes] outcome counters and window extremes, two
+//                                lines a stripe, striped so that processes
 //                                rarely share one
+//   HistogramCounts[stats_stripes][max_dependencies]
+//                                latency histograms: stripe s of every
+//                                dependency, then stripe s + 1, ...
+//   HistogramCounts[max_dependencies]
+//                                queue-wait histograms, one per dependency
 //   ProcessSlot[max_processes], each:
 //     identity line              pid, start time: written by its process
 //     held[max_dependencies]     permits this process holds, per dependency
 //                                (and per partition: the admission word's
 //                                encoding)
+//
+// The histograms live in tables of their own, away from the slots, so that
+// the pages of stripes no process ever writes (a host with fewer CPUs than
+// stripes; dependencies that never wait) are never touched by anyone,
+// creation included (a new object reads as zeros), and cost no memory:
+// the segment is on tmpfs, which gives a page its memory at its first
+// touch. The daemon reads a histogram only once its stripe's scalars (or,
+// for waits, the dependency's wait sum) moved (shm/stats.hpp).
 //
 // Lines written by different parties never share a cache line. Sizes are
 // fixed at creation from the capacities in the header; a reader recomputes
@@ -54,7 +69,11 @@ inline constexpr std::uint64_t kMagic = 0x444145484B4C5542ull;
 // encoding; a partition line joins each dependency slot. Major 3 carries
 // both the partitions and the breaker's fields (minor 0 of major 3 has
 // them all).
-inline constexpr std::uint16_t kAbiMajor = 3;
+// Major 4: 32-bit histogram buckets, in tables of their own (latency per
+// stripe, queue wait per dependency, no longer per stripe); stripes of two
+// lines; the wait sum on a line of the slot. A major-3 client would add
+// 64-bit counts where 32-bit ones are, past the end of a shorter stripe.
+inline constexpr std::uint16_t kAbiMajor = 4;
 inline constexpr std::uint16_t kAbiMinor = 0;
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
@@ -219,10 +238,12 @@ struct alignas(kCacheLine) DependencyAdmission {
   std::uint8_t reserved[40];
 };
 
-// Outcome statistics, written by the processes whose slot index maps to
-// this stripe. Counters only grow: the daemon takes differences between
-// ticks and never resets them. The three "window" fields are the exception:
-// the daemon exchanges them back to their neutral value each tick.
+// Outcome statistics, written by the processes whose CPU (or slot) maps
+// to this stripe; its latency histogram is in the histogram table
+// (Segment::latency_histogram()). Counters only grow: the daemon takes
+// differences between ticks and never resets them. The three "window"
+// fields are the exception: the daemon exchanges them back to their
+// neutral value each tick.
 struct alignas(kCacheLine) StatsStripe {
   std::atomic<std::uint64_t> dropped;
   std::atomic<std::uint64_t> ignored;
@@ -233,23 +254,15 @@ struct alignas(kCacheLine) StatsStripe {
   std::atomic<std::uint32_t> max_inflight; // window; neutral 0
   std::uint8_t reserved[4];
   std::atomic<std::uint64_t> shadow_admitted;  // over the limit, admitted in shadow mode
-  // Line 1: the wait queue (bh_acquire).
+  // Line 1: refusals of the wait queue (bh_acquire), the circuit breaker,
+  // the partitions.
   alignas(kCacheLine) std::atomic<std::uint64_t> queue_full;  // refused: queue at max_queue
   std::atomic<std::uint64_t> deadline_rejected;  // refused: deadline passed or could not be met
-  std::atomic<std::uint64_t> wait_sum_ns;        // time spent in the queue, all waits
-  // The circuit breaker (ABI 2.1; part of major 3).
   std::atomic<std::uint64_t> failed;         // released BH_FAILED: the dependency answered an error
   std::atomic<std::uint64_t> open_rejected;  // refused: the breaker was open (or half open, no trial left)
   std::atomic<std::uint64_t> shadow_open;    // the same, admitted in shadow mode
-  std::uint8_t reserved1[16];
-  // ok calls by latency bucket; the ok count is their sum.
-  std::atomic<std::uint64_t> histogram[kHistogramBuckets];
-  // Calls that waited in the queue, by time waited (admitted or not); same
-  // encoding as the latency histogram.
-  std::atomic<std::uint64_t> wait_histogram[kHistogramBuckets];
   // Partitions: calls refused, by partition (0 "default", 1, 2).
-  alignas(kCacheLine) std::atomic<std::uint64_t> partition_rejected[kMaxPartitions];
-  std::uint8_t reserved2[64 - 8 * kMaxPartitions];
+  std::atomic<std::uint64_t> partition_rejected[kMaxPartitions];
 };
 
 // A dependency's partitions, written by the daemon only (at a reload, and
@@ -293,14 +306,38 @@ struct alignas(kCacheLine) DependencyPartitions {
   std::uint8_t reserved[8];
 };
 
+// The queue waits of a dependency, all processes' together: waiting is the
+// slow path (a call already at the limit, about to sleep), where a locked
+// add on a shared line costs nothing that matters.
+struct alignas(kCacheLine) DependencyWaits {
+  // Time spent in the queue, all waits, in ns. Added after the wait's
+  // histogram bucket (release): a reader that sees it move reads the
+  // histogram.
+  std::atomic<std::uint64_t> wait_sum_ns;
+  std::uint8_t reserved[56];
+};
+
 struct DependencySlot {
   DependencyIdentity identity;
   DependencyControl control;
   DependencyAdmission admission;
   DependencyPartitions partitions;
+  DependencyWaits waits;
   // std::atomic<std::uint64_t> queue[queue_slots] follow, padded to a whole
   // cache line: 0 for a free place, else queue_record() of a waiting call.
   // Then StatsStripe stripes[stats_stripes].
+};
+
+// A histogram of 32-bit counts, in the encoding of shm/histogram.hpp.
+// Readers take differences modulo 2^32: exact while a bucket takes fewer
+// than 2^32 adds between two readings (the daemon reads every tick, at
+// most 60 s apart; a cache line takes at most about 10^8 adds a second).
+// Totals summed from them (read_counters()) are modulo 2^32 per bucket
+// and stripe: only their differences (DependencyCounters::since()) mean
+// anything.
+struct alignas(kCacheLine) HistogramCounts {
+  std::atomic<std::uint32_t> bucket[kHistogramBuckets];
+  std::uint8_t reserved[32];
 };
 
 struct alignas(kCacheLine) ProcessIdentity {
@@ -326,7 +363,9 @@ static_assert(offsetof(DependencySlot, control) == 1 * kCacheLine);
 static_assert(offsetof(DependencySlot, admission) == 2 * kCacheLine);
 static_assert(sizeof(DependencyPartitions) == kCacheLine);
 static_assert(offsetof(DependencySlot, partitions) == 3 * kCacheLine);
-static_assert(sizeof(DependencySlot) == 4 * kCacheLine);
+static_assert(sizeof(DependencyWaits) == kCacheLine);
+static_assert(offsetof(DependencySlot, waits) == 4 * kCacheLine);
+static_assert(sizeof(DependencySlot) == 5 * kCacheLine);
 static_assert(offsetof(DependencyPartitions, rule) == 8);
 static_assert(offsetof(DependencyPartitions, names) == 24);
 static_assert(offsetof(DependencyControl, service_ns) == 24);
@@ -336,13 +375,11 @@ static_assert(offsetof(DependencyAdmission, futex) == 8);
 static_assert(offsetof(DependencyAdmission, tickets) == 16);
 static_assert(offsetof(StatsStripe, shadow_admitted) == 56);
 static_assert(offsetof(StatsStripe, queue_full) == kCacheLine);
-static_assert(offsetof(StatsStripe, failed) == kCacheLine + 24);
-static_assert(offsetof(StatsStripe, shadow_open) == kCacheLine + 40);
-static_assert(offsetof(StatsStripe, histogram) == 2 * kCacheLine);
-static_assert(offsetof(StatsStripe, wait_histogram) == 2 * kCacheLine + kHistogramBuckets * 8);
-static_assert(offsetof(StatsStripe, partition_rejected) == 2 * kCacheLine + 2 * kHistogramBuckets * 8);
-static_assert(sizeof(StatsStripe) == 3 * kCacheLine + 2 * kHistogramBuckets * 8);
-static_assert(sizeof(StatsStripe) % kCacheLine == 0);
+static_assert(offsetof(StatsStripe, failed) == kCacheLine + 16);
+static_assert(offsetof(StatsStripe, shadow_open) == kCacheLine + 32);
+static_assert(offsetof(StatsStripe, partition_rejected) == kCacheLine + 40);
+static_assert(sizeof(StatsStripe) == 2 * kCacheLine);
+static_assert(sizeof(HistogramCounts) == 13 * kCacheLine);
 static_assert(sizeof(ProcessIdentity) == kCacheLine);
 static_assert(sizeof(ProcessSlot) == kCacheLine);
 
@@ -366,6 +403,9 @@ struct Layout {
   std::uint32_t dependency_slot_size;
   std::uint32_t process_slot_size;
   std::uint64_t dependency_table_offset;
+  // Not in the header: follow from the capacities, like every size.
+  std::uint64_t latency_table_offset;  // HistogramCounts[stats_stripes][max_dependencies]
+  std::uint64_t wait_table_offset;     // HistogramCounts[max_dependencies]
   std::uint64_t process_table_offset;
   std::uint64_t total_size;
 };
@@ -386,8 +426,11 @@ constexpr Layout segment_layout(const Capacities& c) {
   l.process_slot_size = static_cast<std::uint32_t>(
       sizeof(ProcessSlot) + round_up_to_line(std::uint64_t{c.max_dependencies} * 8));
   l.dependency_table_offset = sizeof(Header);
-  l.process_table_offset =
+  l.latency_table_offset =
       l.dependency_table_offset + std::uint64_t{c.max_dependencies} * l.dependency_slot_size;
+  l.wait_table_offset = l.latency_table_offset +
+                        std::uint64_t{c.stats_stripes} * c.max_dependencies * sizeof(HistogramCounts);
+  l.process_table_offset = l.wait_table_offset + std::uint64_t{c.max_dependencies} * sizeof(HistogramCounts);
   l.total_size = l.process_table_offset + std::uint64_t{c.max_processes} * l.process_slot_size;
   return l;
 }

@@ -234,6 +234,15 @@ StatsStripe& Segment::stripe(std::uint32_t dependency_index, std::uint32_t strip
   return *reinterpret_cast<StatsStripe*>(first + std::uint64_t{stripe} * sizeof(StatsStripe));
 }
 
+HistogramCounts& Segment::latency_histogram(std::uint32_t dependency_index, std::uint32_t stripe) const {
+  return reinterpret_cast<HistogramCounts*>(base_ + layout_.latency_table_offset)
+      [std::uint64_t{stripe} * capacities_.max_dependencies + dependency_index];
+}
+
+HistogramCounts& Segment::wait_histogram(std::uint32_t dependency_index) const {
+  return reinterpret_cast<HistogramCounts*>(base_ + layout_.wait_table_offset)[dependency_index];
+}
+
 ProcessSlot& Segment::process(std::uint32_t index) const {
   return *reinterpret_cast<ProcessSlot*>(base_ + layout_.process_table_offset +
                                          std::uint64_t{index} * layout_.process_slot_size);

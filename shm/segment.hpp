@@ -76,6 +76,12 @@ class Segment {
   std::atomic<std::uint64_t>* queue(std::uint32_t dependency) const;
   std::uint32_t queue_slots() const { return capacities_.queue_slots; }
   StatsStripe& stripe(std::uint32_t dependency, std::uint32_t stripe) const;
+  // The latency histogram of a dependency's stripe; the histograms of one
+  // stripe of consecutive dependencies are consecutive, and stripe s + 1 of
+  // a dependency is max_dependencies histograms past stripe s.
+  HistogramCounts& latency_histogram(std::uint32_t dependency, std::uint32_t stripe) const;
+  // The queue-wait histogram of a dependency.
+  HistogramCounts& wait_histogram(std::uint32_t dependency) const;
   ProcessSlot& process(std::uint32_t index) const;
   // held[dependency] of a process slot: the admission word's encoding.
   std::atomic<std::uint64_t>& held(std::uint32_t process, std::uint32_t dependency) const;

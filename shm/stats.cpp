@@ -6,7 +6,6 @@ namespace bulkhead::shm {
 
 DependencyCounters DependencyCounters::since(const DependencyCounters& earlier) const {
   DependencyCounters d;
-  d.ok = ok - earlier.ok;
   d.dropped = dropped - earlier.dropped;
   d.ignored = ignored - earlier.ignored;
   d.rejected = rejected - earlier.rejected;
@@ -14,7 +13,6 @@ DependencyCounters DependencyCounters::since(const DependencyCounters& earlier) 
   d.rtt_sum_ns = rtt_sum_ns - earlier.rtt_sum_ns;
   d.queue_full = queue_full - earlier.queue_full;
   d.deadline_rejected = deadline_rejected - earlier.deadline_rejected;
-  d.waited = waited - earlier.waited;
   d.wait_sum_ns = wait_sum_ns - earlier.wait_sum_ns;
   d.failed = failed - earlier.failed;
   d.open_rejected = open_rejected - earlier.open_rejected;
@@ -22,9 +20,14 @@ DependencyCounters DependencyCounters::since(const DependencyCounters& earlier) 
   for (std::size_t p = 0; p < partition_rejected.size(); ++p) {
     d.partition_rejected[p] = partition_rejected[p] - earlier.partition_rejected[p];
   }
+  // Sums of 32-bit counters: their difference modulo 2^32 is the sum of
+  // the counters' differences modulo 2^32, exact under the same condition
+  // as one counter's.
   for (std::size_t b = 0; b < histogram.size(); ++b) {
-    d.histogram[b] = histogram[b] - earlier.histogram[b];
-    d.wait_histogram[b] = wait_histogram[b] - earlier.wait_histogram[b];
+    d.histogram[b] = static_cast<std::uint32_t>(histogram[b] - earlier.histogram[b]);
+    d.wait_histogram[b] = static_cast<std::uint32_t>(wait_histogram[b] - earlier.wait_histogram[b]);
+    d.ok += d.histogram[b];
+    d.waited += d.wait_histogram[b];
   }
   return d;
 }
@@ -43,17 +46,21 @@ DependencyCounters read_counters(const Segment& segment, std::uint32_t index) {
     c.rtt_sum_ns += st.rtt_sum_ns.load(std::memory_order_relaxed);
     c.queue_full += st.queue_full.load(std::memory_order_relaxed);
     c.deadline_rejected += st.deadline_rejected.load(std::memory_order_relaxed);
-    c.wait_sum_ns += st.wait_sum_ns.load(std::memory_order_relaxed);
     c.failed += st.failed.load(std::memory_order_relaxed);
     c.open_rejected += st.open_rejected.load(std::memory_order_relaxed);
     c.shadow_open += st.shadow_open.load(std::memory_order_relaxed);
     for (std::uint32_t p = 0; p < kMaxPartitions; ++p) {
       c.partition_rejected[p] += st.partition_rejected[p].load(std::memory_order_relaxed);
     }
+    const HistogramCounts& h = segment.latency_histogram(index, s);
     for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
-      c.histogram[b] += st.histogram[b].load(std::memory_order_relaxed);
-      c.wait_histogram[b] += st.wait_histogram[b].load(std::memory_order_relaxed);
+      c.histogram[b] += h.bucket[b].load(std::memory_order_relaxed);
     }
+  }
+  c.wait_sum_ns = segment.dependency(index).waits.wait_sum_ns.load(std::memory_order_relaxed);
+  const HistogramCounts& w = segment.wait_histogram(index);
+  for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
+    c.wait_histogram[b] = w.bucket[b].load(std::memory_order_relaxed);
   }
   for (std::uint64_t n : c.histogram) c.ok += n;
   for (std::uint64_t n : c.wait_histogram) c.waited += n;
@@ -78,10 +85,10 @@ namespace bulkhead::shm {
 
 namespace {
 
-// The scalar counters of a stripe, in a fixed order. Acquire on the two
-// sums: they pair with the release adds in the client's record() and
-// record_wait(), which follow the histogram add of the same call, so that a
-// changed sum shows that call's bucket too.
+// The scalar counters of a stripe, in a fixed order. Acquire on the
+// latency sum: it pairs with the release add in the client's record(),
+// which follows the histogram add of the same call, so that a changed sum
+// shows that call's bucket too.
 std::array<std::uint64_t, StatsReader::kScalars> load_scalars(const StatsStripe& st) {
   return {st.dropped.load(std::memory_order_relaxed),
           st.ignored.load(std::memory_order_relaxed),
@@ -90,7 +97,6 @@ std::array<std::uint64_t, StatsReader::kScalars> load_scalars(const StatsStripe&
           st.rtt_sum_ns.load(std::memory_order_acquire),
           st.queue_full.load(std::memory_order_relaxed),
           st.deadline_rejected.load(std::memory_order_relaxed),
-          st.wait_sum_ns.load(std::memory_order_acquire),
           st.failed.load(std::memory_order_relaxed),
           st.open_rejected.load(std::memory_order_relaxed),
           st.shadow_open.load(std::memory_order_relaxed),
@@ -99,30 +105,57 @@ std::array<std::uint64_t, StatsReader::kScalars> load_scalars(const StatsStripe&
           st.partition_rejected[2].load(std::memory_order_relaxed)};
 }
 
+// The buckets of `h` now, and whether any is not zero.
+bool load_buckets(const HistogramCounts& h, std::array<std::uint32_t, kHistogramBuckets>& out) {
+  std::uint32_t any = 0;
+  for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
+    out[b] = h.bucket[b].load(std::memory_order_relaxed);
+    any |= out[b];
+  }
+  return any != 0;
+}
+
+// Adds what each bucket of `h` gained since `last` (modulo 2^32) to
+// `delta` and their sum to `total`; `last` becomes the reading.
+void take_buckets(const HistogramCounts& h, std::array<std::uint32_t, kHistogramBuckets>& last,
+                  std::array<std::uint64_t, kHistogramBuckets>& delta, std::uint64_t& total) {
+  for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
+    const std::uint32_t now = h.bucket[b].load(std::memory_order_relaxed);
+    const std::uint32_t added = now - last[b];
+    last[b] = now;
+    delta[b] += added;
+    total += added;
+  }
+}
+
 }  // namespace
 
 StatsReader::StatsReader(const Segment& segment, std::uint32_t index)
     : stripes_(segment.capacities().stats_stripes) {
   for (std::uint32_t s = 0; s < stripes_.size(); ++s) {
-    const StatsStripe& st = segment.stripe(index, s);
     Stripe& mine = stripes_[s];
-    mine.scalars = load_scalars(st);
-    std::array<std::uint32_t, 2 * kHistogramBuckets> buckets;
-    bool any = false;
-    for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
-      buckets[b] = static_cast<std::uint32_t>(st.histogram[b].load(std::memory_order_relaxed));
-      buckets[kHistogramBuckets + b] = static_cast<std::uint32_t>(st.wait_histogram[b].load(std::memory_order_relaxed));
-      any |= (buckets[b] | buckets[kHistogramBuckets + b]) != 0;
-    }
-    if (any) mine.buckets = std::make_unique<std::array<std::uint32_t, 2 * kHistogramBuckets>>(buckets);
+    mine.scalars = load_scalars(segment.stripe(index, s));
+    // A stripe that reads as never written (its scalars all zero) has a
+    // histogram of zeros: not read, so that its pages stay untouched. (A
+    // success of 0 ns moves no scalar; one recorded before this reader
+    // started is history, not counted anyway.)
+    if (std::all_of(mine.scalars.begin(), mine.scalars.end(), [](std::uint64_t v) { return v == 0; })) continue;
+    Buckets buckets;
+    if (load_buckets(segment.latency_histogram(index, s), buckets)) mine.buckets = std::make_unique<Buckets>(buckets);
+  }
+  // Acquire: as the latency sum in load_scalars().
+  wait_sum_ns_ = segment.dependency(index).waits.wait_sum_ns.load(std::memory_order_acquire);
+  if (wait_sum_ns_ != 0) {
+    Buckets buckets;
+    if (load_buckets(segment.wait_histogram(index), buckets)) wait_buckets_ = std::make_unique<Buckets>(buckets);
   }
 }
 
 void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters& delta,
                        WindowExtremes& extremes) {
   // Why an unchanged stripe needs no histogram read: every call that adds
-  // to a histogram then changes a scalar of the same stripe (the latency
-  // or wait sum, with a release add, or on a CPU's own stripe a plain
+  // to a stripe's histogram then changes a scalar of the same stripe (the
+  // latency sum, with a release add, or on a CPU's own stripe a plain
   // store, release on x86), or, for a success of latency 0, lowers the
   // window minimum, which this take finds not neutral; a success whose
   // thread moved to another CPU between its bucket and its sum writes the
@@ -159,35 +192,30 @@ void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters
     delta.rtt_sum_ns += now[4] - mine.scalars[4];
     delta.queue_full += now[5] - mine.scalars[5];
     delta.deadline_rejected += now[6] - mine.scalars[6];
-    delta.wait_sum_ns += now[7] - mine.scalars[7];
-    delta.failed += now[8] - mine.scalars[8];
-    delta.open_rejected += now[9] - mine.scalars[9];
-    delta.shadow_open += now[10] - mine.scalars[10];
+    delta.failed += now[7] - mine.scalars[7];
+    delta.open_rejected += now[8] - mine.scalars[8];
+    delta.shadow_open += now[9] - mine.scalars[9];
     for (std::uint32_t p = 0; p < kMaxPartitions; ++p) {
-      delta.partition_rejected[p] += now[11 + p] - mine.scalars[11 + p];
+      delta.partition_rejected[p] += now[10 + p] - mine.scalars[10 + p];
     }
-    const std::uint64_t before_wait_sum = mine.scalars[7];
+    const bool ok_moved = now[4] != mine.scalars[4] || rtt_min != UINT64_MAX;
     mine.scalars = now;
-    if (!mine.buckets) mine.buckets = std::make_unique<std::array<std::uint32_t, 2 * kHistogramBuckets>>();
-    std::array<std::uint32_t, 2 * kHistogramBuckets>& last = *mine.buckets;
-    for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
-      const auto ok = static_cast<std::uint32_t>(st.histogram[b].load(std::memory_order_relaxed));
-      const std::uint32_t added = ok - last[b];
-      last[b] = ok;
-      delta.histogram[b] += added;
-      delta.ok += added;
-    }
-    // The wait histogram only when a wait was recorded: its sum moved. (A
-    // wait of exactly 0 ns adds nothing to the sum: it is counted at the
-    // stripe's next wait.)
-    if (now[7] == before_wait_sum) continue;
-    for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
-      const auto waited = static_cast<std::uint32_t>(st.wait_histogram[b].load(std::memory_order_relaxed));
-      const std::uint32_t waits = waited - last[kHistogramBuckets + b];
-      last[kHistogramBuckets + b] = waited;
-      delta.wait_histogram[b] += waits;
-      delta.waited += waits;
-    }
+    // The histogram only when a success was recorded: its sum or the
+    // window minimum moved.
+    if (!ok_moved) continue;
+    if (!mine.buckets) mine.buckets = std::make_unique<Buckets>();
+    take_buckets(segment.latency_histogram(index, s), *mine.buckets, delta.histogram, delta.ok);
+  }
+  // The waits, one histogram for the dependency, read only when a wait was
+  // recorded: its sum moved. Acquire pairs with the release add in the
+  // client's record_wait(), after the bucket's. (A wait of exactly 0 ns
+  // adds nothing to the sum: it is counted at the dependency's next wait.)
+  const std::uint64_t wait_sum = segment.dependency(index).waits.wait_sum_ns.load(std::memory_order_acquire);
+  if (wait_sum != wait_sum_ns_) {
+    delta.wait_sum_ns += wait_sum - wait_sum_ns_;
+    wait_sum_ns_ = wait_sum;
+    if (!wait_buckets_) wait_buckets_ = std::make_unique<Buckets>();
+    take_buckets(segment.wait_histogram(index), *wait_buckets_, delta.wait_histogram, delta.waited);
   }
 }
 

@@ -38,12 +38,15 @@ struct DependencyCounters {
   std::array<std::uint64_t, kMaxPartitions> partition_rejected{};
 
   // What was added between `earlier` and this reading (modulo 2^64, so a
-  // counter that wrapped still gives the right delta).
+  // counter that wrapped still gives the right delta; the histograms, whose
+  // buckets in the segment are 32 bits, modulo 2^32, and ok and waited
+  // their sums).
   DependencyCounters since(const DependencyCounters& earlier) const;
 };
 
 // Sums every stripe of dependency `index`. Loads only: works on a read-only
-// mapping.
+// mapping. The histograms (and so ok and waited) are sums of 32-bit
+// counters: compare two readings with since(), never one on its own.
 DependencyCounters read_counters(const Segment& segment, std::uint32_t index);
 
 // Latency extremes and peak in-flight since the last take, over all stripes.
@@ -58,23 +61,27 @@ struct WindowExtremes {
 WindowExtremes take_window_extremes(Segment& segment, std::uint32_t index);
 
 // The daemon's reading of one dependency, tick after tick: the deltas of
-// its counters and its window extremes, read stripe by stripe, re-reading a
-// stripe's two histograms (50 of its 53 cache lines) only when something
-// was recorded there since the last take. A take reads, per stripe, its
-// first two lines (the scalar counters and the window extremes) and its
-// partitions' line (the rejections by partition); a stripe
-// whose scalars are unchanged and whose window minimum is still neutral
-// has had no outcome and no wait recorded since, so its histograms are
-// unchanged too (see take() for the order that makes this sound). On a host
-// where a dependency is written by few processes, most of its stripes are
-// idle in any tick: the daemon's tick then costs in proportion to the
-// stripes written, not to stats_stripes.
+// its counters and its window extremes, read stripe by stripe, reading a
+// stripe's latency histogram (13 cache lines) only when something was
+// recorded there since the last take, and the dependency's wait histogram
+// only when its wait sum moved. A take reads, per stripe, its two lines
+// (the scalar counters and the window extremes); a stripe whose scalars
+// are unchanged and whose window minimum is still neutral has had no
+// outcome recorded since, so its histogram is unchanged too (see take()
+// for the order that makes this sound). On a host where a dependency is
+// written by few processes, most of its stripes are idle in any tick: the
+// daemon's tick then costs in proportion to the stripes written, not to
+// stats_stripes, and the histograms of stripes never written are never
+// touched (their pages never become resident).
 //
 // It keeps, per stripe, the last reading of the scalars and, for a stripe
-// that has ever been written, the low 32 bits of each histogram bucket
-// (1.6 KB): a bucket's delta is taken modulo 2^32, exact while a bucket of
-// one stripe takes fewer than 2^32 adds between two takes (a cache line
-// takes no more than about 10^8 adds a second, and a tick is at most 60 s).
+// that has ever been written, the last reading of each bucket (0.8 KB);
+// the same for the wait histogram of a dependency that ever waited. A
+// bucket's delta is taken modulo 2^32: exact while a bucket takes fewer
+// than 2^32 adds between two takes (HistogramCounts). A bucket that is
+// skipped because its stripe's scalars did not move has not moved either,
+// so the skip never stretches the time between two readings of a bucket
+// that changed.
 //
 // Thread safety: one thread (the control loop) owns a reader.
 class StatsReader {
@@ -92,18 +99,19 @@ class StatsReader {
   std::uint32_t stripes_read() const { return stripes_read_; }
 
   // The scalar counters of a stripe that a take compares: every counter of
-  // StatsStripe but the histograms and the window extremes. A counter left
-  // out would be read only when another one moved with it.
-  static constexpr std::size_t kScalars = 11 + kMaxPartitions;
+  // StatsStripe but the window extremes. A counter left out would be read
+  // only when another one moved with it.
+  static constexpr std::size_t kScalars = 10 + kMaxPartitions;
 
  private:
+  using Buckets = std::array<std::uint32_t, kHistogramBuckets>;
   struct Stripe {
     std::array<std::uint64_t, kScalars> scalars{};
-    // Low 32 bits of the last reading of histogram then wait_histogram;
-    // null while both read all zeros.
-    std::unique_ptr<std::array<std::uint32_t, 2 * kHistogramBuckets>> buckets;
+    std::unique_ptr<Buckets> buckets;  // the last reading; null while all zeros
   };
   std::vector<Stripe> stripes_;
+  std::uint64_t wait_sum_ns_ = 0;
+  std::unique_ptr<Buckets> wait_buckets_;  // the last reading; null while all zeros
   std::uint32_t stripes_read_ = 0;
 };
 

@@ -187,7 +187,7 @@ class PerCpuStatsTest : public ::testing::Test {
     for (std::uint32_t s = from; s < to; ++s) {
       const shm::StatsStripe& st = segment_->stripe(index_, s);
       n += st.dropped.load() + st.failed.load() + st.ignored.load() + st.rejected.load();
-      for (const auto& b : st.histogram) n += b.load();
+      for (const auto& b : segment_->latency_histogram(index_, s).bucket) n += b.load();
     }
     return n;
   }

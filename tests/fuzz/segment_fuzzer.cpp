@@ -15,8 +15,9 @@
 // Input: a sequence of patches, each
 //   region (1 byte) | index (1 byte) | offset (2 bytes, LE) | length (1 byte) | bytes
 // where region picks the header, a dependency slot's identity, control,
-// admission or partition line, a statistics stripe, a process slot, its
-// held[] array or a dependency's wait-queue records,
+// admission, partition or waits line, a statistics stripe, a latency or
+// wait histogram, a process slot, its held[] array or a dependency's
+// wait-queue records,
 // and index the slot (modulo the table). Addresses come from the Segment
 // API, so the harness follows the layout as it changes.
 #include <unistd.h>
@@ -111,7 +112,7 @@ struct Fixture {
       shm::StatsStripe& s = segment->stripe(d, segment->stripe_of_process(process));
       s.rejected.store(5);
       s.rtt_sum_ns.store(40'000'000);
-      s.histogram[40].store(3);
+      segment->latency_histogram(d, segment->stripe_of_process(process)).bucket[40].store(3);
       s.failed.store(4);
     }
     image.assign(reinterpret_cast<const char*>(&segment->header()),
@@ -123,7 +124,7 @@ struct Fixture {
     const shm::Capacities c = segment->capacities();
     const std::uint32_t d = index % c.max_dependencies;
     const std::uint32_t p = index % c.max_processes;
-    switch (region % 9) {
+    switch (region % 12) {
       case 0: return {reinterpret_cast<char*>(&segment->header()), sizeof(shm::Header)};
       case 1: return {reinterpret_cast<char*>(&segment->dependency(d).identity), sizeof(shm::DependencyIdentity)};
       case 2: return {reinterpret_cast<char*>(&segment->dependency(d).control), sizeof(shm::DependencyControl)};
@@ -133,7 +134,11 @@ struct Fixture {
       case 5: return {reinterpret_cast<char*>(&segment->process(p)), sizeof(shm::ProcessIdentity)};
       case 6: return {reinterpret_cast<char*>(&segment->held(p, 0)), c.max_dependencies * sizeof(std::uint64_t)};
       case 7: return {reinterpret_cast<char*>(&segment->dependency(d).partitions), sizeof(shm::DependencyPartitions)};
-      default: return {reinterpret_cast<char*>(segment->queue(d)), segment->queue_slots() * sizeof(std::uint64_t)};
+      case 8: return {reinterpret_cast<char*>(segment->queue(d)), segment->queue_slots() * sizeof(std::uint64_t)};
+      case 9: return {reinterpret_cast<char*>(&segment->latency_histogram(d, index / c.max_dependencies % c.stats_stripes)),
+                      sizeof(shm::HistogramCounts)};
+      case 10: return {reinterpret_cast<char*>(&segment->wait_histogram(d)), sizeof(shm::HistogramCounts)};
+      default: return {reinterpret_cast<char*>(&segment->dependency(d).waits), sizeof(shm::DependencyWaits)};
     }
   }
 };

@@ -21,6 +21,8 @@ TEST(Layout, WritersNeverShareACacheLine) {
   EXPECT_EQ(offsetof(DependencySlot, admission) % kCacheLine, 0u);
   EXPECT_EQ(sizeof(DependencySlot) % kCacheLine, 0u);
   EXPECT_EQ(sizeof(StatsStripe) % kCacheLine, 0u);
+  EXPECT_EQ(offsetof(DependencySlot, waits) % kCacheLine, 0u);
+  EXPECT_EQ(sizeof(HistogramCounts) % kCacheLine, 0u);
   EXPECT_EQ(offsetof(Header, daemon_pid), kCacheLine);
 }
 
@@ -31,7 +33,12 @@ TEST(Layout, TablesFollowTheHeaderAndEachOther) {
   EXPECT_EQ(l.dependency_slot_size, sizeof(DependencySlot) + 192 + 3 * sizeof(StatsStripe));
   // 100 held words of 8 bytes round up to 832 bytes (13 lines).
   EXPECT_EQ(l.process_slot_size, sizeof(ProcessSlot) + 832);
-  EXPECT_EQ(l.process_table_offset, l.dependency_table_offset + 100ull * l.dependency_slot_size);
+  // The histograms: 3 stripes' latency histograms, then one wait
+  // histogram, per dependency, 800 bytes each rounded up to 832 (13 lines).
+  EXPECT_EQ(sizeof(HistogramCounts), 832u);
+  EXPECT_EQ(l.latency_table_offset, l.dependency_table_offset + 100ull * l.dependency_slot_size);
+  EXPECT_EQ(l.wait_table_offset, l.latency_table_offset + 3ull * 100 * 832);
+  EXPECT_EQ(l.process_table_offset, l.wait_table_offset + 100ull * 832);
   EXPECT_EQ(l.total_size, l.process_table_offset + 10ull * l.process_slot_size);
   EXPECT_EQ(l.dependency_slot_size % kCacheLine, 0u);
   EXPECT_EQ(l.process_slot_size % kCacheLine, 0u);

@@ -90,15 +90,16 @@ TEST(Segment, WrongMagicIsRefused) {
 }
 
 // Another major, newer or older, is refused by name, never misread: a
-// client of ABI 1 (before the wait queue) would never wake a waiter.
+// client of ABI 1 (before the wait queue) would never wake a waiter; one of
+// ABI 3 would add 64-bit histogram counts where ABI 4 has 32-bit ones.
 TEST(Segment, OtherAbiMajorIsRefused) {
-  for (const unsigned major : {kAbiMajor + 1u, 2u, 1u}) {
+  for (const unsigned major : {kAbiMajor + 1u, 3u, 2u, 1u}) {
     TempSegmentName name;
     Segment s = Segment::create(name, small_segment());
     s.header().abi_major = static_cast<std::uint16_t>(major);
     std::string what;
     EXPECT_EQ(attach_error(name, &what), EPROTO);
-    EXPECT_NE(what.find("ABI major " + std::to_string(major) + ", this build speaks 3"), std::string::npos)
+    EXPECT_NE(what.find("ABI major " + std::to_string(major) + ", this build speaks 4"), std::string::npos)
         << what;
   }
 }
@@ -335,8 +336,8 @@ TEST(Stats, ReadingsSumStripesAndDeltasSubtract) {
   TempSegmentName name;
   Segment s = Segment::create(name, small_segment(4, 4, 3));
   const DependencyCounters before = read_counters(s, 1);
-  s.stripe(1, 0).histogram[histogram_bucket(1'000'000)].fetch_add(2);
-  s.stripe(1, 2).histogram[histogram_bucket(3'000'000)].fetch_add(1);
+  s.latency_histogram(1, 0).bucket[histogram_bucket(1'000'000)].fetch_add(2);
+  s.latency_histogram(1, 2).bucket[histogram_bucket(3'000'000)].fetch_add(1);
   s.stripe(1, 1).dropped.fetch_add(5);
   s.stripe(1, 2).rtt_sum_ns.fetch_add(5'000'000);
   const DependencyCounters d = read_counters(s, 1).since(before);
@@ -352,9 +353,9 @@ TEST(Stats, QueueCountersAndWaitHistogramAreSummed) {
   const DependencyCounters before = read_counters(s, 2);
   s.stripe(2, 0).queue_full.fetch_add(3);
   s.stripe(2, 1).deadline_rejected.fetch_add(2);
-  s.stripe(2, 0).wait_histogram[histogram_bucket(5'000'000)].fetch_add(1);
-  s.stripe(2, 1).wait_histogram[histogram_bucket(7'000'000)].fetch_add(1);
-  s.stripe(2, 1).wait_sum_ns.fetch_add(12'000'000);
+  s.wait_histogram(2).bucket[histogram_bucket(5'000'000)].fetch_add(1);
+  s.wait_histogram(2).bucket[histogram_bucket(7'000'000)].fetch_add(1);
+  s.dependency(2).waits.wait_sum_ns.fetch_add(12'000'000);
   const DependencyCounters d = read_counters(s, 2).since(before);
   EXPECT_EQ(d.queue_full, 3u);
   EXPECT_EQ(d.deadline_rejected, 2u);

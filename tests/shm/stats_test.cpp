@@ -3,6 +3,12 @@
 #include "shm/stats.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "tests/support/temp_segment.hpp"
 
@@ -11,9 +17,11 @@ namespace {
 
 using testing::TempSegmentName;
 
-// What the client's record() does for a success, on one stripe.
-void record_success(StatsStripe& s, std::uint64_t latency_ns) {
-  s.histogram[histogram_bucket(latency_ns)].fetch_add(1, std::memory_order_relaxed);
+// What the client's record() does for a success, on stripe `stripe` of
+// dependency `index`.
+void record_success(Segment& segment, std::uint32_t index, std::uint32_t stripe, std::uint64_t latency_ns) {
+  StatsStripe& s = segment.stripe(index, stripe);
+  segment.latency_histogram(index, stripe).bucket[histogram_bucket(latency_ns)].fetch_add(1, std::memory_order_relaxed);
   s.rtt_sum_ns.fetch_add(latency_ns, std::memory_order_release);
   std::uint64_t seen = s.rtt_min_ns.load(std::memory_order_relaxed);
   while (latency_ns < seen && !s.rtt_min_ns.compare_exchange_weak(seen, latency_ns, std::memory_order_release)) {
@@ -38,9 +46,9 @@ class StatsReaderTest : public ::testing::Test {
 };
 
 TEST_F(StatsReaderTest, CountsWhatWasRecordedSinceTheLastTakeOnly) {
-  record_success(segment_.stripe(index_, 1), 2'000'000);  // before the reader: not counted
+  record_success(segment_, index_, 1, 2'000'000);  // before the reader: not counted
   StatsReader reader(segment_, index_);
-  for (int i = 0; i < 3; ++i) record_success(segment_.stripe(index_, 1), 1'000'000);
+  for (int i = 0; i < 3; ++i) record_success(segment_, index_, 1, 1'000'000);
   segment_.stripe(index_, 2).dropped.fetch_add(2);
   segment_.stripe(index_, 3).rejected.fetch_add(5);
   WindowExtremes e;
@@ -63,7 +71,7 @@ TEST_F(StatsReaderTest, CountsWhatWasRecordedSinceTheLastTakeOnly) {
 TEST_F(StatsReaderTest, ASuccessOfZeroLatencyIsCountedThroughTheWindowMinimum) {
   StatsReader reader(segment_, index_);
   take(reader);
-  record_success(segment_.stripe(index_, 0), 0);  // the latency sum does not move
+  record_success(segment_, index_, 0, 0);  // the latency sum does not move
   const DependencyCounters d = take(reader);
   EXPECT_EQ(d.ok, 1u);
   EXPECT_EQ(d.histogram[0], 1u);
@@ -101,8 +109,11 @@ TEST_F(StatsReaderTest, EveryCounterIsSeenOnItsOwn) {
       EXPECT_EQ(d.partition_rejected[q], p == q ? 1u : 0u) << "partition_rejected[" << p << "], [" << q << "]";
     }
   }
-  static_assert(StatsReader::kScalars == sizeof(counters) / sizeof(counters[0]) + 2 + kMaxPartitions,
-                "a scalar counter of StatsStripe is missing here (the two sums are checked elsewhere)");
+  static_assert(StatsReader::kScalars == sizeof(counters) / sizeof(counters[0]) + 1 + kMaxPartitions,
+                "a scalar counter of StatsStripe is missing here (the latency sum is checked elsewhere)");
+  // The wait sum, on the dependency's waits line, moves alone too.
+  segment_.dependency(index_).waits.wait_sum_ns.fetch_add(7);
+  EXPECT_EQ(take(reader).wait_sum_ns, 7u);
 }
 
 TEST_F(StatsReaderTest, AgreesWithSummingEveryStripe) {
@@ -112,12 +123,15 @@ TEST_F(StatsReaderTest, AgreesWithSummingEveryStripe) {
   for (int tick = 0; tick < 20; ++tick) {
     for (int i = 0; i < tick * 3; ++i) {
       seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-      StatsStripe& s = segment_.stripe(index_, static_cast<std::uint32_t>((seed >> 40) % 4));
+      const auto stripe = static_cast<std::uint32_t>((seed >> 40) % 4);
       if ((seed >> 20) % 5 == 0) {
-        s.wait_histogram[histogram_bucket((seed >> 30) % 10'000'000)].fetch_add(1);
-        s.wait_sum_ns.fetch_add((seed >> 30) % 10'000'000 + 1, std::memory_order_release);
+        segment_.wait_histogram(index_).bucket[histogram_bucket((seed >> 30) % 10'000'000)].fetch_add(1);
+        segment_.dependency(index_).waits.wait_sum_ns.fetch_add((seed >> 30) % 10'000'000 + 1,
+                                                               std::memory_order_release);
+      } else if ((seed >> 20) % 5 == 1) {
+        segment_.stripe(index_, stripe).dropped.fetch_add(1);  // no histogram read needed
       } else {
-        record_success(s, (seed >> 33) % 100'000'000);
+        record_success(segment_, index_, stripe, (seed >> 33) % 100'000'000);
       }
     }
     const DependencyCounters d = take(reader);
@@ -131,6 +145,80 @@ TEST_F(StatsReaderTest, AgreesWithSummingEveryStripe) {
     EXPECT_EQ(d.wait_sum_ns, expected.wait_sum_ns) << tick;
     EXPECT_EQ(d.wait_histogram, expected.wait_histogram) << tick;
   }
+}
+
+// Buckets are 32 bits: a delta across 2^32 is taken modulo 2^32, by the
+// reader and by since() alike.
+TEST_F(StatsReaderTest, ABucketThatWrapsPast2To32GivesTheRightDelta) {
+  const std::uint32_t b = histogram_bucket(1'000'000);
+  segment_.latency_histogram(index_, 1).bucket[b].store(UINT32_MAX - 1);
+  segment_.stripe(index_, 1).rtt_sum_ns.store(1);  // written before: the reader reads its histogram
+  segment_.wait_histogram(index_).bucket[b].store(UINT32_MAX);
+  segment_.dependency(index_).waits.wait_sum_ns.store(1);
+  StatsReader reader(segment_, index_);
+  const DependencyCounters before = read_counters(segment_, index_);
+  for (int i = 0; i < 5; ++i) record_success(segment_, index_, 1, 1'000'000);
+  for (int i = 0; i < 3; ++i) {
+    segment_.wait_histogram(index_).bucket[b].fetch_add(1);
+    segment_.dependency(index_).waits.wait_sum_ns.fetch_add(1'000'000, std::memory_order_release);
+  }
+  EXPECT_EQ(segment_.latency_histogram(index_, 1).bucket[b].load(), 3u);  // wrapped
+  const DependencyCounters d = take(reader);
+  EXPECT_EQ(d.histogram[b], 5u);
+  EXPECT_EQ(d.ok, 5u);
+  EXPECT_EQ(d.wait_histogram[b], 3u);
+  EXPECT_EQ(d.waited, 3u);
+  const DependencyCounters summed = read_counters(segment_, index_).since(before);
+  EXPECT_EQ(summed.histogram[b], 5u);
+  EXPECT_EQ(summed.ok, 5u);
+  EXPECT_EQ(summed.wait_histogram[b], 3u);
+  EXPECT_EQ(summed.waited, 3u);
+}
+
+// What makes a segment cheap at thousands of dependencies: the histogram
+// pages of stripes no process writes are touched by no one, neither the
+// segment's creation nor the daemon's reading, so tmpfs never gives them
+// memory.
+TEST(StatsPages, HistogramsOfStripesNeverWrittenNeverBecomeResident) {
+  TempSegmentName name;
+  Segment segment = Segment::create(name, testing::small_segment(256, 4, 8));
+  std::vector<std::unique_ptr<StatsReader>> readers;
+  for (std::uint32_t d = 0; d < 256; ++d) {
+    const std::uint32_t index = find_or_claim_dependency(segment, "dep-" + std::to_string(d), 10, 0).index;
+    readers.push_back(std::make_unique<StatsReader>(segment, index));
+    record_success(segment, index, 0, 1'000'000);  // stripe 0 only
+    segment.stripe(index, 3).dropped.fetch_add(1);   // stripe 3: no success, no histogram
+  }
+  for (int tick = 0; tick < 2; ++tick) {
+    for (std::uint32_t d = 0; d < 256; ++d) {
+      DependencyCounters delta;
+      WindowExtremes extremes;
+      const std::uint32_t index = *find_dependency(segment, "dep-" + std::to_string(d));
+      readers[d]->take(segment, index, delta, extremes);
+    }
+  }
+  // Pages of the segment's file that tmpfs holds, over [from, to).
+  const long page = ::sysconf(_SC_PAGESIZE);
+  auto resident = [&](const void* from, const void* to) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(from) / page * page;
+    const auto end = reinterpret_cast<std::uintptr_t>(to);
+    std::vector<unsigned char> v((end - begin + page - 1) / page);
+    EXPECT_EQ(::mincore(reinterpret_cast<void*>(begin), end - begin, v.data()), 0);
+    std::size_t n = 0;
+    for (unsigned char c : v) n += c & 1;
+    return std::pair<std::size_t, std::size_t>{n, v.size()};
+  };
+  const auto stripe0 = resident(&segment.latency_histogram(0, 0), &segment.latency_histogram(0, 1));
+  EXPECT_EQ(stripe0.first, stripe0.second);  // written: resident
+  for (std::uint32_t s = 1; s < 8; ++s) {
+    const void* end = s + 1 < 8 ? static_cast<const void*>(&segment.latency_histogram(0, s + 1))
+                                : static_cast<const void*>(&segment.wait_histogram(0));
+    // The first page of the table may share a page with the previous one.
+    const auto stripe = resident(&segment.latency_histogram(0, s), end);
+    EXPECT_LE(stripe.first, 1u) << "stripe " << s << ": " << stripe.first << " of " << stripe.second << " pages";
+  }
+  const auto waits = resident(&segment.wait_histogram(0), &segment.process(0));
+  EXPECT_LE(waits.first, 1u) << waits.first << " of " << waits.second << " pages";
 }
 
 }  // namespace

@@ -79,7 +79,8 @@ class CtlSegment : public ::testing::Test {
   // `n` successful calls of `latency_ns` each, on stripe `stripe`.
   void record_ok(std::uint32_t dep, std::uint32_t stripe, std::uint64_t n, std::uint64_t latency_ns) {
     shm::StatsStripe& s = segment_.stripe(dep, stripe);
-    s.histogram[shm::histogram_bucket(latency_ns)] += n;
+    segment_.latency_histogram(dep, stripe).bucket[shm::histogram_bucket(latency_ns)] +=
+        static_cast<std::uint32_t>(n);
     s.rtt_sum_ns += n * latency_ns;
   }
   void set_inflight(std::uint32_t dep, std::uint32_t n) {
