@@ -134,12 +134,14 @@ StatsReader::StatsReader(const Segment& segment, std::uint32_t index)
     : stripes_(segment.capacities().stats_stripes) {
   for (std::uint32_t s = 0; s < stripes_.size(); ++s) {
     Stripe& mine = stripes_[s];
-    mine.scalars = load_scalars(segment.stripe(index, s));
-    // A stripe that reads as never written (its scalars all zero) has a
-    // histogram of zeros: not read, so that its pages stay untouched. (A
-    // success of 0 ns moves no scalar; one recorded before this reader
-    // started is history, not counted anyway.)
-    if (std::all_of(mine.scalars.begin(), mine.scalars.end(), [](std::uint64_t v) { return v == 0; })) continue;
+    const std::array<std::uint64_t, kScalars> scalars = load_scalars(segment.stripe(index, s));
+    for (std::size_t k = 0; k < kScalars; ++k) totals_[k] += scalars[k];
+    mine.rtt_sum_ns = scalars[4];
+    // A stripe whose latency sum is 0 has had no success (but of 0 ns): its
+    // histogram is not read, so that its pages stay untouched. Successes of
+    // 0 ns recorded before this reader started would then be counted with
+    // the stripe's first success after it.
+    if (mine.rtt_sum_ns == 0) continue;
     Buckets buckets;
     if (load_buckets(segment.latency_histogram(index, s), buckets)) mine.buckets = std::make_unique<Buckets>(buckets);
   }
@@ -153,20 +155,21 @@ StatsReader::StatsReader(const Segment& segment, std::uint32_t index)
 
 void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters& delta,
                        WindowExtremes& extremes) {
-  // Why an unchanged stripe needs no histogram read: every call that adds
-  // to a stripe's histogram then changes a scalar of the same stripe (the
-  // latency sum, with a release add, or on a CPU's own stripe a plain
+  // Why a stripe whose latency sum did not move needs no histogram read:
+  // every call that adds to a stripe's histogram then adds its latency to
+  // the stripe's sum (a release add, or on a CPU's own stripe a plain
   // store, release on x86), or, for a success of latency 0, lowers the
   // window minimum, which this take finds not neutral; a success whose
   // thread moved to another CPU between its bucket and its sum writes the
   // bucket's stripe's minimum with release (the client's
-  // mark_stripe_moved()). A bucket
-  // added to after this take's scalar loads is read at the take that sees
-  // its call's scalar change, which comes later. The one case left: a
+  // mark_stripe_moved()). A bucket added to after this take's loads is read
+  // at the take that sees its call's sum (or minimum) change, which comes
+  // later. The one case left: a
   // success of latency 0 whose minimum was already 0 this window, on a CPU
-  // weaker than x86's, may wait for the stripe's next change to be counted
-  // (counters only grow: it is late, never lost).
+  // weaker than x86's, may wait for the stripe's next success to be
+  // counted (counters only grow: it is late, never lost).
   stripes_read_ = 0;
+  std::array<std::uint64_t, kScalars> totals{};
   for (std::uint32_t s = 0; s < stripes_.size(); ++s) {
     StatsStripe& st = segment.stripe(index, s);
     Stripe& mine = stripes_[s];
@@ -183,29 +186,29 @@ void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters
       extremes.max_inflight = std::max(extremes.max_inflight, st.max_inflight.exchange(0, std::memory_order_relaxed));
     }
     const std::array<std::uint64_t, kScalars> now = load_scalars(st);
-    if (now == mine.scalars && rtt_min == UINT64_MAX) continue;
+    for (std::size_t k = 0; k < kScalars; ++k) totals[k] += now[k];
+    if (now[4] == mine.rtt_sum_ns && rtt_min == UINT64_MAX) continue;
+    mine.rtt_sum_ns = now[4];
     ++stripes_read_;
-    delta.dropped += now[0] - mine.scalars[0];
-    delta.ignored += now[1] - mine.scalars[1];
-    delta.rejected += now[2] - mine.scalars[2];
-    delta.shadow_admitted += now[3] - mine.scalars[3];
-    delta.rtt_sum_ns += now[4] - mine.scalars[4];
-    delta.queue_full += now[5] - mine.scalars[5];
-    delta.deadline_rejected += now[6] - mine.scalars[6];
-    delta.failed += now[7] - mine.scalars[7];
-    delta.open_rejected += now[8] - mine.scalars[8];
-    delta.shadow_open += now[9] - mine.scalars[9];
-    for (std::uint32_t p = 0; p < kMaxPartitions; ++p) {
-      delta.partition_rejected[p] += now[10 + p] - mine.scalars[10 + p];
-    }
-    const bool ok_moved = now[4] != mine.scalars[4] || rtt_min != UINT64_MAX;
-    mine.scalars = now;
-    // The histogram only when a success was recorded: its sum or the
-    // window minimum moved.
-    if (!ok_moved) continue;
     if (!mine.buckets) mine.buckets = std::make_unique<Buckets>();
     take_buckets(segment.latency_histogram(index, s), *mine.buckets, delta.histogram, delta.ok);
   }
+  // Modulo 2^64, like every counter: a total's difference is the sum of
+  // its stripes' differences.
+  delta.dropped += totals[0] - totals_[0];
+  delta.ignored += totals[1] - totals_[1];
+  delta.rejected += totals[2] - totals_[2];
+  delta.shadow_admitted += totals[3] - totals_[3];
+  delta.rtt_sum_ns += totals[4] - totals_[4];
+  delta.queue_full += totals[5] - totals_[5];
+  delta.deadline_rejected += totals[6] - totals_[6];
+  delta.failed += totals[7] - totals_[7];
+  delta.open_rejected += totals[8] - totals_[8];
+  delta.shadow_open += totals[9] - totals_[9];
+  for (std::uint32_t p = 0; p < kMaxPartitions; ++p) {
+    delta.partition_rejected[p] += totals[10 + p] - totals_[10 + p];
+  }
+  totals_ = totals;
   // The waits, one histogram for the dependency, read only when a wait was
   // recorded: its sum moved. Acquire pairs with the release add in the
   // client's record_wait(), after the bucket's. (A wait of exactly 0 ns

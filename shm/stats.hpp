@@ -61,27 +61,27 @@ struct WindowExtremes {
 WindowExtremes take_window_extremes(Segment& segment, std::uint32_t index);
 
 // The daemon's reading of one dependency, tick after tick: the deltas of
-// its counters and its window extremes, read stripe by stripe, reading a
-// stripe's latency histogram (13 cache lines) only when something was
-// recorded there since the last take, and the dependency's wait histogram
-// only when its wait sum moved. A take reads, per stripe, its two lines
-// (the scalar counters and the window extremes); a stripe whose scalars
-// are unchanged and whose window minimum is still neutral has had no
-// outcome recorded since, so its histogram is unchanged too (see take()
-// for the order that makes this sound). On a host where a dependency is
-// written by few processes, most of its stripes are idle in any tick: the
-// daemon's tick then costs in proportion to the stripes written, not to
-// stats_stripes, and the histograms of stripes never written are never
-// touched (their pages never become resident).
+// its counters and its window extremes. A take reads every stripe's two
+// lines (the scalar counters and the window extremes), and a stripe's
+// latency histogram (13 cache lines) only when a success was recorded
+// there since the last take: its latency sum moved or its window minimum
+// is not neutral (see take() for the order that makes this sound); the
+// dependency's wait histogram only when its wait sum moved. On a host
+// where a dependency is written by few processes, most of its stripes are
+// idle in any tick: the daemon's tick then reads the histograms of the
+// stripes written, not of stats_stripes, and the histograms of stripes
+// never written are never touched (their pages never become resident).
 //
-// It keeps, per stripe, the last reading of the scalars and, for a stripe
-// that has ever been written, the last reading of each bucket (0.8 KB);
-// the same for the wait histogram of a dependency that ever waited. A
-// bucket's delta is taken modulo 2^32: exact while a bucket takes fewer
-// than 2^32 adds between two takes (HistogramCounts). A bucket that is
-// skipped because its stripe's scalars did not move has not moved either,
-// so the skip never stretches the time between two readings of a bucket
-// that changed.
+// It keeps the scalar counters' last totals over all stripes (every take
+// reads every stripe's scalars, so the difference of two totals is the
+// sum of the stripes' differences), each stripe's last latency sum, and,
+// for a stripe that has ever had a success, the last reading of each
+// bucket (0.8 KB); the same for the wait histogram of a dependency that
+// ever waited. A bucket's delta is taken modulo 2^32: exact while a bucket
+// takes fewer than 2^32 adds between two takes (HistogramCounts). A bucket
+// that is skipped because its stripe's latency sum did not move has not
+// moved either, so the skip never stretches the time between two readings
+// of a bucket that changed.
 //
 // Thread safety: one thread (the control loop) owns a reader.
 class StatsReader {
@@ -95,7 +95,7 @@ class StatsReader {
   // `extremes`, resetting them to neutral. Needs a read-write mapping.
   void take(Segment& segment, std::uint32_t index, DependencyCounters& delta, WindowExtremes& extremes);
 
-  // Stripes whose histograms the last take read (tests, benchmarks).
+  // Stripes whose latency histograms the last take read (tests, benchmarks).
   std::uint32_t stripes_read() const { return stripes_read_; }
 
   // The scalar counters of a stripe that a take compares: every counter of
@@ -106,9 +106,10 @@ class StatsReader {
  private:
   using Buckets = std::array<std::uint32_t, kHistogramBuckets>;
   struct Stripe {
-    std::array<std::uint64_t, kScalars> scalars{};
+    std::uint64_t rtt_sum_ns = 0;      // the last reading
     std::unique_ptr<Buckets> buckets;  // the last reading; null while all zeros
   };
+  std::array<std::uint64_t, kScalars> totals_{};  // the scalars' last sums over the stripes
   std::vector<Stripe> stripes_;
   std::uint64_t wait_sum_ns_ = 0;
   std::unique_ptr<Buckets> wait_buckets_;  // the last reading; null while all zeros
