@@ -61,6 +61,18 @@ std::array<std::int64_t, kCounts> move_counts(std::atomic<std::uint64_t>& word,
 
 }  // namespace
 
+ControlLoop::Dependency* ControlLoop::Dependencies::find(std::uint32_t index) {
+  const auto it = std::lower_bound(entries_.begin(), entries_.end(), index,
+                                   [](const Entry& e, std::uint32_t i) { return e.first < i; });
+  return it != entries_.end() && it->first == index ? &it->second : nullptr;
+}
+
+ControlLoop::Dependency& ControlLoop::Dependencies::insert(std::uint32_t index, Dependency d) {
+  const auto it = std::lower_bound(entries_.begin(), entries_.end(), index,
+                                   [](const Entry& e, std::uint32_t i) { return e.first < i; });
+  return entries_.emplace(it, index, std::move(d))->second;
+}
+
 ControlLoop::ControlLoop(shm::Segment& segment, const Config& config, Metrics* metrics)
     : segment_(segment), metrics_(metrics), watch_(segment.capacities().max_processes) {
   heartbeat_ = segment_.header().heartbeat.load(std::memory_order_relaxed);
@@ -166,7 +178,8 @@ void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name)
       line.names[field - 1][1].store(packed.words[1], std::memory_order_relaxed);
     }
   }
-  plans_[index] = plan;
+  if (plans_.size() <= index) plans_.resize(segment_.capacities().max_dependencies);
+  plans_[index] = plan.partitioned ? std::make_unique<PartitionPlan>(plan) : nullptr;
   publish_rule(index, slot.control.limit.load(std::memory_order_relaxed));
   const std::uint64_t fields = std::uint64_t{active} << 8 | plan.caps;
   // A new version whenever a handle's cached field may mean another name
@@ -180,13 +193,13 @@ void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name)
 
 void ControlLoop::publish_rule(std::uint32_t index, std::uint32_t limit) {
   shm::DependencyPartitions& line = segment_.dependency(index).partitions;
-  const auto it = plans_.find(index);
-  if (it == plans_.end() || !it->second.partitioned) {
+  const PartitionPlan* partitioned = plan_of(index);
+  if (partitioned == nullptr) {
     // Relaxed: as the limit itself (publish_limit()).
     line.admit_limit.store(limit, std::memory_order_relaxed);
     return;
   }
-  const PartitionPlan& plan = it->second;
+  const PartitionPlan& plan = *partitioned;
   // The config keeps a partitioned limit within 16 bits; clamp anyway.
   const std::uint32_t l = std::min<std::uint32_t>(limit, shm::kPartitionFieldMax);
   const std::uint64_t rule =
@@ -250,7 +263,7 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   publish_settings(index, d.name);
   slot.control.generation.store(segment_.header().config_generation.load(std::memory_order_relaxed),
                                 std::memory_order_relaxed);
-  dependencies_.emplace(index, std::move(d));
+  dependencies_.insert(index, std::move(d));
   if (tracked_.size() <= index) tracked_.resize(segment_.capacities().max_dependencies, false);
   tracked_[index] = true;
   return true;
@@ -284,7 +297,7 @@ void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
         ignored_.insert(i);
         continue;
       }
-      spdlog::info("dependency {}: new slot {}", dependencies_.at(i).name, i);
+      spdlog::info("dependency {}: new slot {}", dependencies_.find(i)->name, i);
     } else if (state == shm::kSlotClaiming) {
       auto [it, fresh] = claiming_since_.try_emplace(i, heartbeat_);
       if (!fresh && heartbeat_ - it->second >= patience &&
@@ -346,12 +359,11 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
       t.wait_sum_ns = o.delta.wait_sum_ns;
     }
     metrics_->observe(*d.metrics, t);
-    const auto plan = plans_.find(d.index);
-    if (plan != plans_.end() && plan->second.partitioned) {
+    if (const PartitionPlan* plan = plan_of(d.index)) {
       const std::uint64_t word = slot.admission.word.load(std::memory_order_relaxed);
       const std::uint64_t rule = slot.partitions.rule.load(std::memory_order_relaxed);
       for (std::uint32_t p = 0; p < shm::kMaxPartitions; ++p) {
-        const std::string& partition = plan->second.names[p];
+        const std::string& partition = plan->names[p];
         if (partition.empty()) continue;
         metrics_->observe_partition(d.name, partition, shm::partition_inflight(word, p),
                                     shm::rule_guarantee(rule, p), o.delta.partition_rejected[p]);
@@ -510,8 +522,8 @@ void ControlLoop::reclaim_dead_processes() {
       const std::uint64_t held_word = segment_.held(p, d).exchange(0, std::memory_order_acquire);
       const auto held = static_cast<std::uint32_t>(count_of(held_word, 0));
       if (held == 0 && waited == 0) continue;
-      auto it = dependencies_.find(d);
-      const std::string name = it != dependencies_.end() ? it->second.name : std::to_string(d);
+      const Dependency* tracked = dependencies_.find(d);
+      const std::string name = tracked != nullptr ? tracked->name : std::to_string(d);
       if (waited != 0) {
         spdlog::warn("process {} died waiting for {} ({} place(s) in its queue): freed", pid, name, waited);
         waiters_reclaimed_ += waited;
@@ -672,13 +684,12 @@ std::vector<ControlLoop::View> ControlLoop::view() const {
            d.breaker->forced(),
            index,
            {}};
-    const auto plan = plans_.find(index);
-    if (plan != plans_.end() && plan->second.partitioned) {
+    if (const PartitionPlan* plan = plan_of(index)) {
       const std::uint64_t rule = slot.partitions.rule.load(std::memory_order_relaxed);
       for (std::uint32_t p = 0; p < shm::kMaxPartitions; ++p) {
-        if (p != 0 && plan->second.names[p].empty()) continue;
-        v.partitions.push_back({plan->second.names[p], shm::rule_guarantee(rule, p), shm::partition_inflight(word, p),
-                                (plan->second.caps >> p & 1u) != 0});
+        if (p != 0 && plan->names[p].empty()) continue;
+        v.partitions.push_back({plan->names[p], shm::rule_guarantee(rule, p), shm::partition_inflight(word, p),
+                                (plan->caps >> p & 1u) != 0});
       }
     }
     out.push_back(std::move(v));

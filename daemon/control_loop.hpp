@@ -132,7 +132,26 @@ class ControlLoop {
   Config config_;
   Metrics* metrics_;
   ProcessWatch watch_;  // which attached processes still run
-  std::map<std::uint32_t, Dependency> dependencies_;  // by slot index
+  // The tracked dependencies, ordered by slot index: a vector, so that the
+  // tick walks them in one pass over contiguous memory (a std::map's nodes
+  // cost a cache miss each, 8% of the tick at 4096 dependencies). Slots
+  // are never freed, and adoption walks the slots in order: an insert
+  // moves elements only for a slot claimed below one already tracked.
+  class Dependencies {
+   public:
+    using Entry = std::pair<std::uint32_t, Dependency>;
+    auto begin() { return entries_.begin(); }
+    auto end() { return entries_.end(); }
+    auto begin() const { return entries_.begin(); }
+    auto end() const { return entries_.end(); }
+    // The dependency of slot `index`, or null.
+    Dependency* find(std::uint32_t index);
+    Dependency& insert(std::uint32_t index, Dependency d);
+
+   private:
+    std::vector<Entry> entries_;
+  };
+  Dependencies dependencies_;
   std::vector<bool> tracked_;                         // by slot index: in dependencies_
   // scan_drift()'s first look, by slot index and count, kept to reuse its memory.
   std::vector<std::array<std::int64_t, 3>> drift_first_gap_;
@@ -141,7 +160,11 @@ class ControlLoop {
   std::vector<std::string> unclaimed_;  // configured names without a slot yet
   std::set<std::uint32_t> ignored_;     // ready slots with junk names
   std::map<std::uint32_t, std::uint64_t> process_claiming_since_;
-  std::map<std::uint32_t, PartitionPlan> plans_;  // by slot index, partitioned or not
+  // By slot index: the plan of a partitioned dependency, null for the others.
+  std::vector<std::unique_ptr<PartitionPlan>> plans_;
+  const PartitionPlan* plan_of(std::uint32_t index) const {
+    return index < plans_.size() ? plans_[index].get() : nullptr;
+  }
   std::uint64_t heartbeat_ = 0;
   std::uint64_t permits_reclaimed_ = 0;
   std::uint64_t waiters_reclaimed_ = 0;
