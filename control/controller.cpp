@@ -9,16 +9,6 @@ namespace bulkhead::control {
 
 namespace {
 
-void add_into(shm::DependencyCounters& into, const shm::DependencyCounters& delta) {
-  into.ok += delta.ok;
-  into.dropped += delta.dropped;
-  into.ignored += delta.ignored;
-  into.rejected += delta.rejected;
-  into.shadow_admitted += delta.shadow_admitted;
-  into.rtt_sum_ns += delta.rtt_sum_ns;
-  for (std::size_t b = 0; b < into.histogram.size(); ++b) into.histogram[b] += delta.histogram[b];
-}
-
 void merge_into(shm::WindowExtremes& into, const shm::WindowExtremes& e) {
   into.rtt_min_ns = std::min(into.rtt_min_ns, e.rtt_min_ns);
   into.rtt_max_ns = std::max(into.rtt_max_ns, e.rtt_max_ns);
@@ -35,6 +25,29 @@ std::uint64_t to_ns(std::chrono::milliseconds ms) {
 }
 
 }  // namespace
+
+void Controller::OpenWindow::add(const shm::DependencyCounters& delta) {
+  ok += delta.ok;
+  dropped += delta.dropped;
+  ignored += delta.ignored;
+  rejected += delta.rejected;
+  shadow_admitted += delta.shadow_admitted;
+  rtt_sum_ns += delta.rtt_sum_ns;
+  if (delta.ok == 0) return;
+  for (std::uint32_t b = 0; b < shm::kHistogramBuckets; ++b) {
+    if (delta.histogram[b] == 0) continue;
+    histogram[b] += delta.histogram[b];
+    first = std::min(first, b);
+    end = std::max(end, b + 1);
+  }
+}
+
+void Controller::OpenWindow::clear() {
+  if (first < end) std::fill(histogram.begin() + first, histogram.begin() + end, 0);
+  ok = dropped = ignored = rejected = shadow_admitted = rtt_sum_ns = 0;
+  first = shm::kHistogramBuckets;
+  end = 0;
+}
 
 Controller::Controller(const LimitSettings& settings, std::uint32_t current_limit, std::uint64_t now_ns)
     : settings_(settings), limit_(current_limit), window_start_ns_(now_ns) {
@@ -64,7 +77,7 @@ void Controller::set_limit(double limit) {
 }
 
 bool Controller::observe(const TickObservation& o, std::uint64_t now_ns) {
-  add_into(open_, o.delta);
+  open_.add(o.delta);
   merge_into(extremes_, o.extremes);
   const std::uint64_t samples = open_.ok + open_.dropped;
   const std::uint64_t age_ns = now_ns - window_start_ns_;
@@ -74,7 +87,7 @@ bool Controller::observe(const TickObservation& o, std::uint64_t now_ns) {
     return true;
   }
   if (age_ns >= max_age_ns) {
-    open_ = {};
+    open_.clear();
     extremes_ = {};
     window_start_ns_ = now_ns;
   }
@@ -95,7 +108,9 @@ void Controller::close_window(std::uint32_t inflight, std::uint64_t now_ns) {
     w.rtt_max_ns = extremes_.rtt_max_ns;
     constexpr double kQuantiles[] = {0.50, 0.90, 0.99};
     std::uint64_t at[3];
-    shm::histogram_quantiles_ns(open_.histogram, kQuantiles, at);
+    const std::uint32_t first = std::min(open_.first, open_.end);  // an empty range when no bucket holds one
+    shm::histogram_quantiles_ns(std::span<const std::uint64_t>(open_.histogram).subspan(first, open_.end - first),
+                                kQuantiles, at, first);
     w.rtt_p50_ns = at[0];
     w.rtt_p90_ns = at[1];
     w.rtt_p99_ns = at[2];
@@ -109,7 +124,7 @@ void Controller::close_window(std::uint32_t inflight, std::uint64_t now_ns) {
   set_limit(policy_->update(w));
   last_window_ = w;
   ++windows_;
-  open_ = {};
+  open_.clear();
   extremes_ = {};
   window_start_ns_ = now_ns;
 }

@@ -71,9 +71,11 @@ inline std::uint64_t histogram_quantile_ns(std::span<const std::uint64_t> counts
 
 // histogram_quantile_ns() of each of `qs` (ascending) into `out`, in one
 // pass over the counts instead of two per quantile: the daemon takes three
-// quantiles of every window, for every dependency, every tick.
+// quantiles of every window, for every dependency, every tick. counts[i]
+// is bucket first_bucket + i (buckets outside hold none), so that a caller
+// that knows where its counts are passes only those.
 inline void histogram_quantiles_ns(std::span<const std::uint64_t> counts, std::span<const double> qs,
-                                   std::span<std::uint64_t> out) {
+                                   std::span<std::uint64_t> out, std::uint32_t first_bucket = 0) {
   std::uint64_t total = 0;
   for (std::uint64_t c : counts) total += c;
   std::size_t next = 0;
@@ -90,8 +92,9 @@ inline void histogram_quantiles_ns(std::span<const std::uint64_t> counts, std::s
   };
   std::uint64_t seen = 0;
   std::uint64_t want = rank_of(qs[0]);
-  for (std::uint32_t b = 0; b < counts.size() && next < qs.size(); ++b) {
-    seen += counts[b];
+  for (std::uint32_t i = 0; i < counts.size() && next < qs.size(); ++i) {
+    seen += counts[i];
+    const std::uint32_t b = first_bucket + i;
     while (seen >= want) {
       const std::uint64_t lo = histogram_bucket_lower_ns(b);
       out[next++] = lo + (histogram_bucket_upper_ns(b) - lo) / 2;
@@ -100,7 +103,7 @@ inline void histogram_quantiles_ns(std::span<const std::uint64_t> counts, std::s
     }
   }
   for (; next < qs.size(); ++next) {
-    out[next] = histogram_bucket_lower_ns(static_cast<std::uint32_t>(counts.size() - 1));
+    out[next] = histogram_bucket_lower_ns(static_cast<std::uint32_t>(first_bucket + counts.size() - 1));
   }
 }
 
