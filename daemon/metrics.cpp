@@ -223,7 +223,11 @@ Metrics::Dependency& Metrics::dependency(const std::string& name) {
 
 void Metrics::add(Histogram& into, const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
                   std::uint64_t sum_ns) {
-  for (std::uint32_t b = 0; b < counts.size(); ++b) into.counts[bucket_map_[b]] += counts[b];
+  // Most buckets of a tick are empty: skipping them keeps the adds off a
+  // chain through the same few counts.
+  for (std::uint32_t b = 0; b < counts.size(); ++b) {
+    if (counts[b] != 0) into.counts[bucket_map_[b]] += counts[b];
+  }
   into.sum_s += static_cast<double>(sum_ns) / 1e9;
 }
 
