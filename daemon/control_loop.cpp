@@ -17,6 +17,15 @@ namespace {
 // before the smallest gap seen is corrected.
 constexpr int kDriftTicks = 3;
 constexpr int kDriftSamples = 8;
+// Held counts the drift scan reads per tick at most (2 MiB): with more
+// dependencies x processes than that, each tick scans the next slice of
+// the dependencies, at least kDriftMinSlice of them, and a dependency's
+// kDriftTicks looks in a row are its slice's turns (at 4096 x 256, one
+// tick in four: a leaked permit is back after about 12 ticks instead of
+// 3). Reading every process's row of held counts every tick was 8 MiB and
+// a sixth of the tick there.
+constexpr std::size_t kDriftHeldBudget = std::size_t{1} << 18;
+constexpr std::size_t kDriftMinSlice = 64;
 
 // A claim (of a dependency or a process slot) unfinished for this long is
 // taken to be from a process that died mid-claim. Clients give up waiting
@@ -577,27 +586,42 @@ void ControlLoop::scan_drift() {
   // The longer time between the two reads here can only make a gap look
   // smaller or of the other sign (a call that acquired in between), which
   // delays a correction, never makes one.
-  const std::uint32_t capacity = segment_.capacities().max_dependencies;
+  //
+  // This tick's slice: the next dependencies in slot order, as many as
+  // kDriftHeldBudget held counts allow (all of them on most hosts).
+  const std::size_t tracked = dependencies_.size();
+  if (tracked == 0) return;
+  const std::size_t slice =
+      ready.empty() ? tracked : std::clamp(kDriftHeldBudget / ready.size(), std::min(kDriftMinSlice, tracked), tracked);
+  const std::size_t from = drift_next_ < tracked ? drift_next_ : 0;
+  const std::size_t to = std::min(from + slice, tracked);
+  drift_next_ = to == tracked ? 0 : to;
+  const auto first = dependencies_.begin() + static_cast<std::ptrdiff_t>(from);
+  const auto last = dependencies_.begin() + static_cast<std::ptrdiff_t>(to);
+  const std::uint32_t lo = first->first;  // slots [lo, hi): each process's held counts there are one run
+  const std::uint32_t hi = (last - 1)->first + 1;
   std::vector<std::array<std::int64_t, kCounts>>& first_gap = drift_first_gap_;
-  first_gap.assign(capacity, {});
-  for (const auto& [index, d] : dependencies_) {
-    const std::uint64_t w = segment_.dependency(index).admission.word.load(std::memory_order_acquire);
-    for (std::uint32_t k = 0; k < kCounts; ++k) first_gap[index][k] = count_of(w, k);
+  first_gap.assign(hi - lo, {});
+  for (auto it = first; it != last; ++it) {
+    const std::uint64_t w = segment_.dependency(it->first).admission.word.load(std::memory_order_acquire);
+    for (std::uint32_t k = 0; k < kCounts; ++k) first_gap[it->first - lo][k] = count_of(w, k);
   }
   for (std::uint32_t p : ready) {
-    const std::atomic<std::uint64_t>* held = &segment_.held(p, 0);
-    for (std::uint32_t i = 0; i < capacity; ++i) {
+    const std::atomic<std::uint64_t>* held = &segment_.held(p, lo);
+    for (std::uint32_t i = 0; i < hi - lo; ++i) {
       const std::uint64_t h = held[i].load(std::memory_order_acquire);
       for (std::uint32_t k = 0; k < kCounts; ++k) first_gap[i][k] -= count_of(h, k);
     }
   }
   bool checked_stopped = false;
-  for (auto& [index, d] : dependencies_) {
+  for (auto it = first; it != last; ++it) {
+    const std::uint32_t index = it->first;
+    Dependency& d = it->second;
     auto& word = segment_.dependency(index).admission.word;
     std::array<std::int64_t, kCounts> gap{};
     std::array<bool, kCounts> steady{};
     for (std::uint32_t k = 0; k < kCounts; ++k) {
-      steady[k] = first_gap[index][k] != 0;
+      steady[k] = first_gap[index - lo][k] != 0;
       if (!steady[k]) d.drift_ticks[k] = 0;
     }
     if (!steady[0] && !steady[1] && !steady[2]) continue;

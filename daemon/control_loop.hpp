@@ -140,6 +140,7 @@ class ControlLoop {
   class Dependencies {
    public:
     using Entry = std::pair<std::uint32_t, Dependency>;
+    std::size_t size() const { return entries_.size(); }
     auto begin() { return entries_.begin(); }
     auto end() { return entries_.end(); }
     auto begin() const { return entries_.begin(); }
@@ -153,8 +154,10 @@ class ControlLoop {
   };
   Dependencies dependencies_;
   std::vector<bool> tracked_;                         // by slot index: in dependencies_
-  // scan_drift()'s first look, by slot index and count, kept to reuse its memory.
+  // scan_drift()'s first look, by slot index (from its slice's first) and
+  // count, kept to reuse its memory.
   std::vector<std::array<std::int64_t, 3>> drift_first_gap_;
+  std::size_t drift_next_ = 0;  // the drift scan's next slice starts at this tracked dependency
   // Slots seen mid-claim, with the heartbeat at which they were first seen.
   std::map<std::uint32_t, std::uint64_t> claiming_since_;
   std::vector<std::string> unclaimed_;  // configured names without a slot yet
