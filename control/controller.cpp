@@ -34,12 +34,11 @@ void Controller::OpenWindow::add(const shm::DependencyCounters& delta) {
   shadow_admitted += delta.shadow_admitted;
   rtt_sum_ns += delta.rtt_sum_ns;
   if (delta.ok == 0) return;
-  for (std::uint32_t b = 0; b < shm::kHistogramBuckets; ++b) {
-    if (delta.histogram[b] == 0) continue;
-    histogram[b] += delta.histogram[b];
+  shm::for_each_bucket_with_counts(delta.histogram, [this](std::uint32_t b, std::uint64_t n) {
+    histogram[b] += n;
     first = std::min(first, b);
     end = std::max(end, b + 1);
-  }
+  });
 }
 
 void Controller::OpenWindow::clear() {

@@ -225,9 +225,7 @@ void Metrics::add(Histogram& into, const std::array<std::uint64_t, shm::kHistogr
                   std::uint64_t sum_ns) {
   // Most buckets of a tick are empty: skipping them keeps the adds off a
   // chain through the same few counts.
-  for (std::uint32_t b = 0; b < counts.size(); ++b) {
-    if (counts[b] != 0) into.counts[bucket_map_[b]] += counts[b];
-  }
+  shm::for_each_bucket_with_counts(counts, [&](std::uint32_t b, std::uint64_t n) { into.counts[bucket_map_[b]] += n; });
   into.sum_s += static_cast<double>(sum_ns) / 1e9;
 }
 

@@ -65,6 +65,32 @@ TEST(Histogram, QuantilesInOnePassAgreeWithOneAtATime) {
     std::uint64_t at[5];
     histogram_quantiles_ns(counts, qs, at);
     for (int q = 0; q < 5; ++q) EXPECT_EQ(at[q], histogram_quantile_ns(counts, qs[q])) << shape << " " << qs[q];
+    // The same from the buckets that hold counts only, as the controller
+    // passes its window.
+    std::size_t first = 0, end = counts.size();
+    while (first < end && counts[first] == 0) ++first;
+    while (end > first && counts[end - 1] == 0) --end;
+    std::uint64_t ranged[5];
+    histogram_quantiles_ns(std::span<const std::uint64_t>(counts).subspan(first, end - first), qs, ranged,
+                           static_cast<std::uint32_t>(first));
+    for (int q = 0; q < 5; ++q) EXPECT_EQ(ranged[q], at[q]) << shape << " " << qs[q] << " from bucket " << first;
+  }
+}
+
+TEST(Histogram, BucketsWithCountsAreVisitedInOrderAndNoOther) {
+  std::uint64_t seed = 11;
+  for (int shape = 0; shape < 50; ++shape) {
+    std::vector<std::uint64_t> counts(kHistogramBuckets, 0);
+    for (int i = 0; i < shape; ++i) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      counts[(seed >> 33) % kHistogramBuckets] += 1 + (seed >> 20) % 5;
+    }
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> expected, seen;
+    for (std::uint32_t b = 0; b < counts.size(); ++b) {
+      if (counts[b] != 0) expected.emplace_back(b, counts[b]);
+    }
+    for_each_bucket_with_counts(counts, [&](std::uint32_t b, std::uint64_t n) { seen.emplace_back(b, n); });
+    EXPECT_EQ(seen, expected) << shape;
   }
 }
 
