@@ -105,30 +105,70 @@ std::array<std::uint64_t, StatsReader::kScalars> load_scalars(const StatsStripe&
           st.partition_rejected[2].load(std::memory_order_relaxed)};
 }
 
-// The buckets of `h` now, and whether any is not zero.
-bool load_buckets(const HistogramCounts& h, std::array<std::uint32_t, kHistogramBuckets>& out) {
-  std::uint32_t any = 0;
-  for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
-    out[b] = h.bucket[b].load(std::memory_order_relaxed);
-    any |= out[b];
-  }
-  return any != 0;
-}
-
-// Adds what each bucket of `h` gained since `last` (modulo 2^32) to
-// `delta` and their sum to `total`; `last` becomes the reading.
-void take_buckets(const HistogramCounts& h, std::array<std::uint32_t, kHistogramBuckets>& last,
-                  std::array<std::uint64_t, kHistogramBuckets>& delta, std::uint64_t& total) {
-  for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
-    const std::uint32_t now = h.bucket[b].load(std::memory_order_relaxed);
-    const std::uint32_t added = now - last[b];
-    last[b] = now;
-    delta[b] += added;
-    total += added;
-  }
-}
-
 }  // namespace
+
+void StatsReader::LastReading::reset(const HistogramCounts& h) {
+  std::array<std::uint32_t, kHistogramBuckets> now;
+  std::uint32_t first = kHistogramBuckets, end = 0;
+  for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
+    now[b] = h.bucket[b].load(std::memory_order_relaxed);
+    if (now[b] == 0) continue;
+    first = std::min(first, b);
+    end = b + 1;
+  }
+  first_ = first < end ? first : 0;
+  last_.assign(now.begin() + first_, now.begin() + std::max(first_, end));
+}
+
+void StatsReader::LastReading::take(const HistogramCounts& h, std::array<std::uint64_t, kHistogramBuckets>& delta,
+                                    std::uint64_t& total) {
+  // The sum in a local: `total` may alias `delta` for all the compiler
+  // knows, and adding to it in memory chained every bucket's add.
+  std::uint64_t sum = 0;
+  const auto end = static_cast<std::uint32_t>(first_ + last_.size());
+  // Buckets outside the kept range that hold counts now: the range grows
+  // to take them (their last reading was 0).
+  std::uint32_t new_first = kHistogramBuckets, new_end = 0;
+  for (std::uint32_t b = 0; b < first_; ++b) {
+    if (h.bucket[b].load(std::memory_order_relaxed) != 0) {
+      new_first = std::min(new_first, b);
+      new_end = b + 1;
+    }
+  }
+  for (std::uint32_t b = first_; b < end; ++b) {
+    const std::uint32_t now = h.bucket[b].load(std::memory_order_relaxed);
+    std::uint32_t& last = last_[b - first_];
+    const std::uint32_t added = now - last;
+    last = now;
+    delta[b] += added;
+    sum += added;
+  }
+  for (std::uint32_t b = end; b < kHistogramBuckets; ++b) {
+    if (h.bucket[b].load(std::memory_order_relaxed) != 0) {
+      new_first = std::min(new_first, b);
+      new_end = b + 1;
+    }
+  }
+  if (new_first < new_end) {
+    const std::uint32_t from = last_.empty() ? new_first : std::min(first_, new_first);
+    const std::uint32_t to = last_.empty() ? new_end : std::max(end, new_end);
+    std::vector<std::uint32_t> grown(to - from, 0);
+    std::copy(last_.begin(), last_.end(), grown.begin() + (first_ - from) * !last_.empty());
+    // The new buckets, loaded again: whatever they hold now is counted and
+    // becomes their last reading (a bucket outside the range that gained
+    // a count since the scan above is counted at the next take).
+    for (std::uint32_t b = from; b < to; ++b) {
+      if (!last_.empty() && b >= first_ && b < end) continue;
+      const std::uint32_t now = h.bucket[b].load(std::memory_order_relaxed);
+      grown[b - from] = now;
+      delta[b] += now;
+      sum += now;
+    }
+    first_ = from;
+    last_ = std::move(grown);
+  }
+  total += sum;
+}
 
 StatsReader::StatsReader(const Segment& segment, std::uint32_t index)
     : stripes_(segment.capacities().stats_stripes) {
@@ -142,15 +182,11 @@ StatsReader::StatsReader(const Segment& segment, std::uint32_t index)
     // 0 ns recorded before this reader started would then be counted with
     // the stripe's first success after it.
     if (mine.rtt_sum_ns == 0) continue;
-    Buckets buckets;
-    if (load_buckets(segment.latency_histogram(index, s), buckets)) mine.buckets = std::make_unique<Buckets>(buckets);
+    mine.buckets.reset(segment.latency_histogram(index, s));
   }
   // Acquire: as the latency sum in load_scalars().
   wait_sum_ns_ = segment.dependency(index).waits.wait_sum_ns.load(std::memory_order_acquire);
-  if (wait_sum_ns_ != 0) {
-    Buckets buckets;
-    if (load_buckets(segment.wait_histogram(index), buckets)) wait_buckets_ = std::make_unique<Buckets>(buckets);
-  }
+  if (wait_sum_ns_ != 0) wait_buckets_.reset(segment.wait_histogram(index));
 }
 
 void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters& delta,
@@ -190,8 +226,7 @@ void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters
     if (now[4] == mine.rtt_sum_ns && rtt_min == UINT64_MAX) continue;
     mine.rtt_sum_ns = now[4];
     ++stripes_read_;
-    if (!mine.buckets) mine.buckets = std::make_unique<Buckets>();
-    take_buckets(segment.latency_histogram(index, s), *mine.buckets, delta.histogram, delta.ok);
+    mine.buckets.take(segment.latency_histogram(index, s), delta.histogram, delta.ok);
   }
   // Modulo 2^64, like every counter: a total's difference is the sum of
   // its stripes' differences.
@@ -217,8 +252,7 @@ void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters
   if (wait_sum != wait_sum_ns_) {
     delta.wait_sum_ns += wait_sum - wait_sum_ns_;
     wait_sum_ns_ = wait_sum;
-    if (!wait_buckets_) wait_buckets_ = std::make_unique<Buckets>();
-    take_buckets(segment.wait_histogram(index), *wait_buckets_, delta.wait_histogram, delta.waited);
+    wait_buckets_.take(segment.wait_histogram(index), delta.wait_histogram, delta.waited);
   }
 }
 

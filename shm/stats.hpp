@@ -74,10 +74,9 @@ WindowExtremes take_window_extremes(Segment& segment, std::uint32_t index);
 //
 // It keeps the scalar counters' last totals over all stripes (every take
 // reads every stripe's scalars, so the difference of two totals is the
-// sum of the stripes' differences), each stripe's last latency sum, and,
-// for a stripe that has ever had a success, the last reading of each
-// bucket (0.8 KB); the same for the wait histogram of a dependency that
-// ever waited. A bucket's delta is taken modulo 2^32: exact while a bucket
+// sum of the stripes' differences), each stripe's last latency sum, and
+// the last reading of each histogram's buckets that ever held a count
+// (LastReading). A bucket's delta is taken modulo 2^32: exact while a bucket
 // takes fewer than 2^32 adds between two takes (HistogramCounts). A bucket
 // that is skipped because its stripe's latency sum did not move has not
 // moved either, so the skip never stretches the time between two readings
@@ -104,15 +103,33 @@ class StatsReader {
   static constexpr std::size_t kScalars = 10 + kMaxPartitions;
 
  private:
-  using Buckets = std::array<std::uint32_t, kHistogramBuckets>;
+  // The last reading of a histogram, kept for the buckets from the first
+  // to the last that ever held a count: the others read 0 every time (a
+  // tick's calls land in a few buckets of 200, and a dependency's latencies
+  // in a few dozen), so that the reader holds and reads tens of bytes per
+  // histogram, not 800.
+  class LastReading {
+   public:
+    // Starts from what `h` holds now.
+    void reset(const HistogramCounts& h);
+    // Adds what each bucket of `h` gained since the last reading (modulo
+    // 2^32) to `delta` and their sum to `total`; the reading becomes the last.
+    void take(const HistogramCounts& h, std::array<std::uint64_t, kHistogramBuckets>& delta, std::uint64_t& total);
+    const std::uint32_t* data() const { return last_.data(); }
+    std::size_t size() const { return last_.size(); }
+
+   private:
+    std::uint32_t first_ = 0;          // bucket of last_[0]
+    std::vector<std::uint32_t> last_;  // buckets [first_, first_ + size())
+  };
   struct Stripe {
-    std::uint64_t rtt_sum_ns = 0;      // the last reading
-    std::unique_ptr<Buckets> buckets;  // the last reading; null while all zeros
+    std::uint64_t rtt_sum_ns = 0;  // the last reading
+    LastReading buckets;
   };
   std::array<std::uint64_t, kScalars> totals_{};  // the scalars' last sums over the stripes
   std::vector<Stripe> stripes_;
   std::uint64_t wait_sum_ns_ = 0;
-  std::unique_ptr<Buckets> wait_buckets_;  // the last reading; null while all zeros
+  LastReading wait_buckets_;
   std::uint32_t stripes_read_ = 0;
 };
 

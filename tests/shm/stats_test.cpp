@@ -147,6 +147,26 @@ TEST_F(StatsReaderTest, AgreesWithSummingEveryStripe) {
   }
 }
 
+// The reader keeps the buckets that ever held a count: new ones below and
+// above them are counted in full, the kept ones by difference.
+TEST_F(StatsReaderTest, BucketsOutsideTheKeptRangeAreCountedWhenTheyFirstHoldCounts) {
+  StatsReader reader(segment_, index_);
+  record_success(segment_, index_, 2, 5'000'000);
+  EXPECT_EQ(take(reader).histogram[histogram_bucket(5'000'000)], 1u);
+  for (const std::uint64_t ns : {20'000u, 5'000'000u, 900'000'000u, 900'000'000u, 20'000u}) {
+    record_success(segment_, index_, 2, ns);
+  }
+  const DependencyCounters d = take(reader);
+  EXPECT_EQ(d.ok, 5u);
+  EXPECT_EQ(d.histogram[histogram_bucket(20'000)], 2u);
+  EXPECT_EQ(d.histogram[histogram_bucket(5'000'000)], 1u);
+  EXPECT_EQ(d.histogram[histogram_bucket(900'000'000)], 2u);
+  record_success(segment_, index_, 2, 20'000);
+  const DependencyCounters again = take(reader);
+  EXPECT_EQ(again.ok, 1u);
+  EXPECT_EQ(again.histogram[histogram_bucket(20'000)], 1u);
+}
+
 // Buckets are 32 bits: a delta across 2^32 is taken modulo 2^32, by the
 // reader and by since() alike.
 TEST_F(StatsReaderTest, ABucketThatWrapsPast2To32GivesTheRightDelta) {
