@@ -204,8 +204,12 @@ void ControlLoop::publish_rule(std::uint32_t index, std::uint32_t limit) {
   shm::DependencyPartitions& line = segment_.dependency(index).partitions;
   const PartitionPlan* partitioned = plan_of(index);
   if (partitioned == nullptr) {
-    // Relaxed: as the limit itself (publish_limit()).
-    line.admit_limit.store(limit, std::memory_order_relaxed);
+    // Relaxed: as the limit itself (publish_limit()). Stored only when it
+    // changes: every admission reads this line, and a store takes it from
+    // the cache of every CPU that does.
+    if (line.admit_limit.load(std::memory_order_relaxed) != limit) {
+      line.admit_limit.store(limit, std::memory_order_relaxed);
+    }
     return;
   }
   const PartitionPlan& plan = *partitioned;
@@ -252,6 +256,8 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
     spdlog::warn("dependency slot {}: ready, but its name is not a valid one; ignored", index);
     return false;
   }
+  // A previous daemon may have let waiters in anywhere.
+  d.queue_scan = segment_.queue_slots();
   // Start counting from now: an adopted segment's history is not a window.
   d.stats = std::make_unique<shm::StatsReader>(segment_, index);
   // Continue from the limit in force (set by a client's claim, the config,
@@ -333,6 +339,28 @@ void ControlLoop::tick(std::uint64_t now_ns) {
   h.heartbeat_ns.store(now_ns, std::memory_order_relaxed);
 }
 
+std::uint32_t ControlLoop::count_waiters(Dependency& d) {
+  // Waiters claim records among the first max_queue only (shm/wait_queue.hpp),
+  // so the records past it are counted until a tick finds them all free
+  // (a reload that lowered max_queue: its waiters leave by their
+  // deadlines), then no more: most dependencies have no queue, and reading
+  // 64 records each tick was 6% of the tick at 4096 dependencies. A waiter
+  // that read the old, larger max_queue just before a reload lowered it
+  // and claims a record past the new one after that tick is missing from
+  // this gauge (only) until it leaves.
+  const std::atomic<std::uint64_t>* records = segment_.queue(d.index);
+  // Relaxed: the daemon's own value; a client may have written junk into
+  // it, which the clamp bounds.
+  const std::uint32_t max_queue = std::min(
+      segment_.dependency(d.index).control.max_queue.load(std::memory_order_relaxed), segment_.queue_slots());
+  d.queue_scan = std::max(d.queue_scan, max_queue);
+  const std::uint32_t waiting = shm::queue_length(records, max_queue);
+  if (d.queue_scan == max_queue) return waiting;
+  const std::uint32_t past = shm::queue_length(records + max_queue, d.queue_scan - max_queue);
+  if (past == 0) d.queue_scan = max_queue;
+  return waiting + past;
+}
+
 void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
   const shm::DependencySlot& slot = segment_.dependency(d.index);
   control::TickObservation o;
@@ -346,7 +374,7 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
     Metrics::Tick t;
     t.limit = d.controller->limit();
     t.inflight = o.inflight;
-    t.waiters = shm::queue_length(segment_.queue(d.index), segment_.queue_slots());
+    t.waiters = count_waiters(d);
     t.success = o.delta.ok;
     t.dropped = o.delta.dropped;
     t.ignored = o.delta.ignored;
@@ -482,9 +510,13 @@ void ControlLoop::publish_limit(const Dependency& d) {
   // Relaxed: the limit is a lone value that clients read with a relaxed
   // load in bh_try_acquire(); nothing else is published with it. The wake
   // below makes its own order (seq_cst there).
-  const std::uint32_t before = limit.exchange(d.controller->limit(), std::memory_order_relaxed);
+  // Stored only when it changes (the daemon is its only writer): clients
+  // read this line on every admission, and a store, or an exchange, takes
+  // it from the cache of every CPU that does.
+  const std::uint32_t before = limit.load(std::memory_order_relaxed);
+  if (before != d.controller->limit()) limit.store(d.controller->limit(), std::memory_order_relaxed);
   publish_rule(d.index, d.controller->limit());
-  if (before != d.controller->limit()) {
+  if (before != d.controller->limit() && spdlog::should_log(spdlog::level::debug)) {
     spdlog::debug("dependency {}: limit {}", d.name, d.controller->limit());
   }
   // A higher limit lets waiters in: tell them now rather than at their

@@ -93,6 +93,7 @@ class ControlLoop {
     std::uint64_t service_ns = 0;  // published as DependencyControl::service_ns
     std::optional<Breaker> breaker;
     std::uint32_t bad_override = 0;  // an unknown override value already logged
+    std::uint32_t queue_scan = 0;    // wait-queue records the waiters gauge counts (count_waiters())
   };
 
   void adopt_new_slots(std::uint64_t now_ns);
@@ -100,6 +101,8 @@ class ControlLoop {
   // Adopts a ready slot; false (and nothing adopted) when its name is junk.
   bool track(std::uint32_t index, std::uint64_t now_ns);
   void update(Dependency& d, std::uint64_t now_ns);
+  // Calls waiting in the dependency's queue, for the metrics.
+  std::uint32_t count_waiters(Dependency& d);
   void reclaim_dead_processes();
   // Gives back permits counted in flight that no process holds.
   void scan_drift();
