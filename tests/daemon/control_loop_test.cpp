@@ -451,6 +451,38 @@ TEST_F(ControlLoopTest, APermitLostBetweenTheTwoUpdatesIsGivenBackAfterThreeTick
   EXPECT_EQ(dep.inflight(), 0);
 }
 
+// Past its budget of held counts a tick (2^18: here 64 processes x 4160
+// dependencies), the drift scan takes the dependencies in slices, in
+// turns, and a gap is corrected at the third scan of its slice, not at the
+// third tick: never sooner, and never missed.
+TEST_F(ControlLoopTest, PastItsBudgetTheDriftScanTakesTurnsBySlice) {
+  constexpr std::uint32_t kDeps = 4160, kProcesses = 64;
+  config_ = parse_config("[daemon]\nsegment = \"" + name_.str() + "\"\nmax_dependencies = 4160\nmax_processes = 64\n"
+                         "stats_stripes = 1\nqueue_slots = 0\n",
+                         "test.toml");
+  segment_.emplace(shm::Segment::create(name_, testing::small_segment(kDeps, kProcesses, 1, 0)));
+  // Every process slot is this process's: all of them alive, all scanned.
+  for (std::uint32_t p = 0; p < kProcesses; ++p) shm::claim_process_slot(*segment_);
+  for (std::uint32_t i = 0; i < kDeps; ++i) shm::find_or_claim_dependency(*segment_, "dep-" + std::to_string(i), 20, 0);
+  loop_.emplace(*segment_, config_, nullptr);
+  advance_ticks(1);  // adopts all of them; the scan takes slots 0 to 4095, next time 4096 to 4159
+  ASSERT_EQ(loop_->view().size(), kDeps);
+  // A permit in flight that no process holds in the first slot and in the last.
+  auto& first = segment_->dependency(0).admission.word;
+  auto& last = segment_->dependency(kDeps - 1).admission.word;
+  first.fetch_add(shm::kAdmissionAcquire);
+  last.fetch_add(shm::kAdmissionAcquire);
+  advance_ticks(4);  // each slice scanned twice since
+  EXPECT_EQ(shm::admission_inflight(first.load()), 1u);
+  EXPECT_EQ(shm::admission_inflight(last.load()), 1u);
+  advance_ticks(1);  // the last slot's slice, a third time
+  EXPECT_EQ(shm::admission_inflight(last.load()), 0u);
+  EXPECT_EQ(shm::admission_inflight(first.load()), 1u);
+  advance_ticks(1);  // the first slot's, a third time
+  EXPECT_EQ(shm::admission_inflight(first.load()), 0u);
+  EXPECT_EQ(loop_->permits_reclaimed(), 2u);
+}
+
 TEST_F(ControlLoopTest, AStoppedProcessMidCallKeepsItsPermitUntilItIsGone) {
   start("");
   Dependency dep = client_->dependency("orders");
