@@ -474,8 +474,9 @@ int main(int argc, char** argv) {
                 result->round_ms_median);
   }
   std::printf("\ntick CPU: median over the measured ticks; targets (issue 7): at most 5 ms of CPU per tick,\n"
-              "at most 64 MB resident. RssShmem is the segment's pages the daemon touched (all of them: it\n"
-              "writes every stripe when it creates the segment), RssAnon its own memory.\n");
+              "at most 64 MB resident. RssShmem is the segment's pages the daemon touched (its slots, the\n"
+              "process table, the histograms of the stripes written: here those of the CPUs the writers ran\n"
+              "on), RssAnon its own memory.\n");
   if (o.smoke) std::printf("%s\n", failed ? "smoke: FAILED" : "smoke: every measured tick closed a window for every dependency and published its limit");
   return failed ? 1 : 0;
 }
