@@ -125,7 +125,7 @@ struct bh_dep {
   std::uint32_t latency_stride;
   std::uint32_t cpu_stripes;  // 0: always *stats; else the stripe of the CPU, of this many
   // Not 0: stripes 0 to owned_cpus - 1 are each one CPU's own, added to by
-  // restartable sequences only, and `spare` is this process's stripe for
+  // restartable sequences only, and `spare` (stripe owned_cpus) is the stripe for
   // a locked add when a sequence does not commit (assign_stripes()).
   std::uint32_t owned_cpus;
   shm::StatsStripe* spare;
@@ -169,11 +169,13 @@ namespace {
 // process slot `process`. With S stripes and N CPUs on the host:
 //   S > N   stripe c < N is CPU c's own: only restartable sequences that
 //           commit on CPU c add to it (client/percpu.hpp), no lock prefix.
-//           The other S - N stripes take every locked add: process slot p
-//           adds to N + p % (S - N) when it has no rseq area, or when a
-//           sequence did not commit. Every process on the host computes
-//           the same split, so a CPU's stripe never sees a locked add
-//           from another CPU, which could lose an add of a sequence.
+//           Stripe N, the spare, takes every locked add: from a process
+//           without an rseq area, and a sequence that did not commit (rare:
+//           the thread was preempted, moved or signalled in a few
+//           instructions). Every process on the host computes the same
+//           split, so a CPU's stripe never sees a locked add from another
+//           CPU, which could lose an add of a sequence. Stripes past N are
+//           never written: their pages stay untouched, and cost nothing.
 //   S <= N  locked adds only, on the stripe cpu % S (the CPU read from the
 //           rseq area), or without rseq on p % S.
 // The window extremes (rtt_min_ns, rtt_max_ns, max_inflight) are always
@@ -188,7 +190,7 @@ void assign_stripes(bh_dep* d, const shm::Segment& segment, std::uint32_t proces
   d->latency_stride = segment.capacities().max_dependencies;
   const bool rseq = percpu::registered();
   if (cpus > 0 && stripes > cpus) {
-    d->spare = first + cpus + process % (stripes - cpus);
+    d->spare = first + cpus;
     d->owned_cpus = rseq && percpu::kBuilt ? cpus : 0;
     d->cpu_stripes = d->owned_cpus != 0 ? stripes : 0;
     d->stats = d->owned_cpus != 0 ? first : d->spare;
@@ -285,8 +287,8 @@ inline shm::StatsStripe* stats_of(const bh_dep* d) {
 // that stripe. With CPUs' own stripes (assign_stripes()): a restartable
 // sequence on the stripe of the thread's CPU, no lock prefix; one that does
 // not commit (the thread was preempted, moved or signalled in those few
-// instructions, or has no rseq area) adds with a lock to the process's
-// spare stripe instead, so no add is ever lost or made twice. Otherwise a
+// instructions, or has no rseq area) adds with a lock to the spare
+// stripe instead, so no add is ever lost or made twice. Otherwise a
 // locked add on stats_of()'s stripe, with `order`; a committed sequence is
 // a plain store, a release store on x86 (client/percpu.hpp), so `order`
 // holds for it too.
