@@ -34,11 +34,14 @@ void Controller::OpenWindow::add(const shm::DependencyCounters& delta) {
   shadow_admitted += delta.shadow_admitted;
   rtt_sum_ns += delta.rtt_sum_ns;
   if (delta.ok == 0) return;
-  shm::for_each_bucket_with_counts(delta.histogram, [this](std::uint32_t b, std::uint64_t n) {
-    histogram[b] += n;
-    first = std::min(first, b);
-    end = std::max(end, b + 1);
-  });
+  shm::for_each_bucket_with_counts(
+      delta.histogram_used(),
+      [this](std::uint32_t b, std::uint64_t n) {
+        histogram[b] += n;
+        first = std::min(first, b);
+        end = std::max(end, b + 1);
+      },
+      delta.histogram_first);
 }
 
 void Controller::OpenWindow::clear() {

@@ -363,7 +363,12 @@ std::uint32_t ControlLoop::count_waiters(Dependency& d) {
 
 void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
   const shm::DependencySlot& slot = segment_.dependency(d.index);
-  control::TickObservation o;
+  // One observation for every dependency, cleared by the buckets the last
+  // one used: zeroing two 200-bucket histograms per dependency per tick
+  // was 13 MB of writes a tick at 4096 dependencies.
+  control::TickObservation& o = observation_;
+  o.delta.clear();
+  o.extremes = {};
   d.stats->take(segment_, d.index, o.delta, o.extremes);
   o.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
   if (d.controller->observe(o, now_ns)) publish_limit(d);
@@ -388,11 +393,12 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
     const BreakerState state = d.breaker->state();
     t.breaker_state = state == BreakerState::kOpen ? 1 : state == BreakerState::kHalfOpen ? 2 : 0;
     if (o.delta.ok != 0) {
-      t.latency = &o.delta.histogram;
+      t.latency = o.delta.histogram_used();
+      t.latency_first = o.delta.histogram_first;
       t.latency_sum_ns = o.delta.rtt_sum_ns;
     }
     if (o.delta.waited != 0) {
-      t.wait = &o.delta.wait_histogram;
+      t.wait = o.delta.wait_histogram;
       t.wait_sum_ns = o.delta.wait_sum_ns;
     }
     metrics_->observe(*d.metrics, t);
@@ -418,7 +424,7 @@ std::uint64_t slow_calls(const shm::DependencyCounters& delta, std::chrono::mill
   if (slow.count() <= 0) return 0;
   const auto slow_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(slow).count());
   std::uint64_t n = 0;
-  for (std::uint32_t b = 0; b < shm::kHistogramBuckets; ++b) {
+  for (std::uint32_t b = delta.histogram_first; b < delta.histogram_end; ++b) {
     if (shm::histogram_bucket_lower_ns(b) >= slow_ns) n += delta.histogram[b];
   }
   return n;

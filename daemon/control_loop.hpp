@@ -172,6 +172,7 @@ class ControlLoop {
     return index < plans_.size() ? plans_[index].get() : nullptr;
   }
   std::uint64_t heartbeat_ = 0;
+  control::TickObservation observation_;  // update()'s, reused for every dependency
   std::uint64_t permits_reclaimed_ = 0;
   std::uint64_t waiters_reclaimed_ = 0;
 };

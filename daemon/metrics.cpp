@@ -221,11 +221,12 @@ Metrics::Dependency& Metrics::dependency(const std::string& name) {
   return d;
 }
 
-void Metrics::add(Histogram& into, const std::array<std::uint64_t, shm::kHistogramBuckets>& counts,
+void Metrics::add(Histogram& into, std::span<const std::uint64_t> counts, std::uint32_t first,
                   std::uint64_t sum_ns) {
   // Most buckets of a tick are empty: skipping them keeps the adds off a
   // chain through the same few counts.
-  shm::for_each_bucket_with_counts(counts, [&](std::uint32_t b, std::uint64_t n) { into.counts[bucket_map_[b]] += n; });
+  shm::for_each_bucket_with_counts(
+      counts, [&](std::uint32_t b, std::uint64_t n) { into.counts[bucket_map_[b]] += n; }, first);
   into.sum_s += static_cast<double>(sum_ns) / 1e9;
 }
 
@@ -245,8 +246,8 @@ void Metrics::observe(Dependency& d, const Tick& t) {
   d.breaker_rejected += static_cast<double>(t.breaker_rejected);
   d.breaker_shadow += static_cast<double>(t.breaker_shadow);
   d.breaker_state = t.breaker_state;
-  if (t.latency != nullptr) add(d.latency, *t.latency, t.latency_sum_ns);
-  if (t.wait != nullptr) add(d.wait, *t.wait, t.wait_sum_ns);
+  if (!t.latency.empty()) add(d.latency, t.latency, t.latency_first, t.latency_sum_ns);
+  if (!t.wait.empty()) add(d.wait, t.wait, t.wait_first, t.wait_sum_ns);
 }
 
 void Metrics::observe_tick(double seconds) { tick_seconds_.Observe(seconds); }

@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -75,11 +76,15 @@ class Metrics {
     std::uint64_t success = 0, dropped = 0, ignored = 0, rejected = 0, failed = 0;
     std::uint64_t shadow = 0, queue_full = 0, deadline = 0, breaker_rejected = 0, breaker_shadow = 0;
     std::uint8_t breaker_state = 0;  // as Dependency::breaker_state
-    // The tick's ok calls by segment histogram bucket (deltas) and their
-    // latency sum; null when there were none. The same for waits.
-    const std::array<std::uint64_t, shm::kHistogramBuckets>* latency = nullptr;
+    // The tick's ok calls by segment histogram bucket (deltas), from
+    // bucket latency_first on (the buckets past the span and before it
+    // are 0), and their latency sum; empty when there were none. The same
+    // for waits.
+    std::span<const std::uint64_t> latency;
+    std::uint32_t latency_first = 0;
     std::uint64_t latency_sum_ns = 0;
-    const std::array<std::uint64_t, shm::kHistogramBuckets>* wait = nullptr;
+    std::span<const std::uint64_t> wait;
+    std::uint32_t wait_first = 0;
     std::uint64_t wait_sum_ns = 0;
   };
 
@@ -125,7 +130,8 @@ class Metrics {
   prometheus::Histogram& tick_seconds_;
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_failed_;
-  void add(Histogram& into, const std::array<std::uint64_t, shm::kHistogramBuckets>& counts, std::uint64_t sum_ns);
+  // `counts`: segment buckets from `first` on.
+  void add(Histogram& into, std::span<const std::uint64_t> counts, std::uint32_t first, std::uint64_t sum_ns);
 
   mutable std::mutex mu_;  // guards dependencies_' records
   std::deque<Dependency> dependencies_;           // stable addresses

@@ -36,8 +36,10 @@ constexpr std::uint32_t histogram_bucket(std::uint64_t ns) {
 // metrics for every dependency every tick, and a tick's calls land in a
 // few of the 200 buckets: blocks of 8 counts are tested at once (the OR
 // vectorises), so empty stretches cost a few instructions.
+// `counts` may be a part of a histogram that starts at bucket `first`:
+// `f` gets the bucket's index in the whole histogram.
 template <typename F>
-inline void for_each_bucket_with_counts(std::span<const std::uint64_t> counts, F&& f) {
+inline void for_each_bucket_with_counts(std::span<const std::uint64_t> counts, F&& f, std::uint32_t first = 0) {
   constexpr std::size_t kBlock = 8;
   const std::uint64_t* c = counts.data();
   const std::size_t n = counts.size();
@@ -48,11 +50,11 @@ inline void for_each_bucket_with_counts(std::span<const std::uint64_t> counts, F
     for (std::size_t i = 0; i < kBlock; ++i) any |= block[i];
     if (any == 0) continue;
     for (std::size_t i = 0; i < kBlock; ++i) {
-      if (block[i] != 0) f(static_cast<std::uint32_t>(k * kBlock + i), block[i]);
+      if (block[i] != 0) f(first + static_cast<std::uint32_t>(k * kBlock + i), block[i]);
     }
   }
   for (std::size_t b = blocks * kBlock; b < n; ++b) {
-    if (c[b] != 0) f(static_cast<std::uint32_t>(b), c[b]);
+    if (c[b] != 0) f(first + static_cast<std::uint32_t>(b), c[b]);
   }
 }
 

@@ -32,6 +32,29 @@ DependencyCounters DependencyCounters::since(const DependencyCounters& earlier) 
   return d;
 }
 
+void DependencyCounters::widen_histogram(std::uint32_t first, std::uint32_t end) {
+  if (first >= end) return;
+  if (histogram_first >= histogram_end) {
+    histogram_first = first;
+    histogram_end = end;
+    return;
+  }
+  histogram_first = std::min(histogram_first, first);
+  histogram_end = std::max(histogram_end, end);
+}
+
+void DependencyCounters::clear() {
+  const std::span<const std::uint64_t> used = histogram_used();
+  if (!used.empty()) std::fill(histogram.begin() + histogram_first, histogram.begin() + histogram_end, 0);
+  if (waited != 0) wait_histogram.fill(0);
+  ok = dropped = ignored = rejected = shadow_admitted = rtt_sum_ns = 0;
+  queue_full = deadline_rejected = waited = wait_sum_ns = 0;
+  failed = open_rejected = shadow_open = 0;
+  partition_rejected.fill(0);
+  histogram_first = kHistogramBuckets;
+  histogram_end = 0;
+}
+
 DependencyCounters read_counters(const Segment& segment, std::uint32_t index) {
   DependencyCounters c;
   const std::uint32_t stripes = segment.capacities().stats_stripes;
@@ -227,6 +250,7 @@ void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters
     mine.rtt_sum_ns = now[4];
     ++stripes_read_;
     mine.buckets.take(segment.latency_histogram(index, s), delta.histogram, delta.ok);
+    delta.widen_histogram(mine.buckets.first(), mine.buckets.end());
   }
   // Modulo 2^64, like every counter: a total's difference is the sum of
   // its stripes' differences.

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "shm/segment.hpp"
@@ -36,6 +37,24 @@ struct DependencyCounters {
   std::uint64_t shadow_open = 0;    // would have been refused by it: shadow mode admitted them
   // Partitions: refused, by partition (0 "default", 1, 2).
   std::array<std::uint64_t, kMaxPartitions> partition_rejected{};
+
+  // Where the latency histogram may hold counts: every bucket outside
+  // [histogram_first, histogram_end) is 0. Every bucket by default, which
+  // is always right; StatsReader::take() narrows it to the buckets it
+  // added to, in counters that clear() emptied, so that the daemon's tick
+  // visits those only (a tick's calls land in a few buckets of 200).
+  std::uint32_t histogram_first = 0;
+  std::uint32_t histogram_end = kHistogramBuckets;
+  std::span<const std::uint64_t> histogram_used() const {
+    if (histogram_first >= histogram_end) return {};
+    return std::span<const std::uint64_t>(histogram).subspan(histogram_first, histogram_end - histogram_first);
+  }
+  // Takes in [first, end) as where the latency histogram may hold counts.
+  void widen_histogram(std::uint32_t first, std::uint32_t end);
+  // Back to all zeros, writing only the buckets that may hold counts (the
+  // wait histogram only when `waited`); the latency range is then empty.
+  // For a reader that reuses one DependencyCounters tick after tick.
+  void clear();
 
   // What was added between `earlier` and this reading (modulo 2^64, so a
   // counter that wrapped still gives the right delta; the histograms, whose
@@ -89,7 +108,8 @@ class StatsReader {
   // not counted.
   StatsReader(const Segment& segment, std::uint32_t index);
 
-  // Adds to `delta` (which the caller zeroed) what was recorded since the
+  // Adds to `delta` (which the caller zeroed, with clear() to have its
+  // latency range narrowed) what was recorded since the
   // previous take or the construction, and takes the window extremes into
   // `extremes`, resetting them to neutral. Needs a read-write mapping.
   void take(Segment& segment, std::uint32_t index, DependencyCounters& delta, WindowExtremes& extremes);
@@ -117,6 +137,9 @@ class StatsReader {
     void take(const HistogramCounts& h, std::array<std::uint64_t, kHistogramBuckets>& delta, std::uint64_t& total);
     const std::uint32_t* data() const { return last_.data(); }
     std::size_t size() const { return last_.size(); }
+    // The buckets kept, [first(), end()): every bucket a take added to.
+    std::uint32_t first() const { return first_; }
+    std::uint32_t end() const { return first_ + static_cast<std::uint32_t>(last_.size()); }
 
    private:
     std::uint32_t first_ = 0;          // bucket of last_[0]
