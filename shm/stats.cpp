@@ -144,7 +144,7 @@ void StatsReader::LastReading::reset(const HistogramCounts& h) {
 }
 
 void StatsReader::LastReading::take(const HistogramCounts& h, std::array<std::uint64_t, kHistogramBuckets>& delta,
-                                    std::uint64_t& total) {
+                                    std::uint64_t& total, bool look_outside) {
   // The sum in a local: `total` may alias `delta` for all the compiler
   // knows, and adding to it in memory chained every bucket's add.
   std::uint64_t sum = 0;
@@ -152,7 +152,7 @@ void StatsReader::LastReading::take(const HistogramCounts& h, std::array<std::ui
   // Buckets outside the kept range that hold counts now: the range grows
   // to take them (their last reading was 0).
   std::uint32_t new_first = kHistogramBuckets, new_end = 0;
-  for (std::uint32_t b = 0; b < first_; ++b) {
+  for (std::uint32_t b = 0; look_outside && b < first_; ++b) {
     if (h.bucket[b].load(std::memory_order_relaxed) != 0) {
       new_first = std::min(new_first, b);
       new_end = b + 1;
@@ -166,7 +166,7 @@ void StatsReader::LastReading::take(const HistogramCounts& h, std::array<std::ui
     delta[b] += added;
     sum += added;
   }
-  for (std::uint32_t b = end; b < kHistogramBuckets; ++b) {
+  for (std::uint32_t b = end; look_outside && b < kHistogramBuckets; ++b) {
     if (h.bucket[b].load(std::memory_order_relaxed) != 0) {
       new_first = std::min(new_first, b);
       new_end = b + 1;
@@ -238,9 +238,9 @@ void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters
     std::uint64_t rtt_min = st.rtt_min_ns.load(std::memory_order_relaxed);
     if (rtt_min != UINT64_MAX) rtt_min = st.rtt_min_ns.exchange(UINT64_MAX, std::memory_order_acquire);
     extremes.rtt_min_ns = std::min(extremes.rtt_min_ns, rtt_min);
-    if (st.rtt_max_ns.load(std::memory_order_relaxed) != 0) {
-      extremes.rtt_max_ns = std::max(extremes.rtt_max_ns, st.rtt_max_ns.exchange(0, std::memory_order_relaxed));
-    }
+    std::uint64_t rtt_max = st.rtt_max_ns.load(std::memory_order_relaxed);
+    if (rtt_max != 0) rtt_max = st.rtt_max_ns.exchange(0, std::memory_order_relaxed);
+    extremes.rtt_max_ns = std::max(extremes.rtt_max_ns, rtt_max);
     if (st.max_inflight.load(std::memory_order_relaxed) != 0) {
       extremes.max_inflight = std::max(extremes.max_inflight, st.max_inflight.exchange(0, std::memory_order_relaxed));
     }
@@ -249,7 +249,18 @@ void StatsReader::take(Segment& segment, std::uint32_t index, DependencyCounters
     if (now[4] == mine.rtt_sum_ns && rtt_min == UINT64_MAX) continue;
     mine.rtt_sum_ns = now[4];
     ++stripes_read_;
-    mine.buckets.take(segment.latency_histogram(index, s), delta.histogram, delta.ok);
+    // Buckets never seen on this stripe are looked for when this window's
+    // extremes reach past the buckets kept, and at every kOutsideEvery-th
+    // read: a call records its bucket before its extremes, so one that is
+    // preempted in between, and whose latency falls in a new bucket, may
+    // be counted that many reads late (never lost). Otherwise the read
+    // stays within the few lines the stripe's latencies use (13 lines a
+    // stripe for all 200 buckets).
+    const bool inside = rtt_min != UINT64_MAX && rtt_max != 0 && mine.buckets.first() < mine.buckets.end() &&
+                        histogram_bucket(rtt_min) >= mine.buckets.first() &&
+                        histogram_bucket(rtt_max) < mine.buckets.end();
+    const bool look_outside = ++mine.takes % kOutsideEvery == 0 || !inside;
+    mine.buckets.take(segment.latency_histogram(index, s), delta.histogram, delta.ok, look_outside);
     delta.widen_histogram(mine.buckets.first(), mine.buckets.end());
   }
   // Modulo 2^64, like every counter: a total's difference is the sum of

@@ -122,6 +122,11 @@ class StatsReader {
   // only when another one moved with it.
   static constexpr std::size_t kScalars = 10 + kMaxPartitions;
 
+  // A stripe's histogram read looks for buckets it never saw counts in
+  // when the window's extremes reach past those it did, and at least every
+  // this many reads (take()).
+  static constexpr std::uint32_t kOutsideEvery = 16;
+
  private:
   // The last reading of a histogram, kept for the buckets from the first
   // to the last that ever held a count: the others read 0 every time (a
@@ -133,8 +138,12 @@ class StatsReader {
     // Starts from what `h` holds now.
     void reset(const HistogramCounts& h);
     // Adds what each bucket of `h` gained since the last reading (modulo
-    // 2^32) to `delta` and their sum to `total`; the reading becomes the last.
-    void take(const HistogramCounts& h, std::array<std::uint64_t, kHistogramBuckets>& delta, std::uint64_t& total);
+    // 2^32) to `delta` and their sum to `total`; the reading becomes the
+    // last. Without `look_outside`, only the buckets kept are read: a
+    // bucket outside them that gained counts is counted at the next take
+    // that looks.
+    void take(const HistogramCounts& h, std::array<std::uint64_t, kHistogramBuckets>& delta, std::uint64_t& total,
+              bool look_outside = true);
     const std::uint32_t* data() const { return last_.data(); }
     std::size_t size() const { return last_.size(); }
     // The buckets kept, [first(), end()): every bucket a take added to.
@@ -148,6 +157,7 @@ class StatsReader {
   struct Stripe {
     std::uint64_t rtt_sum_ns = 0;  // the last reading
     LastReading buckets;
+    std::uint32_t takes = 0;  // histogram reads, for the periodic look outside the buckets kept
   };
   std::array<std::uint64_t, kScalars> totals_{};  // the scalars' last sums over the stripes
   std::vector<Stripe> stripes_;

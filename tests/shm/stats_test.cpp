@@ -45,6 +45,41 @@ class StatsReaderTest : public ::testing::Test {
   std::uint32_t index_ = 0;
 };
 
+// A call records its bucket, then its sum, then its window extremes. One
+// preempted before its extremes, whose latency falls in a bucket the stripe
+// never had, is missed by reads whose extremes (other calls') stay within
+// the buckets kept, and counted by the periodic look past them: late and
+// once, never lost.
+TEST_F(StatsReaderTest, ANewBucketWithoutItsExtremesIsCountedByThePeriodicLook) {
+  const auto call = [&](std::uint64_t latency_ns) {
+    record_success(segment_, index_, 1, latency_ns);
+    std::uint64_t seen = segment_.stripe(index_, 1).rtt_max_ns.load();
+    while (latency_ns > seen && !segment_.stripe(index_, 1).rtt_max_ns.compare_exchange_weak(seen, latency_ns)) {
+    }
+  };
+  StatsReader reader(segment_, index_);
+  call(1'000'000);
+  EXPECT_EQ(take(reader).ok, 1u);  // the buckets kept: 1 ms's
+  const std::uint32_t slow = histogram_bucket(50'000'000);
+  segment_.latency_histogram(index_, 1).bucket[slow].fetch_add(1);
+  segment_.stripe(index_, 1).rtt_sum_ns.fetch_add(50'000'000, std::memory_order_release);
+  std::uint64_t ok = 0, slow_seen = 0;
+  std::uint32_t reads = 1;
+  for (; reads < StatsReader::kOutsideEvery; ++reads) {
+    call(1'000'000);
+    const DependencyCounters d = take(reader);
+    ok += d.ok;
+    slow_seen += d.histogram[slow];
+    if (reads == 1) {
+      EXPECT_EQ(d.histogram[slow], 0u) << "the extremes stayed within the buckets kept";
+    }
+  }
+  EXPECT_EQ(slow_seen, 1u) << "counted by the look at the reader's read " << StatsReader::kOutsideEvery;
+  EXPECT_EQ(ok, reads);  // every 1 ms call and the slow one, each once
+  call(1'000'000);
+  EXPECT_EQ(take(reader).ok, 1u);
+}
+
 TEST_F(StatsReaderTest, CountsWhatWasRecordedSinceTheLastTakeOnly) {
   record_success(segment_, index_, 1, 2'000'000);  // before the reader: not counted
   StatsReader reader(segment_, index_);
