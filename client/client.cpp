@@ -118,11 +118,11 @@ struct bh_dep {
   // dependency's first stripe: stats_of() picks one per call.
   shm::StatsStripe* stats;
   // Stripe 0 of the dependency and its latency histogram: stripe i's is
-  // latency_stride histograms further (shm::Segment::latency_histogram();
-  // histogram_of()).
+  // i x latency_stride bytes further (shm::Segment::latency_histogram();
+  // histogram_at()).
   shm::StatsStripe* stripe0;
   shm::HistogramCounts* latency0;
-  std::uint32_t latency_stride;
+  std::size_t latency_stride;
   std::uint32_t cpu_stripes;  // 0: always *stats; else the stripe of the CPU, of this many
   // Not 0: stripes 0 to owned_cpus - 1 are each one CPU's own, added to by
   // restartable sequences only, and `spare` (stripe owned_cpus) is the stripe for
@@ -187,7 +187,7 @@ void assign_stripes(bh_dep* d, const shm::Segment& segment, std::uint32_t proces
   shm::StatsStripe* first = &segment.stripe(d->index, 0);
   d->stripe0 = first;
   d->latency0 = &segment.latency_histogram(d->index, 0);
-  d->latency_stride = segment.capacities().max_dependencies;
+  d->latency_stride = static_cast<std::size_t>(segment.capacities().max_dependencies) * sizeof(shm::HistogramCounts);
   const bool rseq = percpu::registered();
   if (cpus > 0 && stripes > cpus) {
     d->spare = first + cpus;
@@ -325,10 +325,15 @@ void mark_stripe_moved(std::atomic<std::uint64_t>& rtt_min_ns, std::uint64_t val
   }
 }
 
+// The latency histogram of the dependency's stripe `stripe`.
+inline shm::HistogramCounts* histogram_at(const bh_dep* d, std::size_t stripe) {
+  return reinterpret_cast<shm::HistogramCounts*>(reinterpret_cast<char*>(d->latency0) + stripe * d->latency_stride);
+}
+
 // The latency histogram of stripe `s` of the dependency (the histograms
 // are in tables of their own, one per stripe: shm/layout.hpp).
 inline shm::HistogramCounts* histogram_of(const bh_dep* d, const shm::StatsStripe* s) {
-  return d->latency0 + static_cast<std::size_t>(s - d->stripe0) * d->latency_stride;
+  return histogram_at(d, static_cast<std::size_t>(s - d->stripe0));
 }
 
 // Adds one to bucket `b` of the latency histogram of the stripe this call
@@ -338,7 +343,7 @@ inline shm::StatsStripe* add_bucket(const bh_dep* d, std::uint32_t b) {
   if (d->owned_cpus != 0) {
     const std::uint32_t cpu = percpu::cpu_start();
     if (cpu < d->owned_cpus &&
-        percpu::add_on_cpu(&histogram_of(d, d->stats + cpu)->bucket[b], std::uint32_t{1}, cpu)) [[likely]] {
+        percpu::add_on_cpu(&histogram_at(d, cpu)->bucket[b], std::uint32_t{1}, cpu)) [[likely]] {
       return d->stats + cpu;
     }
     s = d->spare;
