@@ -106,7 +106,13 @@ void lower_to(std::atomic<T>& a, T value) {
 
 }  // namespace
 
-struct bh_dep {
+namespace {
+
+// Where a dependency's handle finds its lines (in the segment, or in its
+// LocalSlot standalone) and what this process records under: pointers and
+// numbers only, so that a partition handle (bh_partition()) takes its
+// dependency's whole, in one copy.
+struct DependencyLines {
   std::atomic<std::uint64_t>* admission;
   // The fast path's limit: DependencyPartitions::admit_limit, the limit
   // itself unless the dependency has partitions; a partition handle's is
@@ -133,7 +139,6 @@ struct bh_dep {
   shm::DependencyWaits* waits;
   shm::HistogramCounts* wait_histogram;
   std::uint32_t index;  // slot in the segment; unused standalone
-  std::unique_ptr<LocalSlot> local;
   // The wait queue: its futex and tickets, its records (none standalone),
   // max_queue and service time on the daemon's line.
   shm::DependencyAdmission* line;
@@ -144,6 +149,12 @@ struct bh_dep {
   std::uint32_t process;  // this process's slot, named in its queue records
   const shm::DependencyPartitions* partitions;
   bh_client* client;
+};
+
+}  // namespace
+
+struct bh_dep : DependencyLines {
+  std::unique_ptr<LocalSlot> local;  // standalone: the lines above point into it
   // A partition handle (bh_partition()): the dependency's own handle, the
   // partition's name, and the field that name had under the shape version
   // last seen: version << 32 | kResolved | field. nullptr for a dependency.
@@ -202,17 +213,6 @@ void assign_stripes(bh_dep* d, const shm::Segment& segment, std::uint32_t proces
   }
 }
 
-// A partition handle records as its dependency's handle.
-void copy_stripes(bh_dep* to, const bh_dep* from) {
-  to->stats = from->stats;
-  to->stripe0 = from->stripe0;
-  to->latency0 = from->latency0;
-  to->latency_stride = from->latency_stride;
-  to->cpu_stripes = from->cpu_stripes;
-  to->owned_cpus = from->owned_cpus;
-  to->spare = from->spare;
-}
-
 // A forked child inherits its parent's process slot; permits it takes must
 // be counted against a slot of its own, or the daemon would give them back
 // when the parent dies (and miss them when the child does). Every open
@@ -239,9 +239,11 @@ void rebind_after_fork() {
       dep->process = c->process_index;
     }
     for (auto& [name, handle] : c->partitions) {
-      handle->held = handle->parent->held;
-      copy_stripes(handle.get(), handle->parent);
-      handle->process = handle->parent->process;
+      // The dependency's lines, rebound above; the handle's own fast-path
+      // limit (kNoFastPath) stays.
+      const std::atomic<std::uint32_t>* fast_path = handle->admit_limit;
+      static_cast<DependencyLines&>(*handle) = *handle->parent;
+      handle->admit_limit = fast_path;
     }
   }
   g_clients_mutex.unlock();
@@ -1078,22 +1080,9 @@ int bh_partition(bh_dep* d, const char* name, bh_dep** out) {
   }
   auto h = std::unique_ptr<bh_dep>(new (std::nothrow) bh_dep());
   if (!h) return fail(ENOMEM, "bh_partition: out of memory");
-  h->admission = d->admission;
+  // Every line of the dependency's, but the fast path's limit.
+  static_cast<DependencyLines&>(*h) = *d;
   h->admit_limit = &kNoFastPath;
-  h->flags = d->flags;
-  h->held = d->held;
-  copy_stripes(h.get(), d);
-  h->waits = d->waits;
-  h->wait_histogram = d->wait_histogram;
-  h->index = d->index;
-  h->line = d->line;
-  h->control = d->control;
-  h->trials = d->trials;
-  h->queue = d->queue;
-  h->queue_slots = d->queue_slots;
-  h->process = d->process;
-  h->partitions = d->partitions;
-  h->client = c;
   h->parent = d;
   h->partition_name = packed;
   try {
