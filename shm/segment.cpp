@@ -378,7 +378,8 @@ std::optional<ProcessStat> read_process_stat(pid_t pid) {
   ::close(fd);
   buf[len] = '\0';
   // The command name (field 2) may hold spaces and parentheses: fields are
-  // counted from the last ')'. state is field 3, starttime field 22.
+  // counted from the last ')'. state is field 3, num_threads field 20,
+  // starttime field 22.
   const char* close = std::strrchr(buf, ')');
   if (close == nullptr) return std::nullopt;
   const char* p = close + 1;
@@ -389,6 +390,7 @@ std::optional<ProcessStat> read_process_stat(pid_t pid) {
     const char* field = p;
     while (*p != ' ' && *p != '\0' && *p != '\n') ++p;
     if (n == 3) out.state = *field;
+    if (n == 20) out.threads = static_cast<std::uint32_t>(std::strtoul(field, nullptr, 10));
     if (n == 22) {
       char* end = nullptr;
       errno = 0;
@@ -411,8 +413,10 @@ Liveness process_liveness(pid_t pid, std::uint64_t start_time) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return Liveness::kDead;
   const auto stat = read_process_stat(pid);
   if (!stat) return Liveness::kUnknown;
-  // A zombie has run its last instruction; its parent just has not reaped it.
-  if (stat->state == 'Z' || stat->state == 'X') return Liveness::kDead;
+  // A zombie has run its last instruction; its parent just has not reaped
+  // it. Unless other threads run on: a main thread that called
+  // pthread_exit() shows as a zombie while they still hold permits.
+  if ((stat->state == 'Z' || stat->state == 'X') && stat->threads <= 1) return Liveness::kDead;
   return start_time == 0 || stat->start_time == start_time ? Liveness::kAlive : Liveness::kDead;
 }
 

@@ -134,12 +134,15 @@ ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
 // --- The process table ---------------------------------------------------
 
 // What /proc/<pid>/stat says of a process: its state letter (R, S, D, Z
-// for a zombie, ...) and its start time in clock ticks after boot, which
-// with the pid names a process uniquely. nullopt when it cannot be read (no
-// such process, or a /proc that hides it).
+// for a zombie, ...), its thread count, and its start time in clock ticks
+// after boot, which with the pid names a process uniquely. nullopt when it
+// cannot be read (no such process, or a /proc that hides it). The state is
+// the main thread's: Z with more than one thread is a main thread that
+// called pthread_exit() while the others run on.
 struct ProcessStat {
   char state;
   std::uint64_t start_time;
+  std::uint32_t threads = 1;
 };
 std::optional<ProcessStat> read_process_stat(pid_t pid);
 // read_process_stat(pid)->start_time.

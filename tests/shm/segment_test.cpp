@@ -1,13 +1,16 @@
 #include "shm/segment.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -330,6 +333,47 @@ TEST(ProcessTable, LivenessTellsAliveDeadZombieAndReusedPids) {
   EXPECT_EQ(process_liveness(child, 0), Liveness::kDead);
   ::waitpid(child, nullptr, 0);
   EXPECT_EQ(process_liveness(child, 0), Liveness::kDead);
+}
+
+// A main thread that calls pthread_exit() leaves a zombie in /proc while
+// the process's other threads run on (and may hold permits): alive until
+// the last of them exits.
+TEST(ProcessTable, AZombieMainThreadWithThreadsRunningIsAlive) {
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    pthread_t worker;
+    const auto wait_for_parent = [](void* fd) -> void* {
+      char c;
+      while (::read(*static_cast<int*>(fd), &c, 1) < 0 && errno == EINTR) {
+      }
+      return nullptr;
+    };
+    if (::pthread_create(&worker, nullptr, wait_for_parent, &go[0]) != 0) std::_Exit(1);
+    // What pthread_exit() does to the kernel's view: the main thread alone
+    // exits. (pthread_exit() itself would unwind through the test
+    // framework's catch-all.)
+    ::syscall(SYS_exit, 0);
+  }
+  ::close(go[0]);
+  const std::uint64_t start = process_start_time(child).value();
+  auto stat = read_process_stat(child);
+  for (int i = 0; i < 1000 && (!stat || stat->state != 'Z'); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    stat = read_process_stat(child);
+  }
+  ASSERT_TRUE(stat.has_value());
+  ASSERT_EQ(stat->state, 'Z') << "the main thread did not exit";
+  EXPECT_EQ(stat->threads, 2u);
+  EXPECT_EQ(process_liveness(child, start), Liveness::kAlive);
+  ASSERT_EQ(::write(go[1], "x", 1), 1);  // the worker returns: the process exits
+  ::close(go[1]);
+  for (int i = 0; i < 1000 && process_liveness(child, start) != Liveness::kDead; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(process_liveness(child, start), Liveness::kDead);  // exited, not reaped yet
+  ::waitpid(child, nullptr, 0);
 }
 
 TEST(Stats, ReadingsSumStripesAndDeltasSubtract) {
