@@ -217,8 +217,10 @@ void assign_stripes(bh_dep* d, const shm::Segment& segment, std::uint32_t proces
 // be counted against a slot of its own, or the daemon would give them back
 // when the parent dies (and miss them when the child does). Every open
 // client is re-registered in the child.
-std::mutex g_clients_mutex;
-std::vector<bh_client*> g_clients;
+// Never destroyed: a thread may open or close a client, or fork, while
+// exit() runs the static destructors.
+std::mutex& g_clients_mutex = *new std::mutex;
+std::vector<bh_client*>& g_clients = *new std::vector<bh_client*>;
 
 void rebind_after_fork() {
   // The child has one thread; the parent held g_clients_mutex across fork
