@@ -52,6 +52,20 @@ class ControlLoopTest : public ::testing::Test {
       p.release(outcome, latency);
     }
   }
+  // Waits until `child` has exited but is not reaped: a zombie with no
+  // thread left. A process shows as a zombie in /proc as soon as its main
+  // thread is gone, while its other threads (a sanitizer's) may still be
+  // exiting and count it alive; its pidfd is readable only once they are.
+  static void wait_until_zombie(pid_t child) {
+    const int watch = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
+    ASSERT_GE(watch, 0);
+    pollfd exited{watch, POLLIN, 0};
+    ASSERT_EQ(::poll(&exited, 1, 10'000), 1);
+    ::close(watch);
+    const auto stat = shm::read_process_stat(child);
+    ASSERT_TRUE(stat);
+    ASSERT_EQ(stat->state, 'Z');
+  }
   // `n` calls that overlap: all admitted, then all released.
   void feed_concurrent_calls(Dependency& dep, int n, std::chrono::nanoseconds latency) {
     std::vector<Permit> permits;
@@ -214,13 +228,7 @@ TEST_F(ControlLoopTest, AZombieThatHeldPermitsCountsAsDead) {
     Permit a = dep.try_acquire(), b = dep.try_acquire();
     std::_Exit(a && b ? 0 : 1);  // dies holding two permits
   }
-  // Not reaped yet: wait until it is a zombie.
-  for (int i = 0; i < 5000; ++i) {
-    const auto stat = shm::read_process_stat(child);
-    if (stat && stat->state == 'Z') break;
-    std::this_thread::sleep_for(1ms);
-  }
-  ASSERT_EQ(shm::read_process_stat(child)->state, 'Z');
+  wait_until_zombie(child);  // not reaped yet
   EXPECT_EQ(dep.inflight(), 2);
   advance_ticks(1);
   EXPECT_EQ(dep.inflight(), 0);
@@ -252,25 +260,12 @@ TEST_F(ControlLoopTest, AProcessThatDiesAfterATickIsFoundDeadAtTheNext) {
     ASSERT_EQ(c, 'y');
     advance_ticks(2);  // alive: seen, then watched
     EXPECT_EQ(dep.inflight(), 1);
-    // The test's own pidfd tells when the whole process has exited: a
-    // process that is a zombie in /proc may still have threads exiting
-    // (a sanitizer's), and until they are gone its pidfd is not readable.
-    const int watch = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
-    ASSERT_GE(watch, 0);
     ASSERT_EQ(::write(go[1], "x", 1), 1);
-    pollfd exited{watch, POLLIN, 0};
-    ASSERT_EQ(::poll(&exited, 1, 10'000), 1);
-    ::close(watch);
     if (reap) {
       int status = 0;
       ::waitpid(child, &status, 0);
     } else {
-      for (int i = 0; i < 5000; ++i) {
-        const auto stat = shm::read_process_stat(child);
-        if (stat && stat->state == 'Z') break;
-        std::this_thread::sleep_for(1ms);
-      }
-      ASSERT_EQ(shm::read_process_stat(child)->state, 'Z');
+      wait_until_zombie(child);
     }
     advance_ticks(1);
     EXPECT_EQ(dep.inflight(), 0) << (reap ? "reaped" : "zombie");
