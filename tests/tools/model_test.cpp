@@ -86,6 +86,23 @@ TEST(SimModel, LittlesLawHolds) {
   EXPECT_NEAR(in_system, static_cast<double>(r.result.ok) / duration_s * mean_latency_s, 0.03 * in_system);
 }
 
+TEST(SimModel, ANetworkDelayHoldsThePermitButNoWorker) {
+  // Constant 20 ms service, 30 ms of network: every call takes exactly 50
+  // ms. A limit of 16 (the workers) now keeps only 16 x 20 / 50 = 6.4 of
+  // them busy; a limit of 40 keeps all 16 busy, and capacity is unchanged.
+  const Scenario s = parse_scenario(
+      "duration_s = 30\nseed = 3\n[dependency]\nworkers = 16\nbase_latency_ms = 20\nservice = \"constant\"\n"
+      "network_ms = 30\n[clients]\nrate = 2400\ntimeout_ms = 500\n",
+      "n.toml");
+  const Simulated at_workers = run(s, fixed(s, 16));
+  for (const std::uint64_t latency : at_workers.result.latencies_ns) ASSERT_EQ(latency, 50'000'000u);
+  EXPECT_NEAR(per_s(at_workers.result.ok, at_workers), 16 / 0.050, 0.02 * 320);
+  EXPECT_NEAR(at_workers.result.busy_integral / static_cast<double>(at_workers.result.duration_ns), 6.4, 0.2);
+  const Simulated at_ideal = run(s, fixed(s, 40));
+  EXPECT_NEAR(per_s(at_ideal.result.ok, at_ideal), 800, 0.03 * 800);
+  EXPECT_EQ(at_ideal.result.timed_out, 0u);
+}
+
 TEST(SimModel, ArrivalsFollowTheRateProfile) {
   const Scenario s = parse_scenario(
       "duration_s = 100\n[dependency]\nworkers = 1\nbase_latency_ms = 1\n[clients]\nprocesses = 4\n"

@@ -51,6 +51,7 @@ base_latency_ms = 2.5
 service = "lognormal"
 sigma = 0.5
 queue_limit = 0
+network_ms = 1.5
 [[dependency.change]]
 at_s = 10
 workers = 2
@@ -58,6 +59,7 @@ ramp_s = 5
 [[dependency.change]]
 at_s = 20
 base_latency_ms = 5
+network_ms = 0
 [clients]
 processes = 3
 limiter = "per-process"
@@ -90,6 +92,9 @@ backoff = 0.5
   EXPECT_EQ(s.dependency_changes[0].workers, 2u);
   EXPECT_EQ(s.dependency_changes[0].ramp_s, 5);
   EXPECT_EQ(s.dependency_changes[1].base_latency_ms, 5);
+  EXPECT_EQ(s.network_ms, 1.5);
+  EXPECT_FALSE(s.dependency_changes[0].network_ms.has_value());
+  EXPECT_EQ(s.dependency_changes[1].network_ms, 0);
   EXPECT_EQ(s.limiter, LimiterMode::kPerProcess);
   EXPECT_EQ(s.retries, 2u);
   ASSERT_EQ(s.rate_changes.size(), 1u);
@@ -125,6 +130,8 @@ TEST(SimScenario, ErrorsNameFileLineKeyAndReason) {
        "s.toml:3: dependency.service: must be one of constant, exponential, lognormal"},
       {"duration_s = 10\n[dependency]\nbase_latency_ms = -1\n",
        "s.toml:3: dependency.base_latency_ms: must be in (0, 3600000], got -1"},
+      {"duration_s = 10\n[dependency]\nnetwork_ms = -1\n",
+       "s.toml:3: dependency.network_ms: must be in [0, 3600000], got -1"},
       {"duration_s = 10\n[clients]\nlimiter = \"global\"\n",
        "s.toml:3: clients.limiter: must be \"host\" or \"per-process\""},
       {"duration_s = 10\n[clients]\nretries = 11\n", "s.toml:3: clients.retries: must be in [0, 10], got 11"},
@@ -150,7 +157,7 @@ TEST(SimScenario, ErrorsNameFileLineKeyAndReason) {
                   "workers = 3\n",
        "s.toml:12: dependency.change#2.at_s: must be >= 7 (the previous change's at_s + ramp_s)"},
       {base + "[[dependency.change]]\nat_s = 5\n",
-       "s.toml:7: dependency.change#1: sets neither workers nor base_latency_ms"},
+       "s.toml:7: dependency.change#1: sets none of workers, base_latency_ms, network_ms"},
       {base + "[[clients.change]]\nrate = 5\n", "s.toml:7: clients.change#1: needs at_s"},
       {base + "[[clients.change]]\nat_s = 8\nrate = 5\nramp_s = 3\n",
        "s.toml:10: clients.change#1.ramp_s: the ramp must end by duration_s (10)"},

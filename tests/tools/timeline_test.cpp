@@ -64,6 +64,18 @@ TEST(SimTimeline, LatencyCreepKeepsTheIdealAtTheWorkers) {
   EXPECT_DOUBLE_EQ(t.ideal_concurrency(to_ns(40)), 10);
 }
 
+TEST(SimTimeline, ANetworkDelayAddsCallsInFlightButNoCapacity) {
+  // 10 workers x 10 ms, and 30 ms of network from 20 s: the dependency
+  // still completes 1000/s, but each call is in flight 40 ms.
+  const Timeline t(scenario("network_ms = 5\n[[dependency.change]]\nat_s = 20\nnetwork_ms = 30\n",
+                            "[[clients.change]]\nat_s = 1\nrate = 5000\n"));
+  EXPECT_DOUBLE_EQ(t.network_s(10), 0.005);
+  EXPECT_DOUBLE_EQ(t.network_s(30), 0.030);
+  EXPECT_NEAR(t.capacity(to_ns(30)), 1000, 1e-9);
+  EXPECT_DOUBLE_EQ(t.ideal_concurrency(to_ns(30)), 40);
+  EXPECT_NEAR(t.noload_p99_ms(), 10 * std::log(100.0) + 5, 1e-9);
+}
+
 TEST(SimTimeline, NoLoadP99OfEachServiceDistribution) {
   EXPECT_NEAR(Timeline(scenario("service = \"constant\"\n", "")).noload_p99_ms(), 10, 1e-9);
   EXPECT_NEAR(Timeline(scenario("", "")).noload_p99_ms(), 10 * std::log(100.0), 1e-9);

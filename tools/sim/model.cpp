@@ -94,7 +94,7 @@ Workload make_workload(const Scenario& s, const Timeline& timeline) {
 
 namespace {
 
-enum class EventType : std::uint8_t { kArrival, kRetry, kServiceDone, kTimeout, kWorkers, kTick };
+enum class EventType : std::uint8_t { kArrival, kRetry, kServiceDone, kResponse, kTimeout, kWorkers, kTick };
 
 struct Event {
   std::uint64_t t_ns;
@@ -185,6 +185,9 @@ class Simulation {
         }
         case EventType::kServiceDone:
           service_done(e.index);
+          break;
+        case EventType::kResponse:
+          respond(e.index);
           break;
         case EventType::kTimeout:
           timeout(e.index);
@@ -280,10 +283,22 @@ class Simulation {
     --inflight_;
   }
 
+  // The worker is free; the answer reaches the caller after the network
+  // delay (if its caller has not given up by then).
   void service_done(std::uint32_t id) {
     account();
     --busy_;
     ++result_.served;
+    const double network_ns = timeline_.network_s(static_cast<double>(now_) / kNsPerS) * kNsPerS;
+    if (network_ns >= 1) {
+      push(now_ + static_cast<std::uint64_t>(std::llround(network_ns)), EventType::kResponse, id);
+    } else {
+      respond(id);
+    }
+    dispatch();
+  }
+
+  void respond(std::uint32_t id) {
     Call& call = calls_[id];
     if (call.waiting) {
       call.waiting = false;
@@ -297,7 +312,6 @@ class Simulation {
     } else {
       ++result_.wasted;
     }
-    dispatch();
   }
 
   void timeout(std::uint32_t id) {

@@ -11,8 +11,9 @@
 // queue (or fails at once when the queue is full: a dropped outcome). At
 // timeout_ms after admission the caller gives up and releases its permit
 // with outcome dropped, but the dependency still does the work: a queued or
-// running call is not withdrawn. A call that completes first releases with
-// outcome success, its latency recorded as a client does (histogram bucket,
+// running call is not withdrawn. A served call's answer reaches its caller
+// network_ms after its service ends (the worker is free at once). A call
+// whose answer arrives first releases with outcome success, its latency recorded as a client does (histogram bucket,
 // sum, min, max). Every tick_ms each limiter's controller observes the
 // counter deltas, the window extremes and its in-flight count; its answer is
 // the limit for admissions after the tick.

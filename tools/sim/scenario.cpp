@@ -184,6 +184,8 @@ void read_dependency(const Reporter& report, const toml::table& table, Scenario&
       }
     } else if (e.key == "sigma") {
       s.sigma = read_real(report, e, path, 0, 4, true);
+    } else if (e.key == "network_ms") {
+      s.network_ms = read_real(report, e, path, 0, 3'600'000);
     } else if (e.key == "queue_limit") {
       s.queue_limit =
           static_cast<std::uint32_t>(read_integer(report, e, path, {0, 10'000'000, kSayValue}));
@@ -195,6 +197,8 @@ void read_dependency(const Reporter& report, const toml::table& table, Scenario&
                            read_integer(report, k, kp, {1, 100'000, kSayValue}));
                      } else if (k.key == "base_latency_ms") {
                        c.base_latency_ms = read_real(report, k, kp, 0, 3'600'000, true);
+                     } else if (k.key == "network_ms") {
+                       c.network_ms = read_real(report, k, kp, 0, 3'600'000);
                      } else {
                        return false;
                      }
@@ -348,9 +352,9 @@ void check_whole(const Reporter& report, Scenario& s, const Raw& raw) {
   check_changes(report, s.dependency_changes, raw.dependency_changes, s.duration_s);
   for (std::size_t i = 0; i < s.dependency_changes.size(); ++i) {
     const DependencyChange& c = s.dependency_changes[i];
-    if (!c.workers && !c.base_latency_ms) {
+    if (!c.workers && !c.base_latency_ms && !c.network_ms) {
       report.fail(raw.dependency_changes[i].lines.table, raw.dependency_changes[i].path,
-                  "sets neither workers nor base_latency_ms");
+                  "sets none of workers, base_latency_ms, network_ms");
     }
   }
   check_changes(report, s.rate_changes, raw.rate_changes, s.duration_s);

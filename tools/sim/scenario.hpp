@@ -27,12 +27,13 @@ enum class ServiceKind { kConstant, kExponential, kLognormal };
 // bulkhead does), or a limiter of its own in every process group.
 enum class LimiterMode { kHost, kPerProcess };
 
-// At at_s the dependency gets new workers and/or a new mean latency,
-// reached linearly over ramp_s (0: at once).
+// At at_s the dependency gets new workers, a new mean latency and/or a new
+// network delay, reached linearly over ramp_s (0: at once).
 struct DependencyChange {
   double at_s = 0;
   std::optional<std::uint32_t> workers;
   std::optional<double> base_latency_ms;
+  std::optional<double> network_ms;
   double ramp_s = 0;
 };
 
@@ -56,6 +57,9 @@ struct Scenario {
   double base_latency_ms = 0;  // mean service time
   ServiceKind service = ServiceKind::kExponential;
   double sigma = 1;  // lognormal shape
+  // Added to every call's latency on its way back, holding no worker (a
+  // network path): latency that no limit can shorten.
+  double network_ms = 0;
   // Calls that may wait for a worker; beyond it the dependency fails the
   // call at once (a dropped outcome). Absent: unbounded.
   std::optional<std::uint32_t> queue_limit;

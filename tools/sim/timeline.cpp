@@ -39,6 +39,8 @@ Timeline::Timeline(const Scenario& s)
   worker_steps_.push_back({0, workers});
   latency_s_.add(0, s.base_latency_ms / 1e3);
   double latency_s = s.base_latency_ms / 1e3;
+  network_s_.add(0, s.network_ms / 1e3);
+  double network_s = s.network_ms / 1e3;
   for (const DependencyChange& c : s.dependency_changes) {
     if (c.workers && *c.workers != workers) {
       const std::uint32_t to = *c.workers;
@@ -55,6 +57,11 @@ Timeline::Timeline(const Scenario& s)
       latency_s_.add(c.at_s, latency_s);
       latency_s = *c.base_latency_ms / 1e3;
       latency_s_.add(c.at_s + c.ramp_s, latency_s);
+    }
+    if (c.network_ms) {
+      network_s_.add(c.at_s, network_s);
+      network_s = *c.network_ms / 1e3;
+      network_s_.add(c.at_s + c.ramp_s, network_s);
     }
   }
 
@@ -101,6 +108,7 @@ Timeline::Timeline(const Scenario& s)
       noload_p99_ms_ = s.base_latency_ms * std::exp(s.sigma * kZ99 - s.sigma * s.sigma / 2);
       break;
   }
+  noload_p99_ms_ += s.network_ms;
 }
 
 std::uint32_t Timeline::workers_at(std::uint64_t t_ns) const {
@@ -120,7 +128,7 @@ bool Timeline::saturated(std::uint64_t t_ns) const {
 
 double Timeline::ideal_concurrency(std::uint64_t t_ns) const {
   const double t_s = static_cast<double>(t_ns) / kNsPerS;
-  return std::min(capacity(t_ns), rate(t_s)) * mean_service_s(t_s);
+  return std::min(capacity(t_ns), rate(t_s)) * (mean_service_s(t_s) + network_s(t_s));
 }
 
 }  // namespace bulkhead::sim

@@ -52,6 +52,8 @@ class Timeline {
   std::uint32_t workers_at(std::uint64_t t_ns) const;
   // Mean service time (base latency), in seconds.
   double mean_service_s(double t_s) const { return latency_s_.at(t_s); }
+  // Network delay added to every call, in seconds.
+  double network_s(double t_s) const { return network_s_.at(t_s); }
   // Offered calls/s of all processes together (retries not counted).
   double rate(double t_s) const { return rate_.at(t_s); }
   const Piecewise& rate_profile() const { return rate_; }
@@ -59,8 +61,9 @@ class Timeline {
   double capacity(std::uint64_t t_ns) const;
   // Offered rate at or above capacity: the limit binds.
   bool saturated(std::uint64_t t_ns) const;
-  // Little's law at no load: capacity x base latency = workers when
-  // saturated, else offered rate x base latency. In calls.
+  // Little's law at no load: min(capacity, offered rate) x (base latency
+  // + network delay); workers x (1 + network / base latency) when
+  // saturated. In calls.
   double ideal_concurrency(std::uint64_t t_ns) const;
   // The start (0) and every change's at_s, sorted, each once.
   const std::vector<double>& change_times_s() const { return changes_s_; }
@@ -71,7 +74,8 @@ class Timeline {
   double mean_capacity() const { return mean_capacity_; }
   double mean_offered() const { return mean_offered_; }
   double mean_achievable() const { return mean_achievable_; }
-  // The 99th percentile of the service time at t = 0, no queueing, in ms.
+  // The 99th percentile of the latency at t = 0, no queueing (service time
+  // and network delay), in ms.
   double noload_p99_ms() const { return noload_p99_ms_; }
 
  private:
@@ -79,6 +83,7 @@ class Timeline {
   std::uint64_t duration_ns_;
   std::vector<WorkerStep> worker_steps_;
   Piecewise latency_s_;
+  Piecewise network_s_;
   Piecewise rate_;
   std::vector<double> changes_s_;
   double mean_capacity_ = 0;
