@@ -21,6 +21,7 @@
 #include "client/percpu.hpp"
 #include "shm/segment.hpp"
 #include "shm/stats.hpp"
+#include "tests/support/stats_tally.hpp"
 #include "tests/support/temp_segment.hpp"
 
 extern char** environ;
@@ -28,6 +29,7 @@ extern char** environ;
 namespace bulkhead {
 namespace {
 
+using testing::StatsTally;
 using testing::TempSegmentName;
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -84,7 +86,7 @@ TEST(PerCpu, PossibleCpusCoversEveryCpuThisProcessMayRunOn) {
 
 // What one stats_hammer process reported.
 struct Report {
-  std::uint64_t ok = 0, sum_ns = 0, dropped = 0, failed = 0, ignored = 0, rejected = 0, refused = 0;
+  testing::StatsTally tally;
   unsigned rseq_size = 0;
   std::uint64_t signals = 0;
 };
@@ -140,8 +142,9 @@ class PerCpuStatsTest : public ::testing::Test {
     std::vector<Report> reports;
     for (std::size_t i = 0; i < pids.size(); ++i) {
       Report r;
-      const int fields = std::fscanf(outputs[i], "%lu %lu %lu %lu %lu %lu %lu %u %lu", &r.ok, &r.sum_ns, &r.dropped,
-                                     &r.failed, &r.ignored, &r.rejected, &r.refused, &r.rseq_size, &r.signals);
+      StatsTally& t = r.tally;
+      const int fields = std::fscanf(outputs[i], "%lu %lu %lu %lu %lu %lu %lu %u %lu", &t.ok, &t.sum_ns, &t.dropped,
+                                     &t.failed, &t.ignored, &t.rejected, &t.refused, &r.rseq_size, &r.signals);
       std::fclose(outputs[i]);
       int status = 0;
       ::waitpid(pids[i], &status, 0);
@@ -155,16 +158,11 @@ class PerCpuStatsTest : public ::testing::Test {
   // The callers' totals (of every process run on the segment so far) equal
   // the segment's, to the unit.
   void expect_exact_totals(const std::vector<Report>& reports, std::uint64_t threads_per_process) {
-    Report all;
+    StatsTally all;
+    std::uint64_t signals = 0;
     for (const Report& r : reports) {
-      all.ok += r.ok;
-      all.sum_ns += r.sum_ns;
-      all.dropped += r.dropped;
-      all.failed += r.failed;
-      all.ignored += r.ignored;
-      all.rejected += r.rejected;
-      all.refused += r.refused;
-      all.signals += r.signals;
+      all += r.tally;
+      signals += r.signals;
     }
     const shm::DependencyCounters c = shm::read_counters(*segment_, index_);
     EXPECT_EQ(c.ok, all.ok);
@@ -174,11 +172,10 @@ class PerCpuStatsTest : public ::testing::Test {
     EXPECT_EQ(c.ignored, all.ignored);
     EXPECT_EQ(c.rejected, all.rejected);
     EXPECT_EQ(shm::read_counters(*segment_, refused_index_).rejected, all.refused);
-    EXPECT_EQ(all.ok + all.dropped + all.failed + all.ignored + all.rejected + all.refused,
-              static_cast<std::uint64_t>(kCalls) * threads_per_process * reports.size());
+    EXPECT_EQ(all.attempts(), static_cast<std::uint64_t>(kCalls) * threads_per_process * reports.size());
     EXPECT_GT(all.refused, 0u);
     std::printf("%lu ok, %lu rejected, %lu refused, %lu timer signals\n", all.ok, all.rejected, all.refused,
-                all.signals);
+                signals);
   }
 
   // Outcomes (every counter record() adds to) on stripes [from, to).
@@ -236,8 +233,8 @@ TEST_F(PerCpuStatsTest, AProcessWithoutRseqWritesOnlyTheSpareStripe) {
   expect_exact_totals(reports, 2);
   EXPECT_EQ(outcomes_on(0, cpus), 0u);
   EXPECT_EQ(outcomes_on(cpus + 1, cpus + 2), 0u);
-  EXPECT_EQ(outcomes_on(cpus, cpus + 1), reports[0].ok + reports[0].dropped + reports[0].failed +
-                                             reports[0].ignored + reports[0].rejected);
+  const StatsTally& t = reports[0].tally;
+  EXPECT_EQ(outcomes_on(cpus, cpus + 1), t.attempts() - t.refused);
   for (std::uint32_t s = 0; s < cpus; ++s) EXPECT_EQ(segment_->stripe(refused_index_, s).rejected.load(), 0u);
 }
 

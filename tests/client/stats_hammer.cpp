@@ -23,16 +23,13 @@
 #include <vector>
 
 #include "bulkhead/bulkhead.h"
+#include "tests/support/stats_tally.hpp"
 
 namespace {
 
 std::atomic<std::uint64_t> g_signals{0};
 
 void on_timer(int) { g_signals.fetch_add(1, std::memory_order_relaxed); }
-
-struct Tally {
-  std::uint64_t ok = 0, sum_ns = 0, dropped = 0, failed = 0, ignored = 0, rejected = 0, refused = 0;
-};
 
 // The latency of call i of thread t: spread over the histogram's buckets,
 // from 0 to about 4 s.
@@ -85,7 +82,7 @@ int main(int argc, char** argv) {
     if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
   }
 
-  std::vector<Tally> tallies(static_cast<std::size_t>(threads));
+  std::vector<bulkhead::testing::StatsTally> tallies(static_cast<std::size_t>(threads));
   std::vector<std::atomic<pid_t>> tids(static_cast<std::size_t>(threads));
   std::atomic<int> running{threads};
   std::atomic<bool> failed{false};
@@ -93,7 +90,7 @@ int main(int argc, char** argv) {
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
       tids[t].store(static_cast<pid_t>(::syscall(SYS_gettid)));
-      Tally& tally = tallies[t];
+      bulkhead::testing::StatsTally& tally = tallies[t];
       for (long i = 0; i < calls; ++i) {
         bh_permit permit;
         if (i % 8 == 7) {
@@ -154,16 +151,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "stats_hammer: an acquire failed, or one on REFUSED was admitted\n");
     return 1;
   }
-  Tally all;
-  for (const Tally& t : tallies) {
-    all.ok += t.ok;
-    all.sum_ns += t.sum_ns;
-    all.dropped += t.dropped;
-    all.failed += t.failed;
-    all.ignored += t.ignored;
-    all.rejected += t.rejected;
-    all.refused += t.refused;
-  }
+  bulkhead::testing::StatsTally all;
+  for (const auto& t : tallies) all += t;
   std::printf("%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %u %" PRIu64 "\n",
               all.ok, all.sum_ns, all.dropped, all.failed, all.ignored, all.rejected, all.refused, __rseq_size,
               g_signals.load());
