@@ -10,7 +10,9 @@
 //            latency sum) or one (dropped, failed, ignored) to the stripe
 //            of the caller's CPU, and for a success a load each of the
 //            window minimum and maximum; one add to the held count, one
-//            add to the admission word.
+//            add to the admission word (in a forked child that may hold its
+//            parent's permits, a compare-and-swap on the held count first:
+//            take_held()).
 // When the segment has more statistics stripes than the host has CPUs,
 // each CPU owns a stripe and the statistics adds carry no lock prefix:
 // each is a restartable sequence (client/percpu.hpp) that commits only
@@ -139,6 +141,11 @@ struct DependencyLines {
   shm::DependencyWaits* waits;
   shm::HistogramCounts* wait_histogram;
   std::uint32_t index;  // slot in the segment; unused standalone
+  // Not 0 in a process forked while its parent held permits of the
+  // dependency (or forked from such a process): a permit it releases may
+  // be one the parent holds and gives back itself. Its releases take the
+  // held count by compare-and-swap, never below zero (take_held()).
+  std::uint32_t inherited;
   // The wait queue: its futex and tickets, its records (none standalone),
   // max_queue and service time on the daemon's line.
   shm::DependencyAdmission* line;
@@ -161,6 +168,9 @@ struct bh_dep : DependencyLines {
   bh_dep* parent = nullptr;
   shm::PackedName partition_name;
   std::atomic<std::uint64_t> resolved{0};
+  // Whether this process held permits of the dependency when it last forked
+  // (read in the child only: see inherited).
+  bool held_at_fork = false;
 };
 
 struct bh_client {
@@ -222,11 +232,26 @@ void assign_stripes(bh_dep* d, const shm::Segment& segment, std::uint32_t proces
 std::mutex& g_clients_mutex = *new std::mutex;
 std::vector<bh_client*>& g_clients = *new std::vector<bh_client*>;
 
+// Before fork, in the parent: which dependencies it holds permits of. The
+// thread that forks holds the same ones during and after the snapshot (it
+// is in fork()); other threads' permits do not matter, the child has no
+// copy of those threads.
+void snapshot_before_fork() {
+  for (bh_client* c : g_clients) {
+    if (!c->segment) continue;
+    std::lock_guard lock(c->mutex);
+    for (auto& [name, dep] : c->deps) dep->held_at_fork = dep->held->load(std::memory_order_relaxed) != 0;
+  }
+}
+
 void rebind_after_fork() {
   // The child has one thread; the parent held g_clients_mutex across fork
   // (see the prepare handler), so it is safe to take.
   for (bh_client* c : g_clients) {
     if (!c->segment) continue;
+    // The child holds copies of its parent's permits: its releases must
+    // not give them back.
+    for (auto& [name, dep] : c->deps) dep->inherited |= dep->held_at_fork ? 1u : 0u;
     try {
       c->process_index = shm::claim_process_slot(*c->segment);
     } catch (const shm::SegmentError& e) {
@@ -254,8 +279,12 @@ void rebind_after_fork() {
 void install_fork_handlers() {
   static std::once_flag once;
   std::call_once(once, [] {
-    ::pthread_atfork([] { g_clients_mutex.lock(); }, [] { g_clients_mutex.unlock(); },
-                     rebind_after_fork);
+    ::pthread_atfork(
+        [] {
+          g_clients_mutex.lock();
+          snapshot_before_fork();
+        },
+        [] { g_clients_mutex.unlock(); }, rebind_after_fork);
   });
 }
 
@@ -341,7 +370,9 @@ inline shm::HistogramCounts* histogram_of(const bh_dep* d, const shm::StatsStrip
 }
 
 // Adds one to bucket `b` of the latency histogram of the stripe this call
-// records on, as add_stat() adds a counter, and returns that stripe.
+// records on, as add_stat() adds a counter, and returns that stripe. (One
+// template for the two, taking "the counter on stripe i", measured slower
+// per call in bulkhead-bench: they stay apart.)
 inline shm::StatsStripe* add_bucket(const bh_dep* d, std::uint32_t b) {
   shm::StatsStripe* s;
   if (d->owned_cpus != 0) {
@@ -390,12 +421,36 @@ void record(bh_dep* d, int outcome, std::uint64_t latency_ns) {
   }
 }
 
+// In a process forked while it held permits (DependencyLines::inherited):
+// takes one permit of partition `p` (`unit`, shm::admission_unit(p)) off
+// this process's held count, unless it holds none there. Then the permit
+// was the parent's, inherited in memory but not in the child's held counts
+// (they start at zero in a slot of its own, rebind_after_fork()), and the
+// parent gives it back. Permits of one dependency are interchangeable, so a
+// child that took permits of its own and releases an inherited one first
+// only moves which of its releases is the one that does nothing; it never
+// gives back more than it took. A compare-and-swap, so the count is never
+// below zero, even for an instant: the daemon may read it at any time.
+[[gnu::noinline]] bool take_held(bh_dep* d, std::uint64_t unit, std::uint32_t p) {
+  std::uint64_t held = d->held->load(std::memory_order_relaxed);
+  do {
+    if (shm::partition_inflight(held, p) == 0) return false;
+    // Release: as in give_back().
+  } while (!d->held->compare_exchange_weak(held, held - unit, std::memory_order_release,
+                                           std::memory_order_relaxed));
+  return true;
+}
+
 void give_back(bh_dep* d) {
   // Held count first, then the shared word: a process that dies between the
   // two leaves the shared count larger than the sum of held counts, which
   // the daemon's reclaim can only under-correct, never over-correct.
   // Release pairs with the daemon's acquire loads in its reclaim scan.
-  d->held->fetch_sub(1, std::memory_order_release);
+  if (d->inherited != 0) [[unlikely]] {
+    if (!take_held(d, shm::kAdmissionAcquire, 0)) return;
+  } else {
+    d->held->fetch_sub(1, std::memory_order_release);
+  }
   // seq_cst (the same lock xadd as release on x86): the store side of the
   // Dekker pair with a waiter, completed by the load in wake_waiters().
   d->admission->fetch_add(shm::kAdmissionRelease, std::memory_order_seq_cst);
@@ -407,7 +462,11 @@ void give_back(bh_dep* d) {
 [[gnu::noinline]] void give_back_partition(bh_dep* d, std::uint32_t p) {
   const std::uint64_t unit = shm::admission_unit(p);
   // Release: as in give_back().
-  d->held->fetch_sub(unit, std::memory_order_release);
+  if (d->inherited != 0) {
+    if (!take_held(d, unit, p)) return;
+  } else {
+    d->held->fetch_sub(unit, std::memory_order_release);
+  }
   // seq_cst: as in give_back(). The permit holds one in T and one in the
   // field, so neither borrows from the other.
   d->admission->fetch_sub(unit, std::memory_order_seq_cst);

@@ -288,6 +288,50 @@ TEST_F(AdmissionTest, AForkedChildCountsItsPermitsInItsOwnSlot) {
   EXPECT_EQ(child_held, 1u);
 }
 
+// A child inherits its parent's permits in memory, not in its held
+// counts: it must not give them back (the parent does), or the in-flight
+// count would fall below what is held until the daemon's drift scan.
+TEST_F(AdmissionTest, AForkedChildNeverGivesBackItsParentsPermits) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  Permit first = dep.try_acquire(), second = dep.try_acquire();
+  ASSERT_TRUE(first && second);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Step by step; the exit code names the first step that went wrong.
+    // A grandchild holds copies of the same permits, and none of its own.
+    const pid_t grandchild = ::fork();
+    if (grandchild == 0) {
+      first.success();
+      second.success();
+      std::_Exit(dep.inflight() == 2 ? 0 : 1);
+    }
+    int status = 0;
+    if (::waitpid(grandchild, &status, 0) != grandchild || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::_Exit(5);
+    }
+    first.success();  // holds none of its own: not its permit
+    if (dep.inflight() != 2) std::_Exit(1);
+    Permit own = dep.try_acquire();
+    if (!own || dep.inflight() != 3) std::_Exit(2);
+    second.success();  // holds one: gives back one (which one does not matter)
+    if (dep.inflight() != 2) std::_Exit(3);
+    own.success();  // holds none any more
+    if (dep.inflight() != 2) std::_Exit(4);
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(dep.inflight(), 2);
+  EXPECT_EQ(held_total(slot_of("payments")), 2u);
+  first.success();
+  second.success();
+  EXPECT_EQ(dep.inflight(), 0);
+  EXPECT_EQ(held_total(slot_of("payments")), 0u);
+}
+
 TEST_F(AdmissionTest, StrictDaemonRefusesUnknownNames) {
   segment_->header().flags.store(shm::kHeaderStrict);
   shm::find_or_claim_dependency(*segment_, "known", 5, shm::kDependencyConfigured);
