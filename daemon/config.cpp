@@ -140,7 +140,13 @@ DaemonConfig read_daemon(const Reporter& report, const toml::table& table) {
     } else if (e.key == "max_processes") {
       d.max_processes = static_cast<std::uint32_t>(read_integer(report, e, path, {1, 4'096}));
     } else if (e.key == "stats_stripes") {
-      d.stats_stripes = static_cast<std::uint32_t>(read_integer(report, e, path, {1, 64}));
+      if (const auto* text = e.node->as_string(); text != nullptr && text->get() == "auto") {
+        d.stats_stripes = kAutoStripes;
+      } else if (e.node->is_string()) {
+        report.fail(e.line, path, "must be \"auto\" or an integer in [1, 64]");
+      } else {
+        d.stats_stripes = static_cast<std::uint32_t>(read_integer(report, e, path, {1, 64}));
+      }
     } else if (e.key == "queue_slots") {
       d.queue_slots = static_cast<std::uint32_t>(read_integer(report, e, path, {0, kMaxQueueSlots}));
     } else if (e.key == "segment_group") {
@@ -558,6 +564,12 @@ DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, c
 }
 
 }  // namespace
+
+std::uint32_t stripes_for(const DaemonConfig& daemon, std::uint32_t cpus) {
+  if (daemon.stats_stripes != kAutoStripes) return daemon.stats_stripes;
+  const std::uint32_t wanted = cpus == 0 ? 8 : std::min(cpus + 1, shm::kMaxStatsStripesLimit);
+  return std::max(1u, std::min(wanted, kAutoStripeBudget / std::max(1u, daemon.max_dependencies)));
+}
 
 const DependencyConfig* Config::find(std::string_view name) const {
   const auto it = std::lower_bound(dependencies.begin(), dependencies.end(), name,

@@ -46,6 +46,9 @@ struct DependencyConfig : control::LimitSettings {
   std::vector<PartitionConfig> partitions;
 };
 
+// stats_stripes = "auto": stripes_for() chooses when the segment is made.
+inline constexpr std::uint32_t kAutoStripes = 0;
+
 struct DaemonConfig {
   std::string segment = "bulkhead";             // shm name: /dev/shm/<segment>
   std::chrono::milliseconds tick{100};          // control loop period
@@ -53,7 +56,7 @@ struct DaemonConfig {
   bool strict = false;                          // refuse names not configured
   std::uint32_t max_dependencies = 256;         // dependency slots
   std::uint32_t max_processes = 256;            // process slots
-  std::uint32_t stats_stripes = 8;              // statistics stripes per dependency
+  std::uint32_t stats_stripes = kAutoStripes;   // statistics stripes per dependency
   std::uint32_t queue_slots = 64;               // wait-queue places per dependency: max_queue's ceiling
   std::string segment_group;                    // "" : the daemon's own group
   std::uint32_t segment_mode = 0660;            // never world-writable
@@ -72,6 +75,15 @@ struct Config {
   // [defaults] under that name.
   DependencyConfig effective(std::string_view name) const;
 };
+
+// The statistics stripes a new segment gets: stats_stripes when set; for
+// "auto", one more than the host's possible CPUs (`cpus`, 0 when unknown:
+// then 8), so that every CPU has a stripe of its own and its adds need no
+// lock prefix, within [1, 64] and within kAutoStripeBudget stripes over
+// all dependencies (the daemon reads every stripe each tick).
+inline constexpr std::uint32_t kAutoStripeBudget = 32768;
+std::uint32_t stripes_for(const DaemonConfig& daemon, std::uint32_t cpus);
+
 
 // "FILE:LINE: KEY: REASON" (LINE omitted when the error has no place, such as
 // a file that cannot be read).

@@ -30,6 +30,7 @@
 #include "daemon/config.hpp"
 #include "daemon/control_loop.hpp"
 #include "daemon/metrics.hpp"
+#include "shm/cpus.hpp"
 #include "shm/segment.hpp"
 
 namespace {
@@ -83,11 +84,14 @@ std::optional<gid_t> segment_group(const Config& config) {
 
 // Creates the segment, or adopts the one a previous daemon left after
 // checking that it is sound, has the configured capacities and that no
-// other daemon runs on it.
+// other daemon runs on it. With stats_stripes = "auto", any stripe count
+// is the configured one for a segment to adopt (the host's CPUs may have
+// changed, or the segment come from a daemon configured otherwise); a new
+// segment gets stripes_for() the host.
 shm::Segment open_segment(const Config& config, bool recreate) {
   const std::string& name = config.daemon.segment;
-  const shm::Capacities wanted{config.daemon.max_dependencies, config.daemon.max_processes,
-                               config.daemon.stats_stripes, config.daemon.queue_slots};
+  shm::Capacities wanted{config.daemon.max_dependencies, config.daemon.max_processes,
+                         bulkhead::daemon::stripes_for(config.daemon, shm::possible_cpus()), config.daemon.queue_slots};
   const shm::CreateOptions create{wanted, config.daemon.segment_mode, segment_group(config)};
   try {
     shm::Segment segment = shm::Segment::attach(name, shm::Access::kReadWrite);
@@ -98,6 +102,9 @@ shm::Segment open_segment(const Config& config, bool recreate) {
         *start == h.daemon_start_time.load(std::memory_order_relaxed)) {
       throw std::runtime_error("segment /dev/shm/" + name + ": another bulkheadd (pid " +
                                std::to_string(pid) + ") is running on it");
+    }
+    if (config.daemon.stats_stripes == bulkhead::daemon::kAutoStripes) {
+      wanted.stats_stripes = segment.capacities().stats_stripes;
     }
     if (segment.capacities() == wanted) {
       spdlog::info("adopted segment /dev/shm/{} left by pid {} (heartbeat {})", name, pid,
@@ -184,10 +191,13 @@ int run(const Options& options) {
   {
     // What the capacities cost, for capacity planning (docs/operations.md).
     const shm::Capacities c = segment.capacities();
-    spdlog::info("segment /dev/shm/{}: {:.1f} MiB for {} dependencies ({} statistics stripes, {} queue "
+    const bool automatic = config.daemon.stats_stripes == bulkhead::daemon::kAutoStripes;
+    spdlog::info("segment /dev/shm/{}: {:.1f} MiB for {} dependencies ({} statistics stripes{}, {} queue "
                  "places each) and {} processes",
                  config.daemon.segment, static_cast<double>(segment.size()) / (1024.0 * 1024.0),
-                 c.max_dependencies, c.stats_stripes, c.queue_slots, c.max_processes);
+                 c.max_dependencies, c.stats_stripes,
+                 automatic ? " (\"auto\": " + std::to_string(shm::possible_cpus()) + " possible CPUs)" : std::string(),
+                 c.queue_slots, c.max_processes);
   }
   shm::Header& header = segment.header();
   header.daemon_pid.store(::getpid(), std::memory_order_relaxed);

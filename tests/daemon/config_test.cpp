@@ -107,12 +107,33 @@ TEST(EmbeddedDefaultConfig, ParsesToTheStructDefaults) {
   EXPECT_TRUE(config.dependencies.empty());
 }
 
+// stats_stripes = "auto": a stripe of its own for every CPU and one spare,
+// within the limit and the daemon's budget of stripes read per tick.
+TEST(StatsStripes, AutoGivesEveryCpuAStripeWithinTheBudget) {
+  DaemonConfig d;
+  EXPECT_EQ(d.stats_stripes, kAutoStripes);  // the default
+  EXPECT_EQ(stripes_for(d, 2), 3u);
+  EXPECT_EQ(stripes_for(d, 16), 17u);
+  EXPECT_EQ(stripes_for(d, 63), 64u);
+  EXPECT_EQ(stripes_for(d, 256), 64u);  // the limit: CPUs then share stripes
+  EXPECT_EQ(stripes_for(d, 0), 8u);     // CPUs unknown
+  d.max_dependencies = 4096;            // 32768 / 4096
+  EXPECT_EQ(stripes_for(d, 16), 8u);
+  EXPECT_EQ(stripes_for(d, 4), 5u);
+  d.max_dependencies = 16384;
+  EXPECT_EQ(stripes_for(d, 16), 2u);
+  d.stats_stripes = 12;  // set: as it is, whatever the host
+  EXPECT_EQ(stripes_for(d, 2), 12u);
+  EXPECT_EQ(parse_config("[daemon]\nstats_stripes = \"auto\"\n", "a.toml").daemon.stats_stripes, kAutoStripes);
+  EXPECT_EQ(parse_config("[daemon]\nstats_stripes = 5\n", "a.toml").daemon.stats_stripes, 5u);
+}
+
 TEST(EmbeddedDefaultConfig, ShowsEveryKeyWithItsValue) {
   const std::string_view text = embedded_default_config();
   for (std::string_view line :
        {"[daemon]\n", "\nsegment = \"bulkhead\"\n", "\ntick_ms = 100\n",
         "\nmetrics_listen = \"127.0.0.1:9477\"\n", "\nstrict = false\n", "\nmax_dependencies = 256 ",
-        "\nmax_processes = 256 ", "\nstats_stripes = 8 ", "\nqueue_slots = 64 ", "\nsegment_group = \"\"\n",
+        "\nmax_processes = 256 ", "\nstats_stripes = \"auto\" ", "\nqueue_slots = 64 ", "\nsegment_group = \"\"\n",
         "\nsegment_mode = 0o660\n", "\nlog_level = \"info\"\n", "\n[defaults]\n",
         "\npolicy = \"balance\"\n", "\nmin_limit = 1\n", "\nmax_limit = 1000\n",
         "\ninitial_limit = 20\n", "\nwindow_min_samples = 10\n", "\nwindow_max_ms = 1000\n", "\nenforce = true\n",
@@ -469,6 +490,8 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:2: daemon.max_processes: must be in [1, 4096]"},
     {"StatsStripesTooMany", "[daemon]\nstats_stripes = 65\n",
      "bad.toml:2: daemon.stats_stripes: must be in [1, 64]"},
+    {"StatsStripesNotAuto", "[daemon]\nstats_stripes = \"many\"\n",
+     "bad.toml:2: daemon.stats_stripes: must be \"auto\" or an integer in [1, 64]"},
     {"WindowMinSamplesZero", "[defaults]\nwindow_min_samples = 0\n",
      "bad.toml:2: defaults.window_min_samples: must be in [1, 1000000]"},
     {"WindowMaxMsTooLong", "[dependency.db]\nwindow_max_ms = 600001\n",

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bulkhead/client.hpp"
+#include "shm/cpus.hpp"
 #include "shm/wait_queue.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/temp_segment.hpp"
@@ -239,6 +240,33 @@ TEST_F(DaemonIntegration, ARestartedDaemonAdoptsTheSegmentAndItsLimits) {
   EXPECT_NE(second.log().find("adopted segment"), std::string::npos) << second.log();
   EXPECT_EQ(kept.limit(), 11);
   EXPECT_EQ(kept.inflight(), 1);  // the in-flight count survived
+}
+
+// stats_stripes = "auto": a new segment gets a stripe for every possible
+// CPU and a spare; an existing one is adopted whatever its stripe count.
+TEST_F(DaemonIntegration, AutoStripesFitTheHostAndAdoptAnySegment) {
+  auto with_stripes = [this](const std::string& value) {
+    std::string text = config();
+    const std::string two = "stats_stripes = 2\n";
+    text.replace(text.find(two), two.size(), "stats_stripes = " + value + "\n");
+    return text;
+  };
+  {
+    DaemonProcess five(BULKHEADD_PATH, dir_, with_stripes("5"));
+    ASSERT_TRUE(five.wait_ready(segment_)) << five.log();
+  }
+  {
+    DaemonProcess automatic(BULKHEADD_PATH, dir_, with_stripes("\"auto\""));
+    ASSERT_TRUE(automatic.wait_ready(segment_)) << automatic.log();
+    EXPECT_NE(automatic.log().find("adopted segment"), std::string::npos) << automatic.log();
+    EXPECT_EQ(shm::Segment::attach(segment_.str(), shm::Access::kReadOnly).capacities().stats_stripes, 5u);
+  }
+  shm::Segment::remove(segment_.str());
+  DaemonProcess fresh(BULKHEADD_PATH, dir_, with_stripes("\"auto\""));
+  ASSERT_TRUE(fresh.wait_ready(segment_)) << fresh.log();
+  const std::uint32_t cpus = shm::possible_cpus();
+  EXPECT_EQ(shm::Segment::attach(segment_.str(), shm::Access::kReadOnly).capacities().stats_stripes,
+            cpus == 0 ? 8u : std::min(cpus + 1, 64u));
 }
 
 // What the caller processes of the test below share with the test.
