@@ -12,7 +12,7 @@
 //            window minimum and maximum; one add to the held count, one
 //            add to the admission word (in a forked child that may hold its
 //            parent's permits, a compare-and-swap on the held count first:
-//            take_held()).
+//            take_inherited_held()).
 // When the segment has more statistics stripes than the host has CPUs,
 // each CPU owns a stripe and the statistics adds carry no lock prefix:
 // each is a restartable sequence (client/percpu.hpp) that commits only
@@ -144,7 +144,7 @@ struct DependencyLines {
   // Not 0 in a process forked while its parent held permits of the
   // dependency (or forked from such a process): a permit it releases may
   // be one the parent holds and gives back itself. Its releases take the
-  // held count by compare-and-swap, never below zero (take_held()).
+  // held count by compare-and-swap, never below zero (take_inherited_held()).
   std::uint32_t inherited;
   // The wait queue: its futex and tickets, its records (none standalone),
   // max_queue and service time on the daemon's line.
@@ -421,23 +421,32 @@ void record(bh_dep* d, int outcome, std::uint64_t latency_ns) {
   }
 }
 
-// In a process forked while it held permits (DependencyLines::inherited):
-// takes one permit of partition `p` (`unit`, shm::admission_unit(p)) off
-// this process's held count, unless it holds none there. Then the permit
-// was the parent's, inherited in memory but not in the child's held counts
+// take_held() in a process forked while it held permits
+// (DependencyLines::inherited): one permit of partition `p` off this
+// process's held count, unless it holds none there. Then the permit was
+// the parent's, inherited in memory but not in the child's held counts
 // (they start at zero in a slot of its own, rebind_after_fork()), and the
 // parent gives it back. Permits of one dependency are interchangeable, so a
 // child that took permits of its own and releases an inherited one first
 // only moves which of its releases is the one that does nothing; it never
 // gives back more than it took. A compare-and-swap, so the count is never
 // below zero, even for an instant: the daemon may read it at any time.
-[[gnu::noinline]] bool take_held(bh_dep* d, std::uint64_t unit, std::uint32_t p) {
+[[gnu::noinline]] bool take_inherited_held(bh_dep* d, std::uint64_t unit, std::uint32_t p) {
   std::uint64_t held = d->held->load(std::memory_order_relaxed);
   do {
     if (shm::partition_inflight(held, p) == 0) return false;
-    // Release: as in give_back().
   } while (!d->held->compare_exchange_weak(held, held - unit, std::memory_order_release,
                                            std::memory_order_relaxed));
+  return true;
+}
+
+// The first half of a release: one permit of partition `p` (`unit`,
+// shm::admission_unit(p)) off this process's held count. False when the
+// permit is not this process's to give back (take_inherited_held()).
+// Release pairs with the daemon's acquire loads in its reclaim scan.
+inline bool take_held(bh_dep* d, std::uint64_t unit, std::uint32_t p) {
+  if (d->inherited != 0) [[unlikely]] return take_inherited_held(d, unit, p);
+  d->held->fetch_sub(unit, std::memory_order_release);
   return true;
 }
 
@@ -445,12 +454,7 @@ void give_back(bh_dep* d) {
   // Held count first, then the shared word: a process that dies between the
   // two leaves the shared count larger than the sum of held counts, which
   // the daemon's reclaim can only under-correct, never over-correct.
-  // Release pairs with the daemon's acquire loads in its reclaim scan.
-  if (d->inherited != 0) [[unlikely]] {
-    if (!take_held(d, shm::kAdmissionAcquire, 0)) return;
-  } else {
-    d->held->fetch_sub(1, std::memory_order_release);
-  }
+  if (!take_held(d, shm::kAdmissionAcquire, 0)) return;
   // seq_cst (the same lock xadd as release on x86): the store side of the
   // Dekker pair with a waiter, completed by the load in wake_waiters().
   d->admission->fetch_add(shm::kAdmissionRelease, std::memory_order_seq_cst);
@@ -461,12 +465,7 @@ void give_back(bh_dep* d) {
 // the partition's field with the total.
 [[gnu::noinline]] void give_back_partition(bh_dep* d, std::uint32_t p) {
   const std::uint64_t unit = shm::admission_unit(p);
-  // Release: as in give_back().
-  if (d->inherited != 0) {
-    if (!take_held(d, unit, p)) return;
-  } else {
-    d->held->fetch_sub(unit, std::memory_order_release);
-  }
+  if (!take_held(d, unit, p)) return;
   // seq_cst: as in give_back(). The permit holds one in T and one in the
   // field, so neither borrows from the other.
   d->admission->fetch_sub(unit, std::memory_order_seq_cst);
