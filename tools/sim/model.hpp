@@ -13,8 +13,8 @@
 // with outcome dropped, but the dependency still does the work: a queued or
 // running call is not withdrawn. A served call's answer reaches its caller
 // network_ms after its service ends (the worker is free at once). A call
-// whose answer arrives first releases with outcome success, its latency recorded as a client does (histogram bucket,
-// sum, min, max). Every tick_ms each limiter's controller observes the
+// whose answer arrives first releases with outcome success, its latency
+// recorded as a client does (histogram bucket, sum, min, max). Every tick_ms each limiter's controller observes the
 // counter deltas, the window extremes and its in-flight count; its answer is
 // the limit for admissions after the tick.
 //

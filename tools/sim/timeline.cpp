@@ -20,6 +20,11 @@ std::uint64_t to_ns(double seconds) {
 
 void Piecewise::add(double t_s, double value) { knots_.push_back({t_s, value}); }
 
+void Piecewise::ramp_to(double t_s, double ramp_s, double value) {
+  add(t_s, knots_.back().value);
+  add(t_s + ramp_s, value);
+}
+
 double Piecewise::at(double t_s) const {
   if (knots_.empty()) return 0;
   // The last knot at or before t: later knots at the same time win.
@@ -38,9 +43,7 @@ Timeline::Timeline(const Scenario& s)
   std::uint32_t workers = s.workers;
   worker_steps_.push_back({0, workers});
   latency_s_.add(0, s.base_latency_ms / 1e3);
-  double latency_s = s.base_latency_ms / 1e3;
   network_s_.add(0, s.network_ms / 1e3);
-  double network_s = s.network_ms / 1e3;
   for (const DependencyChange& c : s.dependency_changes) {
     if (c.workers && *c.workers != workers) {
       const std::uint32_t to = *c.workers;
@@ -53,25 +56,12 @@ Timeline::Timeline(const Scenario& s)
       }
       workers = to;
     }
-    if (c.base_latency_ms) {
-      latency_s_.add(c.at_s, latency_s);
-      latency_s = *c.base_latency_ms / 1e3;
-      latency_s_.add(c.at_s + c.ramp_s, latency_s);
-    }
-    if (c.network_ms) {
-      network_s_.add(c.at_s, network_s);
-      network_s = *c.network_ms / 1e3;
-      network_s_.add(c.at_s + c.ramp_s, network_s);
-    }
+    if (c.base_latency_ms) latency_s_.ramp_to(c.at_s, c.ramp_s, *c.base_latency_ms / 1e3);
+    if (c.network_ms) network_s_.ramp_to(c.at_s, c.ramp_s, *c.network_ms / 1e3);
   }
 
-  double rate = s.rate;
-  rate_.add(0, rate);
-  for (const RateChange& c : s.rate_changes) {
-    rate_.add(c.at_s, rate);
-    rate = c.rate;
-    rate_.add(c.at_s + c.ramp_s, rate);
-  }
+  rate_.add(0, s.rate);
+  for (const RateChange& c : s.rate_changes) rate_.ramp_to(c.at_s, c.ramp_s, c.rate);
 
   changes_s_.push_back(0);
   for (const DependencyChange& c : s.dependency_changes) changes_s_.push_back(c.at_s);

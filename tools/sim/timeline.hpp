@@ -28,6 +28,9 @@ class Piecewise {
   };
   // Knots come in time order.
   void add(double t_s, double value);
+  // From the last knot's value at t_s to `value` at t_s + ramp_s (a step
+  // when ramp_s is 0). After at least one add().
+  void ramp_to(double t_s, double ramp_s, double value);
   double at(double t_s) const;
   const std::vector<Knot>& knots() const { return knots_; }
 
