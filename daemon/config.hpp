@@ -84,7 +84,6 @@ struct Config {
 inline constexpr std::uint32_t kAutoStripeBudget = 32768;
 std::uint32_t stripes_for(const DaemonConfig& daemon, std::uint32_t cpus);
 
-
 // "FILE:LINE: KEY: REASON" (LINE omitted when the error has no place, such as
 // a file that cannot be read).
 class ConfigError : public std::runtime_error {

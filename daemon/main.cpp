@@ -37,6 +37,7 @@ namespace {
 
 using bulkhead::daemon::Config;
 using bulkhead::daemon::ConfigError;
+using bulkhead::daemon::kAutoStripes;
 namespace shm = bulkhead::shm;
 
 struct Options {
@@ -91,7 +92,8 @@ std::optional<gid_t> segment_group(const Config& config) {
 shm::Segment open_segment(const Config& config, bool recreate) {
   const std::string& name = config.daemon.segment;
   shm::Capacities wanted{config.daemon.max_dependencies, config.daemon.max_processes,
-                         bulkhead::daemon::stripes_for(config.daemon, shm::possible_cpus()), config.daemon.queue_slots};
+                         bulkhead::daemon::stripes_for(config.daemon, shm::possible_cpus()),
+                         config.daemon.queue_slots};
   const shm::CreateOptions create{wanted, config.daemon.segment_mode, segment_group(config)};
   try {
     shm::Segment segment = shm::Segment::attach(name, shm::Access::kReadWrite);
@@ -103,7 +105,7 @@ shm::Segment open_segment(const Config& config, bool recreate) {
       throw std::runtime_error("segment /dev/shm/" + name + ": another bulkheadd (pid " +
                                std::to_string(pid) + ") is running on it");
     }
-    if (config.daemon.stats_stripes == bulkhead::daemon::kAutoStripes) {
+    if (config.daemon.stats_stripes == kAutoStripes) {
       wanted.stats_stripes = segment.capacities().stats_stripes;
     }
     if (segment.capacities() == wanted) {
@@ -191,12 +193,13 @@ int run(const Options& options) {
   {
     // What the capacities cost, for capacity planning (docs/operations.md).
     const shm::Capacities c = segment.capacities();
-    const bool automatic = config.daemon.stats_stripes == bulkhead::daemon::kAutoStripes;
+    const bool automatic = config.daemon.stats_stripes == kAutoStripes;
     spdlog::info("segment /dev/shm/{}: {:.1f} MiB for {} dependencies ({} statistics stripes{}, {} queue "
                  "places each) and {} processes",
                  config.daemon.segment, static_cast<double>(segment.size()) / (1024.0 * 1024.0),
                  c.max_dependencies, c.stats_stripes,
-                 automatic ? " (\"auto\": " + std::to_string(shm::possible_cpus()) + " possible CPUs)" : std::string(),
+                 automatic ? " (\"auto\": " + std::to_string(shm::possible_cpus()) + " possible CPUs)"
+                           : std::string(),
                  c.queue_slots, c.max_processes);
   }
   shm::Header& header = segment.header();
