@@ -2,9 +2,7 @@
 // through the library, the test advances time tick by tick.
 #include "daemon/control_loop.hpp"
 
-#include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +15,7 @@
 #include "shm/wait_queue.hpp"
 
 #include "bulkhead/client.hpp"
+#include "tests/support/children.hpp"
 #include "tests/support/temp_segment.hpp"
 #include "tests/support/waiter.hpp"
 
@@ -52,16 +51,9 @@ class ControlLoopTest : public ::testing::Test {
       p.release(outcome, latency);
     }
   }
-  // Waits until `child` has exited but is not reaped: a zombie with no
-  // thread left. A process shows as a zombie in /proc as soon as its main
-  // thread is gone, while its other threads (a sanitizer's) may still be
-  // exiting and count it alive; its pidfd is readable only once they are.
+  // Waits until `child` has exited but is not reaped (wait_until_exited()).
   static void wait_until_zombie(pid_t child) {
-    const int watch = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
-    ASSERT_GE(watch, 0);
-    pollfd exited{watch, POLLIN, 0};
-    ASSERT_EQ(::poll(&exited, 1, 10'000), 1);
-    ::close(watch);
+    ASSERT_TRUE(testing::wait_until_exited(child));
     const auto stat = shm::read_process_stat(child);
     ASSERT_TRUE(stat);
     ASSERT_EQ(stat->state, 'Z');

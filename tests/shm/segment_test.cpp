@@ -328,9 +328,8 @@ TEST(ProcessTable, LivenessTellsAliveDeadZombieAndReusedPids) {
   const pid_t child = ::fork();
   if (child == 0) std::_Exit(0);
   // Exited, not reaped: a zombie has run its last instruction.
-  for (int i = 0; i < 1000 && read_process_stat(child).value_or(ProcessStat{'R', 0}).state != 'Z'; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ASSERT_TRUE(testing::wait_until_exited(child));
+  ASSERT_EQ(read_process_stat(child).value_or(ProcessStat{'R', 0}).state, 'Z');
   EXPECT_EQ(process_liveness(child, 0), Liveness::kDead);
   ::waitpid(child, nullptr, 0);
   EXPECT_EQ(process_liveness(child, 0), Liveness::kDead);

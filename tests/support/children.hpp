@@ -1,7 +1,9 @@
 // Forked child processes for tests that need more than one process.
 #pragma once
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +13,22 @@
 #include <vector>
 
 namespace bulkhead::testing {
+
+// Waits (up to 10 s) until the forked child `pid` has exited, and leaves
+// it unreaped: a zombie with no thread left. /proc shows the zombie state
+// as soon as the main thread is gone, while other threads (a sanitizer's
+// background thread) may still be exiting, and a zombie main thread with
+// threads left counts as alive (shm::process_liveness()); the child's
+// pidfd turns readable only once the last thread is gone. False on a
+// timeout or an error.
+inline bool wait_until_exited(pid_t pid) {
+  const int watch = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (watch < 0) return false;
+  pollfd exited{watch, POLLIN, 0};
+  const bool done = ::poll(&exited, 1, 10'000) == 1;
+  ::close(watch);
+  return done;
+}
 
 // Forks `n` children, each running body(i) and exiting with its result (0
 // for success), and waits for all of them; a child that fails or crashes
