@@ -169,7 +169,8 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   } else {
     windows_over_target_ = 0;
   }
-  if (r > tolerance) {
+  // A limit used less than half is not what makes latency: hold it.
+  if (r > tolerance && 2.0 * w.max_inflight >= limit_) {
     limit_ = clamp(limit_ * std::max(0.5, std::sqrt(tolerance / r)));
   } else if (used) {
     // 1 with no queue, 0 at the target; at least one call per window with

@@ -85,6 +85,19 @@ TEST(BalancePolicy, HoldsWhenAppLimited) {
   EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 50})), 100);
 }
 
+TEST(BalancePolicy, DoesNotCutALimitUsedLessThanHalf) {
+  BalancePolicy b = with_baseline(10);
+  // r = 1.5 > T, but the peak of 49 is under half the limit: the latency is
+  // not the limit's doing (a quiet time's few slow calls), so it holds.
+  EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 15, .max_inflight = 49})), 100);
+  // At half, the same latency cuts it halfway in ratio to the target. Not
+  // used either, so the baseline first follows a fifth of the way to 15:
+  // r = 15 / 11, L = 100 * sqrt(1.2 * 11 / 15).
+  BalancePolicy half = with_baseline(10);
+  EXPECT_DOUBLE_EQ(half.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 15, .max_inflight = 50})),
+                   100 * std::sqrt(1.2 * 11 / 15));
+}
+
 TEST(BalancePolicy, RejectionsCountAsUse) {
   BalancePolicy b = with_baseline(10);
   Window w = make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 50});
