@@ -23,8 +23,12 @@ constexpr std::array<ParamSpec<BalancePolicy::Params>, 8> kParamSpecs{{
 // A probe lasts at least this many windows: the first still sees calls
 // admitted before it.
 constexpr int kProbeMinWindows = 3;
+// A probe whose in-flight never falls to its limit (calls that hang until
+// they time out) ends after this many windows, measuring nothing.
+constexpr int kProbeMaxWindows = 50;
 // Windows in a row above the target (while shrinking) after which the
 // baseline is re-measured at once: queueing would have receded by then.
+// A window shorter than the latency counts as its share of a round trip.
 constexpr int kStuckWindows = 15;
 // Windows over the target after which a limit cut by half or more that has
 // not brought latency under it means the baseline is wrong.
@@ -164,19 +168,26 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     since_probe_ns_ = std::max(since_probe_ns_, params_.probe_interval_ms * 1e6);
   }
   const double r = latency_ns_ / std::max(baseline_ns_, 1.0);
+  // A step of the limit shows in latency a round trip later: with calls
+  // longer than the window, a full step each window would overshoot by
+  // several steps before the first one is seen. Each window takes its
+  // share of a round trip's step, and counts as that share of a window
+  // toward a stuck drain (a queue recedes in round trips, not windows).
+  const double trip = std::min(1.0, duration / std::max(latency_ns_, 1.0));
   if (used && r > tolerance) {
-    if (windows_over_target_++ == 0) limit_over_target_ = limit_;
+    if (windows_over_target_ == 0) limit_over_target_ = limit_;
+    windows_over_target_ += trip;
   } else {
     windows_over_target_ = 0;
   }
   // A limit used less than half is not what makes latency: hold it.
   if (r > tolerance && 2.0 * w.max_inflight >= limit_) {
-    limit_ = clamp(limit_ * std::max(0.5, std::sqrt(tolerance / r)));
+    limit_ = clamp(limit_ * std::pow(std::max(0.5, std::sqrt(tolerance / r)), trip));
   } else if (used) {
-    // 1 with no queue, 0 at the target; at least one call per window with
-    // no queue, so that a collapsed limit climbs back.
+    // 1 with no queue, 0 at the target; at least one call per round trip
+    // with no queue, so that a collapsed limit climbs back.
     const double room = std::min(1.0, (tolerance - r) / (tolerance - 1));
-    limit_ = clamp(limit_ + room * std::max(1.0, limit_ * params_.growth));
+    limit_ = clamp(limit_ + trip * room * std::max(1.0, limit_ * params_.growth));
   }
 
   // Drain early when the baseline is what is wrong. Halving the limit
@@ -203,6 +214,7 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     probing_ = true;
     probe_elapsed_ns_ = 0;
     probe_windows_ = 0;
+    probe_settled_ = false;
     probe_p50_sum_ = 0;
     probe_mean_sum_ = 0;
     probe_samples_ = 0;
@@ -227,12 +239,18 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
 
 double BalancePolicy::probe_update(const Window& w, double p50) {
   probe_elapsed_ns_ += static_cast<double>(w.duration_ns);
-  // The first window still holds calls admitted before the drain.
-  if (++probe_windows_ > 1 && w.ok > 0) {
+  // Calls admitted before the drain still complete after it began, with
+  // the queue they waited in: measure only from the window after the one
+  // that closed with in-flight down to the drained limit. (A dependency
+  // slower than the smoothed latency says, just after it slowed down,
+  // takes longer than the drain's first window to give them back.)
+  ++probe_windows_;
+  if (probe_settled_ && w.ok > 0) {
     probe_p50_sum_ += p50 * static_cast<double>(w.ok);
     probe_mean_sum_ += static_cast<double>(w.rtt_sum_ns);
     probe_samples_ += static_cast<double>(w.ok);
   }
+  if (w.inflight <= limit_) probe_settled_ = true;
   if (overloaded(w)) {
     // The dependency is failing, not draining: end the probe and back off
     // from the limit before it, but never above the drained limit (a
@@ -242,7 +260,9 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     limit_ = clamp(std::min(limit_, std::floor(limit_before_probe_ * params_.backoff)));
     return limit_;
   }
-  const bool drained = probe_windows_ >= kProbeMinWindows && probe_elapsed_ns_ >= probe_needed_ns_;
+  const bool drained = (probe_windows_ >= kProbeMinWindows && probe_elapsed_ns_ >= probe_needed_ns_ &&
+                        probe_samples_ > 0) ||
+                       probe_windows_ >= kProbeMaxWindows;
   if (!drained) return limit_;
   probing_ = false;
   since_probe_ns_ = 0;

@@ -22,6 +22,9 @@
 //   limit used, r ≤ T:                  L ← L + min(1, (T − r)/(T − 1)) × max(1, L × growth)
 //   otherwise (app-limited):            hold
 // "Used" means a call was rejected or the peak in-flight reached 90% of L.
+// Both steps are per round trip: a window shorter than the latency S takes
+// its share (duration / S) of one, as a power of the factor or a part of
+// the increase, since a step shows in latency only a round trip later.
 // A limit the callers leave half unused is not cut, as Gradient2 holds it:
 // cutting it does nothing to latency it does not cause, and the noise of
 // a quiet time's few samples would wear it down to the minimum just before
@@ -46,8 +49,8 @@
 //     the dependency healed), it drops to it at once and drains soon;
 //   - it drains: the limit drops to probe_factor × (0.85 of) the knee for
 //     at least three windows and twice the latency; the sample-weighted
-//     p50 of the probe windows after the first becomes the baseline, up
-//     or down. The knee is L / T (since L* = T × W), or, when lower, the
+//     p50 of the probe windows after in-flight fell to the drained limit
+//     (the calls queued before it gone) becomes the baseline, up or down. The knee is L / T (since L* = T × W), or, when lower, the
 //     smoothed completion rate of saturated windows times the no-load mean
 //     latency (Little's law: W = capacity × mean service time), which
 //     holds even when the limit overshot. A drain that stayed above the
@@ -56,7 +59,8 @@
 // use, and waits for calm (r ≤ T): one that starts as the dependency loses
 // capacity measures the queue it is building. It comes early when the
 // baseline is what is wrong: halving the limit, or 15 windows over the
-// target, has not brought latency under it (the dependency got slower,
+// target (round trips, when calls outlast windows), has not brought
+// latency under it (the dependency got slower,
 // there is no queue to shrink); once calm, when the completion rate of
 // saturated windows (time-average in-flight near the limit) moved by more
 // than 35% (in log) since the last drain (the capacity moved, and its
@@ -162,12 +166,13 @@ class BalancePolicy : public Policy {
   double probe_elapsed_ns_ = 0;
   double probe_needed_ns_ = 0;
   int probe_windows_ = 0;
-  int windows_over_target_ = 0;  // in a row, while the limit is used
+  bool probe_settled_ = false;  // in-flight fell to the drained limit
+  double windows_over_target_ = 0;  // in a row, while the limit is used (round trips)
   double limit_over_target_ = 0;  // the limit when that run began
   double drained_ns_ = 0;         // the baseline the last drain measured
   double latency_before_probe_ = 0;
   double limit_in_force_ = 0;  // published while latency_before_probe_ was seen
-  double probe_p50_sum_ = 0;   // sample-weighted, over probe windows after the first
+  double probe_p50_sum_ = 0;   // sample-weighted, over probe windows once settled
   double probe_samples_ = 0;
   double limit_before_probe_ = 0;
   double limit_before_cuts_ = 0;  // to restore if the drain finds a slower dependency

@@ -98,6 +98,38 @@ TEST(BalancePolicy, DoesNotCutALimitUsedLessThanHalf) {
                    100 * std::sqrt(1.2 * 11 / 15));
 }
 
+// A used window of `duration_ms` whose calls took `rtt_ms`.
+Window short_window(double rtt_ms, double duration_ms) {
+  Window w = used_window(rtt_ms);
+  w.duration_ns = static_cast<std::uint64_t>(duration_ms * test::kNsPerMs);
+  return w;
+}
+
+TEST(BalancePolicy, StepsOncePerRoundTrip) {
+  // Calls of a second, windows of a quarter of it: each window takes a
+  // quarter of the step a round trip would.
+  BalancePolicy grows = with_baseline(1000);
+  // r = 1, room 1: + 0.25 * 10% of 100.
+  EXPECT_DOUBLE_EQ(grows.update(short_window(1000, 250)), 102.5);
+  BalancePolicy shrinks = with_baseline(800);
+  // r = 1.25 > T: the round trip's factor sqrt(1.2 / 1.25), to the power 0.25.
+  EXPECT_DOUBLE_EQ(shrinks.update(short_window(1000, 250)), 100 * std::pow(std::sqrt(1.2 / 1.25), 0.25));
+}
+
+TEST(BalancePolicy, CountsWindowsOverTheTargetInRoundTrips) {
+  BalancePolicy b(kBounds, hand());
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 100, .max_inflight = 10}));  // baseline 100 ms
+  // r = 4: each 100-ms window cuts by 0.548^(1/4) = 0.86; the limit is
+  // halved after 5, but that is 1.25 round trips of 400 ms, not the 4 the
+  // queue needs to recede: no drain until the 16th window (4 round trips).
+  for (int i = 0; i < 15; ++i) {
+    b.update(short_window(400, 100));
+    EXPECT_FALSE(b.probing()) << "window " << i + 1;
+  }
+  b.update(short_window(400, 100));
+  EXPECT_TRUE(b.probing());
+}
+
 TEST(BalancePolicy, RejectionsCountAsUse) {
   BalancePolicy b = with_baseline(10);
   Window w = make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 50});
@@ -217,6 +249,24 @@ TEST(BalancePolicy, DrainsEveryProbeIntervalOfUseAndRestores) {
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 90)), 127.62815625);
   EXPECT_FALSE(b.probing());
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 10.5e6);
+}
+
+TEST(BalancePolicy, ADrainMeasuresOnlyOnceInFlightFellToItsLimit) {
+  BalancePolicy b(kBounds, hand());
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
+  EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 90);  // the drain, as above
+  // Calls queued before the drain keep completing, slowly, with 150 still
+  // in flight after three windows: none of it is measured, and the drain
+  // goes on past its three windows.
+  for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(b.update(used_window(40, 150)), 90);
+  EXPECT_TRUE(b.probing());
+  // In-flight down to the drained limit: the drain measures from the next
+  // window on, 12 ms, then ends. The baseline is 12, not the queue's 40.
+  EXPECT_DOUBLE_EQ(b.update(used_window(40, 90)), 90);
+  EXPECT_DOUBLE_EQ(b.update(used_window(12, 90)), 127.62815625);
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 12e6);
 }
 
 TEST(BalancePolicy, AScheduledDrainWaitsForCalm) {
