@@ -168,12 +168,15 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     since_probe_ns_ = std::max(since_probe_ns_, params_.probe_interval_ms * 1e6);
   }
   const double r = latency_ns_ / std::max(baseline_ns_, 1.0);
-  // A step of the limit shows in latency a round trip later: with calls
-  // longer than the window, a full step each window would overshoot by
-  // several steps before the first one is seen. Each window takes its
-  // share of a round trip's step, and counts as that share of a window
-  // toward a stuck drain (a queue recedes in round trips, not windows).
-  const double trip = std::min(1.0, duration / std::max(latency_ns_, 1.0));
+  // A step of the limit shows in the smoothed latency a round trip later,
+  // plus the smoothing's own lag ((1 - weight) / weight windows: a few when
+  // windows hold few calls). With that delay longer than the window, a
+  // full step each window would overshoot by several steps before the
+  // first one is seen. Each window takes its share of the delay's step,
+  // and counts as that share of a window toward a stuck drain (a queue
+  // recedes in round trips, not windows).
+  const double lag = weight > 0 ? duration * (1 - weight) / weight : 0.0;
+  const double trip = std::min(1.0, duration / std::max(latency_ns_ + lag, 1.0));
   if (used && r > tolerance) {
     if (windows_over_target_ == 0) limit_over_target_ = limit_;
     windows_over_target_ += trip;

@@ -22,9 +22,11 @@
 //   limit used, r ≤ T:                  L ← L + min(1, (T − r)/(T − 1)) × max(1, L × growth)
 //   otherwise (app-limited):            hold
 // "Used" means a call was rejected or the peak in-flight reached 90% of L.
-// Both steps are per round trip: a window shorter than the latency S takes
-// its share (duration / S) of one, as a power of the factor or a part of
-// the increase, since a step shows in latency only a round trip later.
+// Both steps are per round trip: a step shows in the smoothed latency a
+// round trip S later plus the smoothing's lag ((1 − w) / w windows, w the
+// window's smoothing weight), so a window shorter than that delay D takes
+// its share (duration / D) of a step, as a power of the factor or a part
+// of the increase.
 // A limit the callers leave half unused is not cut, as Gradient2 holds it:
 // cutting it does nothing to latency it does not cause, and the noise of
 // a quiet time's few samples would wear it down to the minimum just before

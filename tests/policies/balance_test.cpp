@@ -116,6 +116,15 @@ TEST(BalancePolicy, StepsOncePerRoundTrip) {
   EXPECT_DOUBLE_EQ(shrinks.update(short_window(1000, 250)), 100 * std::pow(std::sqrt(1.2 / 1.25), 0.25));
 }
 
+TEST(BalancePolicy, CountsTheSmoothingsLagInTheRoundTrip) {
+  BalancePolicy::Params p = hand();
+  p.latency_samples = 100;  // a window of 100 calls moves the latency halfway
+  BalancePolicy b = with_baseline(1000, p);
+  // Weight 1/2 lags (1 - 1/2) / (1/2) = 1 window, 250 ms: the step waits
+  // 1000 + 250 ms to be seen, and this window takes 250 / 1250 of it.
+  EXPECT_DOUBLE_EQ(b.update(short_window(1000, 250)), 102);
+}
+
 TEST(BalancePolicy, CountsWindowsOverTheTargetInRoundTrips) {
   BalancePolicy b(kBounds, hand());
   b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 100, .max_inflight = 10}));  // baseline 100 ms
