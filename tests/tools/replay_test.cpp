@@ -67,6 +67,27 @@ TEST(SimReplay, BadLinesNameTheirNumber) {
   }
 }
 
+TEST(SimReplay, EachWindowLastsWindowMs) {
+  // balance, unsmoothed and without drains, steps by its share of a round
+  // trip: windows of 10 ms take a tenth of the step a 100-ms call makes
+  // per round trip, windows of a second all of it. The first line sets the
+  // baseline (app-limited), the others use the limit with no queue.
+  ReplayOptions o;
+  o.policy = "balance";
+  o.params = {{"latency_samples", 0}, {"probe_interval_ms", 0}};
+  const std::string trace = "100000000,5,0\n100000000,20,0\n100000000,21,0\n100000000,22,0\n";
+  const auto last = [&](double window_ms) {
+    o.window_ms = window_ms;
+    const std::string out = replay_text(trace, o);
+    return std::stod(out.substr(out.rfind('\n', out.size() - 2) + 1));
+  };
+  const double short_windows = last(10), long_windows = last(1000);
+  EXPECT_GT(short_windows, 20);
+  EXPECT_GT(long_windows, short_windows);
+  o.window_ms = 0;
+  EXPECT_THROW(replay_text(trace, o), ReplayError);
+}
+
 TEST(SimReplay, BadPolicyOrParamIsAParamError) {
   ReplayOptions o = aimd();
   o.params["backoff"] = 2;

@@ -142,12 +142,14 @@ struct ReplayArgs {
   std::string policy;
   std::vector<std::string> params;
   double min_limit = 1, max_limit = 1000, initial_limit = 20;
+  double window_ms = 100;
 };
 
 int replay(const ReplayArgs& args) {
   bulkhead::sim::ReplayOptions options;
   options.policy = args.policy;
   options.bounds = {args.min_limit, args.max_limit, args.initial_limit};
+  options.window_ms = args.window_ms;
   for (const std::string& p : args.params) {
     const std::size_t eq = p.find('=');
     double value = 0;
@@ -194,6 +196,8 @@ int main(int argc, char** argv) {
   replay_cmd->add_option("--min-limit", replay_args.min_limit, "lower bound (default 1)");
   replay_cmd->add_option("--max-limit", replay_args.max_limit, "upper bound (default 1000)");
   replay_cmd->add_option("--initial-limit", replay_args.initial_limit, "the limit before any window (default 20)");
+  replay_cmd->add_option("--window-ms", replay_args.window_ms,
+                         "how long each window lasted, in ms (default 100, the daemon's tick)");
 
   CLI11_PARSE(app, argc, argv);
   try {

@@ -30,6 +30,10 @@ std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& opt
   const std::unique_ptr<policies::Policy> policy =
       policies::builtin_registry().create(options.policy, options.bounds, options.params);
   const policies::Bounds& b = options.bounds;
+  if (!(options.window_ms > 0) || !std::isfinite(options.window_ms)) {
+    throw ReplayError("--window-ms " + policies::format_number(options.window_ms) + ": must be a positive number");
+  }
+  const auto duration_ns = static_cast<std::uint64_t>(std::llround(options.window_ms * 1e6));
   double limit = std::clamp(policy->limit(), b.min, b.max);
   std::string line;
   std::size_t number = 0, windows = 0;
@@ -60,6 +64,7 @@ std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& opt
     w.max_inflight = inflight;
     w.inflight = inflight;
     w.limit = static_cast<std::uint32_t>(std::max(1.0, std::floor(limit)));
+    w.duration_ns = duration_ns;
     const double answer = policy->update(w);
     limit = std::clamp(std::isfinite(answer) ? answer : b.min, b.min, b.max);
     out << policies::format_number(limit) << '\n';

@@ -3,8 +3,10 @@
 // Each line `rtt_ns,inflight,dropped` is one window, the triple Netflix's
 // windowed limits hand their algorithm: it becomes a policies::Window with
 // ok = 1, every latency field (sum, min, max, p50, p90, p99) = rtt_ns,
-// max_inflight = inflight = inflight, dropped = dropped, and goes to the
-// policy directly (no Controller: no carry-over, no minimum sample count).
+// max_inflight = inflight = inflight, dropped = dropped, duration_ns =
+// window_ms (the triple says nothing of time; a policy that steps per
+// round trip or drains by window time needs it), and goes to the policy
+// directly (no Controller: no carry-over, no minimum sample count).
 // The answer, clamped to the bounds, is printed one per line, so a policy
 // can be checked against a recorded trace or another implementation.
 //
@@ -23,6 +25,7 @@ struct ReplayOptions {
   std::string policy;
   policies::ParamMap params;
   policies::Bounds bounds{1, 1000, 20};  // --min-limit, --max-limit, --initial-limit
+  double window_ms = 100;                // --window-ms: each window's length (the daemon's default tick)
 };
 
 // "SOURCE:LINE: reason" for a bad line; policies::ParamError for a bad
