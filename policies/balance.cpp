@@ -28,7 +28,8 @@ constexpr int kProbeMinWindows = 3;
 constexpr int kProbeMaxWindows = 50;
 // Windows in a row above the target (while shrinking) after which the
 // baseline is re-measured at once: queueing would have receded by then.
-// A window shorter than the latency counts as its share of a round trip.
+// A window shorter than a round trip (latency plus smoothing lag) counts
+// as its share of one.
 constexpr int kStuckWindows = 15;
 // Windows over the target after which a limit cut by half or more that has
 // not brought latency under it means the baseline is wrong.

@@ -52,7 +52,8 @@
 //   - it drains: the limit drops to probe_factor × (0.85 of) the knee for
 //     at least three windows and twice the latency; the sample-weighted
 //     p50 of the probe windows after in-flight fell to the drained limit
-//     (the calls queued before it gone) becomes the baseline, up or down. The knee is L / T (since L* = T × W), or, when lower, the
+//     (the calls queued before it gone) becomes the baseline, up or down.
+//     The knee is L / T (since L* = T × W), or, when lower, the
 //     smoothed completion rate of saturated windows times the no-load mean
 //     latency (Little's law: W = capacity × mean service time), which
 //     holds even when the limit overshot. A drain that stayed above the
@@ -62,8 +63,8 @@
 // capacity measures the queue it is building. It comes early when the
 // baseline is what is wrong: halving the limit, or 15 windows over the
 // target (round trips, when calls outlast windows), has not brought
-// latency under it (the dependency got slower,
-// there is no queue to shrink); once calm, when the completion rate of
+// latency under it (the dependency got slower, there is no queue to
+// shrink); once calm, when the completion rate of
 // saturated windows (time-average in-flight near the limit) moved by more
 // than 35% (in log) since the last drain (the capacity moved, and its
 // latency may have: a slow latency creep cuts the limit below the knee
