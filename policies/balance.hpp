@@ -31,7 +31,7 @@
 // cutting it does nothing to latency it does not cause, and the noise of
 // a quiet time's few samples would wear it down to the minimum just before
 // traffic returns (scenarios/low-traffic-spike lost 14 points on one seed).
-// The decrease goes halfway (in ratio) to L* each window, so it settles a
+// The decrease goes halfway (in ratio) to L* each round trip, so it settles a
 // 4x capacity drop in a few windows without over-shooting on a smoothed
 // latency that lags; the increase is fast when there is no queue (r ≈ 1)
 // and fades to nothing at the target, so there is one fixed point and no
