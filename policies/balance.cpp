@@ -20,8 +20,8 @@ constexpr std::array<ParamSpec<BalancePolicy::Params>, 8> kParamSpecs{{
     {"probe_factor", &BalancePolicy::Params::probe_factor, Range::open_closed(0, 1)},
 }};
 
-// A probe lasts at least this many windows: the first still sees calls
-// admitted before it.
+// A probe lasts at least this many windows: one (or more) while the calls
+// admitted before it leave, then the ones it measures.
 constexpr int kProbeMinWindows = 3;
 // A probe whose in-flight never falls to its limit (calls that hang until
 // they time out) ends after this many windows, measuring nothing.

@@ -78,7 +78,8 @@ def main():
         short_ref += sum(min(g, 0) for g in gaps) / n
         short_static += sum(min(g, 0) for g in sgaps) / n
         print(f'{os.path.basename(scenario)[:-5]:27s}{sum(pct) / n:6.1f}{sum(p99) / n:8.2f} | '
-              f'{sum(gaps) / n:+6.1f}{min(gaps):+7.1f}{worse:>6d} of {n:<2d} | {sum(sgaps) / n:+6.1f}{min(sgaps):+7.1f}')
+              f'{sum(gaps) / n:+6.1f}{min(gaps):+7.1f}{worse:>6d} of {n:<2d} | '
+              f'{sum(sgaps) / n:+6.1f}{min(sgaps):+7.1f}')
     print(f'mean shortfall summed over scenarios: {short_ref:.1f} points vs the best reference, '
           f'{short_static:.1f} vs the best static limit')
 
