@@ -37,6 +37,10 @@ constexpr int kHalvedWindows = 4;
 // Elasticity of latency to the limit (d ln latency / d ln limit) over a
 // drain above which the drain was still above the knee.
 constexpr double kKneeElasticity = 0.85;
+// A window's p50 is at the baseline within this share of the tolerance
+// (0.09 of the baseline at the default tolerance: about a histogram bucket
+// and a half).
+constexpr double kConfirmShare = 0.15;
 // The limit counts as used when the peak in-flight reaches this share of it.
 constexpr double kUsedShare = 0.9;
 // Weight of each used window's completion rate in the smoothed rate.
@@ -97,7 +101,7 @@ double BalancePolicy::update(const Window& w) {
       // were waiting before the daemon knew the dependency): drain at once
       // to measure the real baseline.
       if (w.rejected > 0 || w.max_inflight >= kUsedShare * limit_) {
-        since_probe_ns_ = params_.probe_interval_ms * 1e6;
+        drain_called_ = true;
       }
     }
     latency_ns_ += weight * (p50 - latency_ns_);
@@ -120,7 +124,7 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     if (drops_ >= std::max(kMinDrops, params_.drop_threshold * drop_samples_)) {
       baseline_ns_ *= params_.backoff;
       base_mean_ns_ *= params_.backoff;
-      since_probe_ns_ = std::max(since_probe_ns_, params_.probe_interval_ms * 1e6);
+      drain_called_ = true;
     }
     return limit_;
   }
@@ -155,7 +159,7 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   } else if (baseline_samples_ < kTrustedSamples) {
     // The limit binds, and the baseline rests on a handful of calls from a
     // quiet time (or on a first window that may be queued): measure it.
-    since_probe_ns_ = std::max(since_probe_ns_, params_.probe_interval_ms * 1e6);
+    drain_called_ = true;
   }
 
   // Latency far under the baseline is no noise of a smoothed p50: the
@@ -204,6 +208,21 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   // follows it down, below the knee): drain once calm when the saturated
   // completion rate moved by more than kRateDrift since the last drain.
   if (drained_rate_ == 0) drained_rate_ = rate_;
+  // A window the limit binds all along with its p50 at the baseline, and
+  // the smoothed latency no higher, does what a scheduled drain would: the
+  // limit is at or under the knee, where latency is the no-load latency,
+  // and the baseline is that latency at this completion rate. It restarts
+  // the schedule and the rate a drain compares with; a drain now would
+  // only cost goodput (a limit climbing after capacity came back met
+  // drains it did not need: scenarios/capacity-grows). It also stands for
+  // the drain of a dependency that healed (latency stopped falling at the
+  // new baseline); one that drops or a baseline of a few calls called for
+  // stays due, since their baseline itself is in doubt.
+  const double band = kConfirmShare * params_.tolerance;
+  if (saturated && std::abs(p50 - baseline_ns_) <= band * baseline_ns_ && latency_ns_ <= (1 + band) * baseline_ns_) {
+    since_probe_ns_ = 0;
+    drained_rate_ = rate_;
+  }
   const bool rate_moved = drained_rate_ > 0 && std::abs(std::log(rate_ / drained_rate_)) > kRateDrift;
   // Unused, the baseline follows the latency; when that has drifted over
   // the target of the last drain, callers may be queueing the dependency
@@ -211,10 +230,12 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   const bool drifted = !used && drained_ns_ > 0 && latency_ns_ > tolerance * drained_ns_;
   // A scheduled drain waits for calm: one that starts as the dependency
   // loses capacity measures the queue it is building, not the baseline.
-  const bool due = (since_probe_ns_ >= params_.probe_interval_ms * 1e6 || rate_moved) && (used || drifted) &&
+  const bool due = (drain_called_ || since_probe_ns_ >= params_.probe_interval_ms * 1e6 || rate_moved) &&
+                   (used || drifted) &&
                    r <= tolerance;
   if (params_.probe_interval_ms > 0 && (due || stuck)) {
     windows_over_target_ = 0;
+    drain_called_ = false;
     probing_ = true;
     probe_elapsed_ns_ = 0;
     probe_windows_ = 0;

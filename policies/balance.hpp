@@ -60,7 +60,10 @@
 //     knee would measure queueing and ratchet the baseline up.
 // A drain is due after probe_interval_ms of window time with the limit in
 // use, and waits for calm (r ≤ T): one that starts as the dependency loses
-// capacity measures the queue it is building. It comes early when the
+// capacity measures the queue it is building. A window that the limit binds
+// all along with its p50 within 0.15 × tolerance of the baseline restarts
+// that time, and the rate a drain compares with: the limit is under the
+// knee there, so the window saw what a drain would measure. It comes early when the
 // baseline is what is wrong: halving the limit, or 15 windows over the
 // target (round trips, when calls outlast windows), has not brought
 // latency under it (the dependency got slower, there is no queue to
@@ -165,6 +168,7 @@ class BalancePolicy : public Policy {
   // Window time with the limit in use since the last drain ended, and
   // window time within the current one.
   double since_probe_ns_ = 0;
+  bool drain_called_ = false;  // by drops or a doubtful baseline: due once calm
   bool probing_ = false;
   double probe_elapsed_ns_ = 0;
   double probe_needed_ns_ = 0;

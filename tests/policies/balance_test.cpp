@@ -294,18 +294,19 @@ TEST(BalancePolicy, AScheduledDrainWaitsForCalm) {
 TEST(BalancePolicy, DrainsToTheKneeThatLittlesLawGives) {
   BalancePolicy b(Bounds{1, 1000, 20}, hand());
   b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // baseline 10
-  // A saturated window: 2000 calls of 10 ms in 1 s keep 20 in flight on
-  // average, all of the limit. The dependency serves 2000/s at 10 ms: its
-  // knee is 20 calls. (r = 1: the limit grows to 22.)
-  Window w = make_window(WindowSpec{.ok = 2000, .rtt_ms = 10, .max_inflight = 20});
+  // A saturated window: 1800 calls of 11 ms in 1 s keep 19.8 in flight on
+  // average, nearly all of the limit. The dependency serves 1800/s, at
+  // 10 ms without a queue: its knee is 18 calls. (r = 1.1, room 0.5: the
+  // limit grows by 1, to 21.)
+  Window w = make_window(WindowSpec{.ok = 1800, .rtt_ms = 11, .max_inflight = 20});
   w.rejected = 1;
-  EXPECT_DOUBLE_EQ(b.update(w), 22);
+  EXPECT_DOUBLE_EQ(b.update(w), 21);
   // Four more used seconds at r = 1.1, + 5% each, the last one due:
-  // 22 * 1.05^4 = 26.74, and L / T = 22.3 is over the knee of 20.
+  // 21 * 1.05^4 = 25.5, and L / T = 21.3 is over the knee of 18.
   for (int i = 0; i < 3; ++i) b.update(used_window(11, 200));
   EXPECT_FALSE(b.probing());
-  // The drain goes to floor(0.85 * 20) = 17, not to floor(0.85 * 22.3).
-  EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 17);
+  // The drain goes to floor(0.85 * 18) = 15, not to floor(0.85 * 21.3).
+  EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 15);
   EXPECT_TRUE(b.probing());
 }
 
@@ -366,6 +367,31 @@ TEST(BalancePolicy, AQueueThatHoldsTheRateIsNoReasonToDrain) {
   // The same latency from a queue: the dependency keeps serving 2000/s
   // whatever the limit; cutting the limit is right, the baseline is.
   EXPECT_FALSE(drains_after_cut(false));
+}
+
+TEST(BalancePolicy, AWindowAtTheBaselineWithTheLimitBindingStandsForADrain) {
+  BalancePolicy b(Bounds{1, 1000, 20}, hand());
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // baseline 10
+  // Four used seconds at r = 1.1, one short of a drain.
+  for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
+  // A second with the limit bound all along (2000 calls of 10 ms keep the
+  // 20 in flight) and its p50 at the baseline (within 0.15 * 0.2): the
+  // limit is at the knee or under it, and latency is the no-load one. It
+  // saw what a drain would measure, and the schedule starts over.
+  b.update(saturated(b.limit(), 10, 2000));
+  EXPECT_FALSE(b.probing());
+  for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
+  EXPECT_FALSE(b.probing());
+  b.update(used_window(11, 200));
+  EXPECT_TRUE(b.probing());  // five used seconds after that window
+
+  // The same second at 10.5 ms, 5% over the baseline, outside the band:
+  // the drain comes on schedule.
+  BalancePolicy c(Bounds{1, 1000, 20}, hand());
+  c.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  for (int i = 0; i < 4; ++i) c.update(used_window(11, 200));
+  c.update(saturated(c.limit(), 10.5, 2000));
+  EXPECT_TRUE(c.probing());
 }
 
 TEST(BalancePolicy, TakesAMuchLowerLatencyAsTheBaselineAndDrainsSoon) {
