@@ -61,9 +61,10 @@
 // A drain is due after probe_interval_ms of window time with the limit in
 // use, and waits for calm (r ≤ T): one that starts as the dependency loses
 // capacity measures the queue it is building. A window that the limit binds
-// all along with its p50 within 0.15 × tolerance of the baseline restarts
-// that time, and the rate a drain compares with: the limit is under the
-// knee there, so the window saw what a drain would measure. It comes early when the
+// all along, with its p50 within 0.15 × tolerance of the baseline and the
+// smoothed latency no more than that over it, restarts that time and the
+// rate a drain compares with: the limit is under the knee there, so the
+// window saw what a drain would measure. It comes early when the
 // baseline is what is wrong: halving the limit, or 15 windows over the
 // target (round trips, when calls outlast windows), has not brought
 // latency under it (the dependency got slower, there is no queue to
