@@ -26,14 +26,15 @@ constexpr int kProbeMinWindows = 3;
 // A probe whose in-flight never falls to its limit (calls that hang until
 // they time out) ends after this many windows, measuring nothing.
 constexpr int kProbeMaxWindows = 50;
+// A probe ends with no fewer calls measured than this (a drained limit of
+// a few calls of a slow dependency completes one or two a window; their
+// p50 is noise, and it becomes the baseline).
+constexpr double kProbeSamples = 20;
 // Windows in a row above the target (while shrinking) after which the
 // baseline is re-measured at once: queueing would have receded by then.
 // A window shorter than a round trip (latency plus smoothing lag) counts
 // as its share of one.
 constexpr int kStuckWindows = 15;
-// Windows over the target after which a limit cut by half or more that has
-// not brought latency under it means the baseline is wrong.
-constexpr int kHalvedWindows = 4;
 // Elasticity of latency to the limit (d ln latency / d ln limit) over a
 // drain above which the drain was still above the knee.
 constexpr double kKneeElasticity = 0.85;
@@ -198,11 +199,15 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     limit_ = clamp(limit_ + trip * room * std::max(1.0, limit_ * params_.growth));
   }
 
-  // Drain early when the baseline is what is wrong. Halving the limit
-  // halves a queue; latency still over the target after that, or after
-  // kStuckWindows, means the dependency itself got slower.
+  // Drain early when the baseline may be what is wrong: latency over the
+  // target for kStuckWindows, or long enough for the cuts to halve the
+  // limit. A queue would have receded by then, or a drain settles it: a
+  // drain under the knee sees the baseline either way, and when that rose
+  // puts the limit back. Waiting to see whether the halving helped costs
+  // round trips of the smoothed latency, whose lag is long when the cut
+  // limit leaves a few calls to a window (scenarios/small-dependency).
   const bool stuck = windows_over_target_ >= kStuckWindows ||
-                     (windows_over_target_ >= kHalvedWindows && limit_ <= limit_over_target_ / 2);
+                     (windows_over_target_ > 0 && limit_ <= limit_over_target_ / 2);
   // And a dependency whose capacity moved may have moved its latency too
   // (a slow creep never keeps latency over the target for long: the limit
   // follows it down, below the knee): drain once calm when the saturated
@@ -286,7 +291,7 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     return limit_;
   }
   const bool drained = (probe_windows_ >= kProbeMinWindows && probe_elapsed_ns_ >= probe_needed_ns_ &&
-                        probe_samples_ > 0) ||
+                        probe_samples_ >= kProbeSamples) ||
                        probe_windows_ >= kProbeMaxWindows;
   if (!drained) return limit_;
   probing_ = false;

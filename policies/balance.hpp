@@ -50,9 +50,10 @@
 //   - when the smoothed latency falls under base / T (no noise does that:
 //     the dependency healed), it drops to it at once and drains soon;
 //   - it drains: the limit drops to probe_factor × (0.85 of) the knee for
-//     at least three windows and twice the latency; the sample-weighted
-//     p50 of the probe windows after in-flight fell to the drained limit
-//     (the calls queued before it gone) becomes the baseline, up or down.
+//     at least three windows, twice the latency and 20 calls measured;
+//     the sample-weighted p50 of the probe windows after in-flight fell
+//     to the drained limit (the calls queued before it gone) becomes the
+//     baseline, up or down.
 //     The knee is L / T (since L* = T × W), or, when lower, the
 //     smoothed completion rate of saturated windows times the no-load mean
 //     latency (Little's law: W = capacity × mean service time), which
@@ -65,10 +66,12 @@
 // smoothed latency no more than that over it, restarts that time and the
 // rate a drain compares with: the limit is under the knee there, so the
 // window saw what a drain would measure. It comes early when the
-// baseline is what is wrong: halving the limit, or 15 windows over the
-// target (round trips, when calls outlast windows), has not brought
-// latency under it (the dependency got slower, there is no queue to
-// shrink); once calm, when the completion rate of
+// baseline may be what is wrong: latency stayed over the target while the
+// cuts halved the limit, or for 15 windows (round trips, when calls
+// outlast windows) — the dependency may have got slower, with no queue to
+// shrink, and the drain tells (waiting for the halving to show in the
+// smoothed latency takes its lag, long when a cut limit leaves a few
+// calls to a window); once calm, when the completion rate of
 // saturated windows (time-average in-flight near the limit) moved by more
 // than 35% (in log) since the last drain (the capacity moved, and its
 // latency may have: a slow latency creep cuts the limit below the knee

@@ -126,17 +126,23 @@ TEST(BalancePolicy, CountsTheSmoothingsLagInTheRoundTrip) {
 }
 
 TEST(BalancePolicy, CountsWindowsOverTheTargetInRoundTrips) {
-  BalancePolicy b(kBounds, hand());
+  BalancePolicy::Params p = hand();
+  p.probe_interval_ms = 1e9;  // never on schedule
+  BalancePolicy b(kBounds, p);
   b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 100, .max_inflight = 10}));  // baseline 100 ms
-  // r = 4: each 100-ms window cuts by 0.548^(1/4) = 0.86; the limit is
-  // halved after 5, but that is 1.25 round trips of 400 ms, not the 4 the
-  // queue needs to recede: no drain until the 16th window (4 round trips).
-  for (int i = 0; i < 15; ++i) {
-    b.update(short_window(400, 100));
+  // r = 1.3, a little over T = 1.2, in 100-ms windows of 130-ms calls:
+  // each window is 100 / 130 of a round trip and cuts by
+  // sqrt(1.2 / 1.3)^(100 / 130) = 0.9697, so the limit is not yet halved
+  // after 20 windows (54.0). The 15 round trips over the target are
+  // complete in the 20th window (19 x 100 / 130 = 14.6, 20 x = 15.4).
+  for (int i = 0; i < 19; ++i) {
+    b.update(short_window(130, 100));
     EXPECT_FALSE(b.probing()) << "window " << i + 1;
   }
-  b.update(short_window(400, 100));
+  b.update(short_window(130, 100));
   EXPECT_TRUE(b.probing());
+  // Drained to 0.85 of L / T from the unhalved 54.0: floor(38.3).
+  EXPECT_DOUBLE_EQ(b.limit(), 38);
 }
 
 TEST(BalancePolicy, RejectionsCountAsUse) {
@@ -316,14 +322,35 @@ TEST(BalancePolicy, DrainsEarlyWhenShrinkingDoesNotBringLatencyDown) {
   BalancePolicy b(kBounds, p);
   b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
   // Latency doubled and stays doubled whatever the limit: not queueing.
-  // r = 2 cuts by sqrt(1.2 / 2) = 0.775 a window: 77.5, 60, 46.5 (halved),
-  // and the fourth window over the target drains.
+  // r = 2 cuts by sqrt(1.2 / 2) = 0.775 a window: 77.5, 60, 46.5, halved
+  // in the third window over the target, which drains at once.
   int windows = 0;
   while (!b.probing() && windows < 100) {
     b.update(used_window(20, 1000));
     ++windows;
   }
-  EXPECT_EQ(windows, 4);
+  EXPECT_EQ(windows, 3);
+}
+
+TEST(BalancePolicy, ADrainMeasuresAtLeastTwentyCalls) {
+  BalancePolicy::Params p = hand();
+  p.probe_interval_ms = 1e9;  // never on schedule
+  BalancePolicy b(kBounds, p);
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  // Latency doubled whatever the limit: drains in the third window (above).
+  for (int i = 0; i < 3; ++i) b.update(used_window(20, 1000));
+  ASSERT_TRUE(b.probing());
+  // Windows of five calls: the first is left out (calls from before the
+  // drain), so the measured calls reach 20 in the fifth, and not before:
+  // three windows and twice the latency are not enough on their own.
+  const Window few = make_window(WindowSpec{.ok = 5, .rtt_ms = 20, .max_inflight = 5});
+  for (int i = 0; i < 4; ++i) {
+    b.update(few);
+    EXPECT_TRUE(b.probing()) << "window " << i + 1;
+  }
+  b.update(few);
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 20e6);
 }
 
 // A saturated one-second window at limit L: every call admitted takes
