@@ -167,7 +167,8 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   // dependency got faster (it healed). Take it as the baseline now, and
   // drain soon to measure the real one (the smoothed latency is still
   // falling).
-  if (latency_ns_ * tolerance < baseline_ns_) {
+  const bool healed = latency_ns_ * tolerance < baseline_ns_;
+  if (healed) {
     base_mean_ns_ *= latency_ns_ / baseline_ns_;
     baseline_ns_ = latency_ns_;
     drained_ns_ = drained_ns_ > 0 ? std::min(drained_ns_, latency_ns_) : 0;
@@ -212,7 +213,15 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   // (a slow creep never keeps latency over the target for long: the limit
   // follows it down, below the knee): drain once calm when the saturated
   // completion rate moved by more than kRateDrift since the last drain.
+  // Under the knee the rate follows the limit, so a rate that rose while
+  // latency was within the target is the limit's own climb, no news of the
+  // dependency: the rate to compare with follows it up, and a fall counts
+  // from the highest. (A limit climbing back after a drain, or after the
+  // capacity came back, otherwise met a drain at every 35% of its climb:
+  // three in the three seconds after scenarios/capacity-drop's workers
+  // returned.)
   if (drained_rate_ == 0) drained_rate_ = rate_;
+  if (saturated && r <= tolerance) drained_rate_ = std::max(drained_rate_, rate_);
   // A window the limit binds all along with its p50 at the baseline, and
   // the smoothed latency no higher, does what a scheduled drain would: the
   // limit is at or under the knee, where latency is the no-load latency,
@@ -222,9 +231,13 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   // drains it did not need: scenarios/capacity-grows). It also stands for
   // the drain of a dependency that healed (latency stopped falling at the
   // new baseline); one that drops or a baseline of a few calls called for
-  // stays due, since their baseline itself is in doubt.
+  // stays due, since their baseline itself is in doubt. Not the window
+  // whose latency just became the baseline (the dependency healed): it is
+  // at the baseline by construction, and the latency is still falling (in
+  // scenarios/small-dependency the limit then held a baseline 2.5 times
+  // the healed one, and 4 times its latency, for the rest of the run).
   const double band = kConfirmShare * params_.tolerance;
-  if (saturated && std::abs(p50 - baseline_ns_) <= band * baseline_ns_ && latency_ns_ <= (1 + band) * baseline_ns_) {
+  if (!healed && saturated && std::abs(p50 - baseline_ns_) <= band * baseline_ns_ && latency_ns_ <= (1 + band) * baseline_ns_) {
     since_probe_ns_ = 0;
     drained_rate_ = rate_;
   }

@@ -65,7 +65,8 @@
 // all along, with its p50 within 0.15 × tolerance of the baseline and the
 // smoothed latency no more than that over it, restarts that time and the
 // rate a drain compares with: the limit is under the knee there, so the
-// window saw what a drain would measure. It comes early when the
+// window saw what a drain would measure (not a window whose latency just
+// became the baseline: it is at it by construction). It comes early when the
 // baseline may be what is wrong: latency stayed over the target while the
 // cuts halved the limit, or for 15 windows (round trips, when calls
 // outlast windows) — the dependency may have got slower, with no queue to
@@ -75,7 +76,9 @@
 // saturated windows (time-average in-flight near the limit) moved by more
 // than 35% (in log) since the last drain (the capacity moved, and its
 // latency may have: a slow latency creep cuts the limit below the knee
-// without ever staying over the target for long);
+// without ever staying over the target for long); a rate that rose with
+// latency within the target is the limit's own climb under the knee, and
+// moves the rate compared with up instead;
 // while the limit is unused, latency drifted over T times the last drained
 // baseline (callers queue the dependency by themselves below the limit);
 // and again soon when a drain found latency fell by more than the target

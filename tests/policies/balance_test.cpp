@@ -396,6 +396,28 @@ TEST(BalancePolicy, AQueueThatHoldsTheRateIsNoReasonToDrain) {
   EXPECT_FALSE(drains_after_cut(false));
 }
 
+TEST(BalancePolicy, ALimitClimbingUnderTheKneeIsNoReasonToDrain) {
+  BalancePolicy::Params p = hand();
+  p.probe_interval_ms = 1e9;  // never on schedule
+  BalancePolicy b(Bounds{1, 1000, 20}, p);
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // baseline 10
+  // Saturated seconds at r = 1.1 (outside the baseline's band, under the
+  // target): the limit grows by 5% a window and the rate, L / 11 ms, with
+  // it. Past 35% (in log) of rise the rate has moved, but by the limit's
+  // doing: the dependency is the same.
+  for (int i = 0; i < 12; ++i) {
+    b.update(saturated(b.limit(), 11));
+    EXPECT_FALSE(b.probing()) << "window " << i;
+  }
+  EXPECT_NEAR(b.limit(), 20 * std::pow(1.05, 12), 1e-9);
+  // A fall counts from the highest rate: the dependency gets slower at
+  // 15 ms, the limit is cut under it, and the calm after (r back at 1.2)
+  // drains.
+  for (int i = 0; i < 3 && !b.probing(); ++i) b.update(saturated(b.limit(), 15));
+  for (int i = 0; i < 3 && !b.probing(); ++i) b.update(saturated(b.limit(), 12));
+  EXPECT_TRUE(b.probing());
+}
+
 TEST(BalancePolicy, AWindowAtTheBaselineWithTheLimitBindingStandsForADrain) {
   BalancePolicy b(Bounds{1, 1000, 20}, hand());
   b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // baseline 10
@@ -431,6 +453,18 @@ TEST(BalancePolicy, TakesAMuchLowerLatencyAsTheBaselineAndDrainsSoon) {
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
   EXPECT_FALSE(b.probing());
   b.update(used_window(10));
+  EXPECT_TRUE(b.probing());
+}
+
+TEST(BalancePolicy, AWindowDoesNotConfirmTheBaselineItJustBecame) {
+  BalancePolicy b(Bounds{1, 1000, 20}, hand());
+  // A baseline of 20 ms resting on enough calls to be trusted.
+  b.update(make_window(WindowSpec{.ok = 300, .rtt_ms = 20, .max_inflight = 10}));
+  // The dependency healed, in a window that binds the limit all along:
+  // 10 ms becomes the baseline. That window is at the baseline only
+  // because it set it; it does not stand for the drain, which starts now.
+  b.update(saturated(b.limit(), 10, 2000));
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
   EXPECT_TRUE(b.probing());
 }
 
