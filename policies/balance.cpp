@@ -234,8 +234,8 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   // stays due, since their baseline itself is in doubt. Not the window
   // whose latency just became the baseline (the dependency healed): it is
   // at the baseline by construction, and the latency is still falling (in
-  // scenarios/small-dependency the limit then held a baseline 2.5 times
-  // the healed one, and 4 times its latency, for the rest of the run).
+  // scenarios/small-dependency the limit then held twice the calls at twice
+  // the p50 for the rest of the run: docs/policies.md).
   const double band = kConfirmShare * params_.tolerance;
   if (!healed && saturated && std::abs(p50 - baseline_ns_) <= band * baseline_ns_ && latency_ns_ <= (1 + band) * baseline_ns_) {
     since_probe_ns_ = 0;
