@@ -73,25 +73,25 @@ def main():
             refs = run(a.sim, scenario, offset, a.policy, {}, REFERENCES)
             mine = run(a.sim, scenario, offset, a.policy, params, [a.policy])
             me = next(r for r in mine if r['policy'] == a.policy)
-            best = max((r for r in refs if r['policy'] in REFERENCES and r['policy'] != a.policy),
-                       key=lambda r: r['goodput_pct'])
+            others = [r for r in refs if r['policy'] in REFERENCES and r['policy'] != a.policy]
+            best = max(others, key=lambda r: r['goodput_pct'])
             static = next(r for r in refs if r['kind'] == 'static-best')
             pct.append(me['goodput_pct'])
             p99.append(me['p99_vs_noload'])
             gaps.append(me['goodput_pct'] - best['goodput_pct'])
             sgaps.append(me['goodput_pct'] - static['goodput_pct'])
             worse += me['p99_vs_noload'] > best['p99_vs_noload']
-            better = [r['policy'] for r in refs if r['policy'] in REFERENCES and r['policy'] != a.policy and
-                      r['goodput_pct'] > me['goodput_pct'] and r['p99_vs_noload'] <= me['p99_vs_noload']]
+            better = [r['policy'] for r in others
+                      if r['goodput_pct'] > me['goodput_pct'] and r['p99_vs_noload'] <= me['p99_vs_noload']]
             beaten += bool(better)
             beaters.update(better)
         n = len(offsets)
         short_ref += sum(min(g, 0) for g in gaps) / n
         short_static += sum(min(g, 0) for g in sgaps) / n
         print(f'{os.path.basename(scenario)[:-5]:27s}{sum(pct) / n:6.1f}{sum(p99) / n:8.2f} | '
-              f'{sum(gaps) / n:+6.1f}{min(gaps):+7.1f}{worse:>6d} of {n:<2d} | '
+              f'{sum(gaps) / n:+6.1f}{min(gaps):+7.1f}{worse:>6d} of {n} | '
               f'{sum(sgaps) / n:+7.1f}{min(sgaps):+7.1f} | '
-              f'{beaten:>2d} of {n:<2d}{",".join(sorted(beaters))}')
+              f'{beaten:>2d} of {n} {",".join(sorted(beaters))}'.rstrip())
         beaten_scenarios += beaten > 0
     print(f'mean shortfall summed over scenarios: {short_ref:.1f} points vs the best reference, '
           f'{short_static:.1f} vs the best static limit; beaten on both in {beaten_scenarios} of '
