@@ -67,6 +67,9 @@ constexpr double kTrustedSamples = 200;
 // times out one call in five hundred must not wear the baseline down.
 constexpr double kDropSamples = 500;
 constexpr double kMinDrops = 3;
+// A drain that finds the dependency slower puts the limit back this share
+// of the way (in ratio) from the cut limit to the one before the cuts.
+constexpr double kRestoreShare = 0.5;
 
 }  // namespace
 
@@ -322,12 +325,19 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     }
     // The dependency got slower, not busier (the baseline rose past the
     // target): the limit before the cuts that latency caused still fits
-    // what it serves at once.
+    // what it serves at once. Or other limiters on the same dependency
+    // (other hosts) kept their queue in it through the drain, which then
+    // measured that queue: no drain of one limiter tells the two apart.
+    // Going back halfway (in ratio) hedges: a slower dependency is served
+    // at once by most of the old limit and the growth does the rest, while
+    // limiters that each restored the whole of it fed one another's queue
+    // (scenarios/many-processes-per-process, docs/policies.md).
     const bool slower = measured > (1 + params_.tolerance) * baseline_ns_;
     baseline_ns_ = latency_ns_ = drained_ns_ = measured;
     base_mean_ns_ = probe_mean_sum_ / probe_samples_;
     baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);
-    limit_ = slower ? limit_before_cuts_ : limit_before_probe_;
+    const double cut = std::max(limit_before_probe_, 1.0);
+    limit_ = slower ? clamp(std::floor(cut * std::pow(limit_before_cuts_ / cut, kRestoreShare))) : limit_before_probe_;
   } else {
     limit_ = limit_before_probe_;
   }

@@ -84,8 +84,9 @@
 // and again soon when a drain found latency fell by more than the target
 // queue explains (it started above the knee). A drain that finds the
 // baseline rose past the target (the dependency got slower, not busier)
-// restores the limit from before the cuts that latency caused, since the
-// dependency still serves as many calls at once. A window whose completions
+// puts the limit back halfway (in ratio) to the one from before the cuts
+// that latency caused, since the dependency still serves as many calls at
+// once (halfway, since other limiters' queue looks the same). A window whose completions
 // are five Poisson deviations off the smoothed rate (the capacity changed)
 // restarts the rate. A drain costs about 15% of the
 // admissions of three windows, and pins the one host-wide limit: every

@@ -482,11 +482,13 @@ TEST(BalancePolicy, RecoversFromASlowerDependencyAtTheNextDrain) {
   EXPECT_LT(lowest, 100);
   // ... until a drain measures 20 ms as the new baseline. That is past the
   // target over the old one (20 > 1.2 x 10): the dependency got slower,
-  // not busier, so the cuts were for nothing and the limit from before
-  // them comes back at once; then it grows, instead of collapsing.
+  // not busier, so the cuts were for nothing, and the limit goes back at
+  // once halfway (in ratio) to the 100 from before them. r = 2 cut it by
+  // sqrt(1.2 / 2) a window: 77.46, 60.00, 46.48 (halved: the drain), so
+  // floor(sqrt(46.48 x 100)) = 68. Then it grows, instead of collapsing.
   while (b.probing() && windows++ < 40) b.update(used_window(20, static_cast<std::uint32_t>(b.limit())));
   EXPECT_NEAR(b.baseline_ns(), 20e6, 1);
-  EXPECT_DOUBLE_EQ(b.limit(), 100);
+  EXPECT_DOUBLE_EQ(b.limit(), 68);
   for (int i = 0; i < 10; ++i) b.update(used_window(20, static_cast<std::uint32_t>(b.limit())));
   EXPECT_GT(b.limit(), 100);
 }
