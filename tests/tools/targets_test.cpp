@@ -1,0 +1,78 @@
+// The targets docs/policies.md says the default policy (balance) meets on
+// the shipped scenarios, at each scenario's own seed. The simulator runs on
+// a virtual clock, so these are results, not timings: the same on every
+// machine, and a policy change that gives one of them up fails here rather
+// than in a table nobody re-reads. (The targets balance does not meet yet
+// are in docs/policies.md, "Where balance stands against the targets".)
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tools/sim/report.hpp"
+
+namespace bulkhead::sim {
+namespace {
+
+constexpr const char* kPolicy = "balance";
+
+std::string scenario_path(const std::string& name) {
+  return std::string(BULKHEAD_SOURCE_DIR) + "/scenarios/" + name + ".toml";
+}
+
+ScenarioReport run(const std::string& path, bool references) {
+  RunOptions options;
+  options.policies = {kPolicy};
+  options.references = references;
+  options.jobs = 2;
+  return run_scenario(load_scenario_file(path), options);
+}
+
+const Summary& summary_of(const ScenarioReport& r, const std::string& kind) {
+  for (const Summary& s : r.summaries) {
+    if (s.kind == kind) return s;
+  }
+  ADD_FAILURE() << "no " << kind << " run";
+  return r.summaries.front();
+}
+
+TEST(SimTargets, ServesThreeTimesOverloadNearCapacityWithAShortTail) {
+  const ScenarioReport r = run(scenario_path("steady-overload"), false);
+  const Summary& b = summary_of(r, "policy");
+  EXPECT_GE(b.goodput_pct, 95.0);
+  EXPECT_LE(b.p99_vs_noload, 2.0);
+}
+
+TEST(SimTargets, StaysWithinTenPercentOfTheBestStaticLimitWhereNothingChanges) {
+  for (const char* name : {"steady-overload", "latency-noise", "many-processes"}) {
+    const ScenarioReport r = run(scenario_path(name), true);
+    EXPECT_GE(summary_of(r, "policy").goodput_per_s, 0.9 * summary_of(r, "static-best").goodput_per_s) << name;
+  }
+}
+
+TEST(SimTargets, HasAShorterTailThanTheBestStaticLimitWhereCapacityChanges) {
+  for (const char* name : {"capacity-drop", "capacity-grows"}) {
+    const ScenarioReport r = run(scenario_path(name), true);
+    EXPECT_LT(summary_of(r, "policy").p99_ms, summary_of(r, "static-best").p99_ms) << name;
+  }
+}
+
+// With one limit for the host, no shipped scenario loses more than 5% of
+// what the dependency could serve (the worst, on the table in
+// docs/policies.md, serves 98.5%): no collapse, whatever changes.
+TEST(SimTargets, OneHostWideLimitServesAtLeast95PercentEverywhere) {
+  int scenarios = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(BULKHEAD_SOURCE_DIR "/scenarios")) {
+    if (entry.path().extension() != ".toml") continue;
+    const Scenario s = load_scenario_file(entry.path().string());
+    if (s.limiter != LimiterMode::kHost) continue;
+    const ScenarioReport r = run(entry.path().string(), false);
+    EXPECT_GE(summary_of(r, "policy").goodput_pct, 95.0) << entry.path().filename();
+    ++scenarios;
+  }
+  EXPECT_GE(scenarios, 10);
+}
+
+}  // namespace
+}  // namespace bulkhead::sim
