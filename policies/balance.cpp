@@ -337,7 +337,8 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     base_mean_ns_ = probe_mean_sum_ / probe_samples_;
     baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);
     const double cut = std::max(limit_before_probe_, 1.0);
-    limit_ = slower ? clamp(std::floor(cut * std::pow(limit_before_cuts_ / cut, kRestoreShare))) : limit_before_probe_;
+    limit_ = slower ? clamp(std::floor(cut * std::pow(limit_before_cuts_ / cut, kRestoreShare)))
+                    : limit_before_probe_;
   } else {
     limit_ = limit_before_probe_;
   }

@@ -86,9 +86,9 @@
 // baseline rose past the target (the dependency got slower, not busier)
 // puts the limit back halfway (in ratio) to the one from before the cuts
 // that latency caused, since the dependency still serves as many calls at
-// once (halfway, since other limiters' queue looks the same). A window whose completions
-// are five Poisson deviations off the smoothed rate (the capacity changed)
-// restarts the rate. A drain costs about 15% of the
+// once (halfway: other limiters' queue in it looks the same). A window
+// whose completions are five Poisson deviations off the smoothed rate (the
+// capacity changed) restarts the rate. A drain costs about 15% of the
 // admissions of three windows, and pins the one host-wide limit: every
 // process on the host sees it at once.
 //
