@@ -22,25 +22,44 @@ using namespace std::chrono_literals;
 using testing::TempSegmentName;
 using Clock = Executor::Clock;
 
-// A task that holds its worker until the test opens the gate.
+// A task that holds its worker until the test opens the gate. A test that
+// stops early (a failed ASSERT) leaves the gate to its destructor, which
+// opens it and waits for the blocker to be done with it: otherwise the
+// pool's destructor joins a worker that waits forever, and the failure
+// shows as a ctest timeout instead of the assertion that failed.
 class Gate {
  public:
+  Gate() = default;
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+  ~Gate() {
+    if (!opened_) open();
+    if (started_.load()) {
+      while (!finished_.load()) std::this_thread::yield();
+    }
+  }
   auto blocker() {
     return [this] {
       started_.store(true);
       open_.wait();
+      finished_.store(true);  // the last touch of the gate
       return 1;
     };
   }
   void wait_started() const {
     while (!started_.load()) std::this_thread::yield();
   }
-  void open() { promise_.set_value(); }
+  void open() {
+    opened_ = true;
+    promise_.set_value();
+  }
 
  private:
   std::promise<void> promise_;
   std::shared_future<void> open_ = promise_.get_future().share();
   std::atomic<bool> started_{false};
+  std::atomic<bool> finished_{false};
+  bool opened_ = false;  // the test's thread only
 };
 
 // The reason in a refused task's future, or 0 if it ran.
@@ -132,8 +151,19 @@ TEST_F(ExecutorTest, ATaskWhoseDeadlinePassedWhileQueuedIsNotRun) {
   Gate gate;
   std::future<int> running = occupy_worker(pool, gate);
   std::atomic<bool> ran{false};
-  const auto deadline = Clock::now() + 1ms;
+  // A budget that passes while the task waits in the queue, not before
+  // submit() checks it. On a slow machine (sanitizers, other load) 1 ms
+  // can be gone before that check, and a refusal at submit tests nothing
+  // here (ADeadlinePassedAtSubmitIsRefusedAtOnce does): double it until
+  // submit() queues the task.
+  auto budget = 1ms;
+  auto deadline = Clock::now() + budget;
   auto late = pool.submit([&] { ran = true; }, deadline);
+  while (!late && late.reason() == BH_REJECT_DEADLINE && budget < 10s) {
+    budget *= 2;
+    deadline = Clock::now() + budget;
+    late = pool.submit([&] { ran = true; }, deadline);
+  }
   ASSERT_TRUE(late);
   while (Clock::now() <= deadline) std::this_thread::yield();  // it expires in the queue
   gate.open();
