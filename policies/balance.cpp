@@ -275,8 +275,14 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     // Below the knee: at the target the limit is T x W, so L / T is W;
     // and by Little's law W is the completion rate times the no-load mean
     // latency, which is what to trust when the two disagree (the limit
-    // overshot, or the dependency lost capacity).
-    const double knee = rate_ * base_mean_ns_;
+    // overshot, or the dependency lost capacity). Not for a stuck drain:
+    // it is there because the no-load latency itself is in doubt, and a
+    // dependency k times slower completes k times fewer calls, so the rate
+    // times the old mean latency puts the knee k times too low (one call
+    // of eight in scenarios/small-dependency, for the 20 calls the drain
+    // waits for). L / T of a limit already cut for that latency is low
+    // enough.
+    const double knee = stuck ? 0.0 : rate_ * base_mean_ns_;
     const double below = knee > 0 ? std::min(limit_ / tolerance, knee) : limit_ / tolerance;
     limit_ = clamp(std::floor(params_.probe_factor * below));
   }

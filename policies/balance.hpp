@@ -57,8 +57,12 @@
 //     The knee is L / T (since L* = T × W), or, when lower, the
 //     smoothed completion rate of saturated windows times the no-load mean
 //     latency (Little's law: W = capacity × mean service time), which
-//     holds even when the limit overshot. A drain that stayed above the
-//     knee would measure queueing and ratchet the baseline up.
+//     holds even when the limit overshot; but L / T alone for a drain
+//     called because latency stayed over the target (below), which
+//     doubts that no-load latency: a dependency k times slower completes
+//     k times fewer calls, and the rate puts the knee k times too low. A
+//     drain that stayed above the knee would measure queueing and
+//     ratchet the baseline up.
 // A drain is due after probe_interval_ms of window time with the limit in
 // use, and waits for calm (r ≤ T): one that starts as the dependency loses
 // capacity measures the queue it is building. A window that the limit binds

@@ -383,6 +383,26 @@ bool drains_after_cut(bool rate_follows_limit) {
   return false;
 }
 
+TEST(BalancePolicy, ADrainForLatencyStuckOverTheTargetIgnoresTheRatesKnee) {
+  BalancePolicy::Params p = hand();
+  p.probe_interval_ms = 1e9;  // never on schedule
+  BalancePolicy b(Bounds{1, 1000, 20}, p);
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // baseline 10
+  // 2000/s at 10 ms: no queue (r = 1), the limit grows by 10% of 20, to 22.
+  EXPECT_DOUBLE_EQ(b.update(saturated(b.limit(), 10)), 22);
+  // The dependency turns 4x slower. r = 4 cuts by sqrt(1.2 / 4) = 0.548 a
+  // window: 12.05, then 6.60, half of the 22 latency first passed the
+  // target at: a drain. Its completions fell with it (22 / 40 ms = 550/s,
+  // then 301/s), so the rate times the 10 ms no-load mean latency gives a
+  // knee of 3 calls, and a drain there (floor(0.85 x 3.01) = 2) would
+  // measure two calls a window. That knee rests on the latency the drain
+  // is there to doubt: it drains to floor(0.85 x 6.60 / 1.2) = 4.
+  b.update(saturated(b.limit(), 40));
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.update(saturated(b.limit(), 40)), 4);
+  EXPECT_TRUE(b.probing());
+}
+
 TEST(BalancePolicy, DrainsOnceCalmWhenTheRateMoved) {
   // The dependency got slower, no queue: the limit fell to 14.3 and the
   // rate with it, 14.3 / 12 ms = 1190/s, 52% (in log) under the 2000/s
