@@ -395,7 +395,7 @@ TEST(BalancePolicy, ADrainForLatencyStuckOverTheTargetIgnoresTheRatesKnee) {
   // target at: a drain. Its completions fell with it (22 / 40 ms = 550/s,
   // then 301/s), so the rate times the 10 ms no-load mean latency gives a
   // knee of 3 calls, and a drain there (floor(0.85 x 3.01) = 2) would
-  // measure two calls a window. That knee rests on the latency the drain
+  // measure two calls at a time. That knee rests on the latency the drain
   // is there to doubt: it drains to floor(0.85 x 6.60 / 1.2) = 4.
   b.update(saturated(b.limit(), 40));
   EXPECT_FALSE(b.probing());
