@@ -282,8 +282,9 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     // of eight in scenarios/small-dependency, for the 20 calls the drain
     // waits for). L / T of a limit already cut for that latency is low
     // enough.
-    const double knee = stuck ? 0.0 : rate_ * base_mean_ns_;
-    const double below = knee > 0 ? std::min(limit_ / tolerance, knee) : limit_ / tolerance;
+    const double knee = rate_ * base_mean_ns_;
+    const bool trust_knee = knee > 0 && !stuck;
+    const double below = trust_knee ? std::min(limit_ / tolerance, knee) : limit_ / tolerance;
     limit_ = clamp(std::floor(params_.probe_factor * below));
   }
   return limit_;
