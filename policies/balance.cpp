@@ -70,6 +70,9 @@ constexpr double kMinDrops = 3;
 // A drain that finds the dependency slower puts the limit back this share
 // of the way (in ratio) from the cut limit to the one before the cuts.
 constexpr double kRestoreShare = 0.5;
+// After a drain that found the dependency slower, the limit grows only
+// while latency is within this share of the tolerance over the baseline.
+constexpr double kSlowerGrowthShare = 1.0 / 3;
 
 }  // namespace
 
@@ -198,8 +201,12 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     limit_ = clamp(limit_ * std::pow(std::max(0.5, std::sqrt(tolerance / r)), trip));
   } else if (used) {
     // 1 with no queue, 0 at the target; at least one call per round trip
-    // with no queue, so that a collapsed limit climbs back.
-    const double room = std::min(1.0, (tolerance - r) / (tolerance - 1));
+    // with no queue, so that a collapsed limit climbs back. On a baseline
+    // a drain found slower, growth stops short of the target: that drain
+    // may have measured other limiters' queue, and T times it is a queue
+    // on a queue (the limit is still cut only over the target).
+    const double target = found_slower_ ? 1 + kSlowerGrowthShare * params_.tolerance : tolerance;
+    const double room = std::clamp((target - r) / (target - 1), 0.0, 1.0);
     limit_ = clamp(limit_ + trip * room * std::max(1.0, limit_ * params_.growth));
   }
 
@@ -340,6 +347,7 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // limiters that each restored the whole of it fed one another's queue
     // (scenarios/many-processes-per-process, docs/policies.md).
     const bool slower = measured > (1 + params_.tolerance) * baseline_ns_;
+    found_slower_ = slower;
     baseline_ns_ = latency_ns_ = drained_ns_ = measured;
     base_mean_ns_ = probe_mean_sum_ / probe_samples_;
     baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);

@@ -19,7 +19,9 @@
 //   drop ratio ≥ drop_threshold:        L ← L × backoff        (overload)
 //     and if drops persist:             base ← base × backoff, drain once calm
 //   r > T, peak in-flight ≥ L / 2:      L ← L × max(½, √(T / r))
-//   limit used, r ≤ T:                  L ← L + min(1, (T − r)/(T − 1)) × max(1, L × growth)
+//   limit used, r ≤ T:                  L ← L + max(0, min(1, (G − r)/(G − 1))) × max(1, L × growth)
+// with G = T, or G = 1 + tolerance / 3 while the baseline is one a drain
+// found slower (below).
 //   otherwise (app-limited):            hold
 // "Used" means a call was rejected or the peak in-flight reached 90% of L.
 // Both steps are per round trip: a step shows in the smoothed latency a
@@ -90,7 +92,13 @@
 // baseline rose past the target (the dependency got slower, not busier)
 // puts the limit back halfway (in ratio) to the one from before the cuts
 // that latency caused, since the dependency still serves as many calls at
-// once (halfway: other limiters' queue in it looks the same). A window
+// once (halfway: other limiters' queue in it looks the same). From there
+// the limit grows only while r ≤ 1 + tolerance / 3 (and is cut, as ever,
+// over T) until a drain finds the dependency no slower: that baseline
+// rests on one drain of a few calls, which may have measured the others'
+// queue, and a full target on top of it adds a queue of T × theirs
+// (scenarios/small-dependency: p99 5.7x to 5.1x no-load over 30 seeds,
+// docs/policies.md). A window
 // whose completions are five Poisson deviations off the smoothed rate (the
 // capacity changed) restarts the rate. A drain costs about 15% of the
 // admissions of three windows, and pins the one host-wide limit: every
@@ -195,6 +203,7 @@ class BalancePolicy : public Policy {
   double probe_samples_ = 0;
   double limit_before_probe_ = 0;
   double limit_before_cuts_ = 0;  // to restore if the drain finds a slower dependency
+  bool found_slower_ = false;     // the last drain that measured found the dependency slower
   double probe_mean_sum_ = 0;  // latency sum over the same windows
   double base_mean_ns_ = 0;    // the no-load mean latency, beside the p50
   double rate_ = 0;            // completions per ns while the limit is used

@@ -513,6 +513,32 @@ TEST(BalancePolicy, RecoversFromASlowerDependencyAtTheNextDrain) {
   EXPECT_GT(b.limit(), 100);
 }
 
+TEST(BalancePolicy, GrowsShortOfTheTargetOnABaselineADrainFoundSlower) {
+  BalancePolicy b(kBounds, hand());
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  const auto at = [&b](double rtt_ms) { return b.update(used_window(rtt_ms, static_cast<std::uint32_t>(b.limit()))); };
+  // The dependency turns 2x slower: the cuts, then the drain that finds
+  // the baseline at 20 ms and puts the limit back to 68, as above.
+  int windows = 0;
+  while (!b.probing() && windows++ < 20) at(20);
+  while (b.probing() && windows++ < 40) at(20);
+  ASSERT_DOUBLE_EQ(b.limit(), 68);
+  // r = 1.1 is under the target T = 1.2 (room for half a step, 71.4), but
+  // the baseline rests on that one drain (other limiters' queue would
+  // look the same), and growth stops at 1 + 0.2 / 3: hold.
+  EXPECT_DOUBLE_EQ(at(22), 68);
+  // r = 1.025: room (1.0667 - 1.025) / 0.0667 = 0.625 of 10% of 68.
+  EXPECT_NEAR(at(20.5), 72.25, 1e-9);
+  // The next scheduled drain (5 s of use) finds 20 ms again, no slower:
+  // the whole target is back, and r = 1.1 grows the limit again.
+  while (!b.probing() && windows++ < 60) at(20.5);
+  ASSERT_TRUE(b.probing());
+  while (b.probing() && windows++ < 80) at(20);
+  EXPECT_NEAR(b.baseline_ns(), 20e6, 1);
+  const double restored = b.limit();
+  EXPECT_GT(at(22), restored);
+}
+
 TEST(BalancePolicy, ADrainThatSeesDropsEndsWithoutRisingAgain) {
   BalancePolicy b(kBounds, hand());
   b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
