@@ -20,9 +20,9 @@
 //     and if drops persist:             base ← base × backoff, drain once calm
 //   r > T, peak in-flight ≥ L / 2:      L ← L × max(½, √(T / r))
 //   limit used, r ≤ T:                  L ← L + max(0, min(1, (G − r)/(G − 1))) × max(1, L × growth)
+//   otherwise (app-limited):            hold
 // with G = T, or G = 1 + tolerance / 3 while the baseline is one a drain
 // found slower (below).
-//   otherwise (app-limited):            hold
 // "Used" means a call was rejected or the peak in-flight reached 90% of L.
 // Both steps are per round trip: a step shows in the smoothed latency a
 // round trip S later plus the smoothing's lag ((1 − w) / w windows, w the
@@ -96,7 +96,7 @@
 // the limit grows only while r ≤ 1 + tolerance / 3 (and is cut, as ever,
 // over T) until a drain finds the dependency no slower: that baseline
 // rests on one drain of a few calls, which may have measured the others'
-// queue, and a full target on top of it adds a queue of T × theirs
+// queue, and the full target on top of it stacks a queue on a queue
 // (scenarios/small-dependency: p99 5.7x to 5.1x no-load over 30 seeds,
 // docs/policies.md). A window
 // whose completions are five Poisson deviations off the smoothed rate (the
