@@ -5,7 +5,7 @@ static limit. A single run moves by a few tenths of a point with its seed,
 and a rare seed can show a collapse the others do not; this is the check to
 make before claiming a policy change helps.
 
-  scripts/sim-seeds.py [--policy balance] [--seeds 0,100,...,500] [KEY=VALUE...]
+  scripts/sim-seeds.py [--policy balance] [--seeds 0,100,...,500] [--scenario NAME]... [KEY=VALUE...]
 
 KEY=VALUE pairs are the policy's parameters (docs/config.md), applied to a
 copy of each scenario. Per scenario, over the seeds (each an offset added to
@@ -18,7 +18,9 @@ a p99 no worse), and which. The reference with the most goodput may buy it
 with a deep queue (AIMD's p99 is several times the others'); one that beats
 the policy on both is a loss with no excuse. The last line sums, over
 scenarios, the mean shortfall (seeds where the policy did better count as
-0), and counts the scenarios where a reference beat it on both.
+0), and counts the scenarios where a reference beat it on both. --scenario
+(the file name without .toml, repeated for several) runs those only: a
+quick look at the scenarios a change is for, before the whole suite.
 """
 import argparse
 import json
@@ -54,12 +56,20 @@ def main():
     ap.add_argument('--policy', default='balance')
     ap.add_argument('--seeds', default='0,100,200,300,400,500', help='offsets added to each scenario\'s seed')
     ap.add_argument('--sim', default=os.path.join(ROOT, 'build/tools/sim/bulkhead-sim'))
+    ap.add_argument('--scenario', action='append', default=[], metavar='NAME',
+                    help='run this scenario only (scenarios/NAME.toml); repeat for several')
     ap.add_argument('params', nargs='*', metavar='KEY=VALUE')
     a = ap.parse_args()
     params = dict(p.split('=', 1) for p in a.params)
     offsets = [int(s) for s in a.seeds.split(',')]
     scenarios = sorted(os.path.join(ROOT, 'scenarios', f) for f in os.listdir(os.path.join(ROOT, 'scenarios'))
                        if f.endswith('.toml'))
+    if a.scenario:
+        chosen = [os.path.join(ROOT, 'scenarios', f'{name}.toml') for name in a.scenario]
+        missing = [c for c in chosen if c not in scenarios]
+        if missing:
+            sys.exit(f'sim-seeds: no such scenario: {", ".join(os.path.relpath(m, ROOT) for m in missing)}')
+        scenarios = sorted(set(chosen))
     print(f'{len(offsets)} seeds; goodput in points of capacity')
     print(f'{"":27s}{"%cap":>6s}{"p99/nl":>8s} | {"vs best reference":^24s} | {"vs best static":^14s}'
           f' | beaten on both')
