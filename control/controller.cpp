@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "shm/histogram.hpp"
 
@@ -108,14 +109,15 @@ void Controller::close_window(std::uint32_t inflight, std::uint64_t now_ns) {
   if (w.ok > 0) {
     w.rtt_min_ns = extremes_.rtt_min_ns == UINT64_MAX ? 0 : extremes_.rtt_min_ns;
     w.rtt_max_ns = extremes_.rtt_max_ns;
-    constexpr double kQuantiles[] = {0.50, 0.90, 0.99};
-    std::uint64_t at[3];
+    constexpr double kQuantiles[] = {0.10, 0.50, 0.90, 0.99};
+    std::uint64_t at[std::size(kQuantiles)];
     const std::uint32_t first = std::min(open_.first, open_.end);  // an empty range when no bucket holds one
     shm::histogram_quantiles_ns(std::span<const std::uint64_t>(open_.histogram).subspan(first, open_.end - first),
                                 kQuantiles, at, first);
-    w.rtt_p50_ns = at[0];
-    w.rtt_p90_ns = at[1];
-    w.rtt_p99_ns = at[2];
+    w.rtt_p10_ns = at[0];
+    w.rtt_p50_ns = at[1];
+    w.rtt_p90_ns = at[2];
+    w.rtt_p99_ns = at[3];
   }
   w.limit = limit_;
   // Clients write the peak; trust it no further than the limit allows.

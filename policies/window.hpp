@@ -24,6 +24,7 @@ struct Window {
   std::uint64_t rtt_max_ns = 0;
   // Percentiles of the window's log-linear latency histogram (bucket
   // midpoints, so within about 6% of the true value). Zero when ok == 0.
+  std::uint64_t rtt_p10_ns = 0;
   std::uint64_t rtt_p50_ns = 0;
   std::uint64_t rtt_p90_ns = 0;
   std::uint64_t rtt_p99_ns = 0;

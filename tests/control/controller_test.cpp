@@ -56,6 +56,21 @@ TEST(Controller, WindowCarriesPercentilesAndClampsThePeakToTheLimit) {
   EXPECT_EQ(c.limit(), 18u);  // a drop: floor(20 * 0.9)
 }
 
+TEST(Controller, WindowCarriesTheTenthPercentile) {
+  // 10 calls at 1 ms and 90 at 8 ms: the p10 is the fast ones', the p50 the
+  // slow ones' (bucket midpoints, within a sixteenth).
+  TickObservation o = tick_of(90, 8'000'000, 0, 20);
+  o.delta.ok += 10;
+  o.delta.rtt_sum_ns += 10 * 1'000'000;
+  o.delta.histogram[shm::histogram_bucket(1'000'000)] = 10;
+  o.extremes.rtt_min_ns = 1'000'000;
+  Controller c(aimd(), 0, 0);
+  ASSERT_TRUE(c.observe(o, kTickNs));
+  const policies::Window& w = c.last_window();
+  EXPECT_NEAR(static_cast<double>(w.rtt_p10_ns), 1e6, 1e6 / 16);
+  EXPECT_NEAR(static_cast<double>(w.rtt_p50_ns), 8e6, 8e6 / 16);
+}
+
 TEST(Controller, SameObservationsGiveTheSameLimits) {
   LimitSettings s;  // gradient2, the default
   Controller a(s, 0, 0), b(s, 0, 0);

@@ -68,6 +68,8 @@ class PolicyConformance : public ::testing::TestWithParam<std::string> {
       w.rtt_sum_ns = rtt_ns * w.ok;
       w.rtt_min_ns = rtt_ns / 2;
       w.rtt_max_ns = rtt_ns * 2;
+      // Both shapes: a spread of the dependency's own, or a queue's shift.
+      w.rtt_p10_ns = w.ok % 2 == 0 ? rtt_ns / 4 : rtt_ns - rtt_ns / 4;
       w.rtt_p50_ns = rtt_ns;
       w.rtt_p90_ns = rtt_ns + rtt_ns / 2;
       w.rtt_p99_ns = rtt_ns * 2;

@@ -32,7 +32,7 @@ inline Window make_window(const WindowSpec& spec) {
     const auto rtt_ns = static_cast<std::uint64_t>(spec.rtt_ms * kNsPerMs);
     w.rtt_sum_ns = rtt_ns * spec.ok;
     w.rtt_min_ns = w.rtt_max_ns = rtt_ns;
-    w.rtt_p50_ns = w.rtt_p90_ns = w.rtt_p99_ns = rtt_ns;
+    w.rtt_p10_ns = w.rtt_p50_ns = w.rtt_p90_ns = w.rtt_p99_ns = rtt_ns;
   }
   w.max_inflight = spec.max_inflight;
   w.inflight = spec.max_inflight;

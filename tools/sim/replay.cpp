@@ -60,7 +60,7 @@ std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& opt
     w.ok = 1;
     w.dropped = dropped;
     w.rtt_sum_ns = w.rtt_min_ns = w.rtt_max_ns = rtt_ns;
-    w.rtt_p50_ns = w.rtt_p90_ns = w.rtt_p99_ns = rtt_ns;
+    w.rtt_p10_ns = w.rtt_p50_ns = w.rtt_p90_ns = w.rtt_p99_ns = rtt_ns;
     w.max_inflight = inflight;
     w.inflight = inflight;
     w.limit = static_cast<std::uint32_t>(std::max(1.0, std::floor(limit)));

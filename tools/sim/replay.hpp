@@ -2,7 +2,7 @@
 //
 // Each line `rtt_ns,inflight,dropped` is one window, the triple Netflix's
 // windowed limits hand their algorithm: it becomes a policies::Window with
-// ok = 1, every latency field (sum, min, max, p50, p90, p99) = rtt_ns,
+// ok = 1, every latency field (sum, min, max, p10, p50, p90, p99) = rtt_ns,
 // max_inflight = inflight = inflight, dropped = dropped, duration_ns =
 // window_ms (the triple says nothing of time; a policy that steps per
 // round trip or drains by window time needs it), and goes to the policy
