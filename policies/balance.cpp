@@ -70,6 +70,16 @@ constexpr double kMinDrops = 3;
 // A drain that finds the dependency slower puts the limit back this share
 // of the way (in ratio) from the cut limit to the one before the cuts.
 constexpr double kRestoreShare = 0.5;
+// A window whose fastest tenth took at least this share of its median
+// latency has a queue's shape. A queue in front of a saturated dependency
+// delays every call by about as much (each waits for the same number of
+// completions: docs/policies.md), where the dependency's own spread puts
+// the p10 far under the p50: 0.15 of it for exponential service times,
+// 0.28 for lognormal ones of sigma 1, and with a standing queue of 0.6 of
+// the workers (balance's target), 0.55 for exponential ones. Latency
+// that varies little by itself (near-constant service times) has a
+// queue's shape too, and drains: the safe side.
+constexpr double kQueuedShape = 0.5;
 // After a drain that found the dependency slower, the limit grows only
 // while latency is within this share of the tolerance over the baseline.
 constexpr double kSlowerGrowthShare = 1.0 / 3;
@@ -90,6 +100,10 @@ BalancePolicy::Params BalancePolicy::parse_params(const ParamMap& params) {
 
 double BalancePolicy::clamp(double limit) const { return std::clamp(limit, bounds_.min, bounds_.max); }
 
+bool BalancePolicy::queued_shape(const Window& w) const {
+  return static_cast<double>(w.rtt_p10_ns) >= kQueuedShape * static_cast<double>(w.rtt_p50_ns);
+}
+
 bool BalancePolicy::overloaded(const Window& w) const {
   return static_cast<double>(w.dropped) >= params_.drop_threshold * static_cast<double>(w.samples());
 }
@@ -101,15 +115,12 @@ double BalancePolicy::update(const Window& w) {
   const double weight = n / (n + params_.latency_samples);
   if (w.ok > 0) {
     if (baseline_ns_ == 0) {
+      // The baseline's first value: steady_update() counts the window's
+      // samples in it, or calls a drain when the limit bound and the
+      // window has a queue's shape (callers may have been queueing since
+      // before the daemon knew the dependency).
       baseline_ns_ = latency_ns_ = p50;
       base_mean_ns_ = w.rtt_mean_ns();
-      baseline_samples_ = n;
-      // A first window that the limit already bound may be queued (callers
-      // were waiting before the daemon knew the dependency): drain at once
-      // to measure the real baseline.
-      if (w.rejected > 0 || w.max_inflight >= kUsedShare * limit_) {
-        drain_called_ = true;
-      }
     }
     latency_ns_ += weight * (p50 - latency_ns_);
   }
@@ -156,16 +167,22 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   // the latency down there would make it a minimum of noise, biased low,
   // and the limit would shrink to nothing.
   // Until it rests on kTrustedSamples samples, the baseline is their
-  // plain average (light traffic gives windows of one or two calls).
-  if (!used) {
-    const double follow = baseline_samples_ < kTrustedSamples ? n / (baseline_samples_ + n)
-                                                               : params_.baseline_follow * weight;
+  // plain average (light traffic gives windows of one or two calls), and
+  // a window the limit binds joins it too when it has no queue's shape:
+  // the limit then holds little or no queue, and a drain would measure
+  // about the same latency at the cost of the calls it turns away (at 70%
+  // load in scenarios/latency-noise, about 150 at the start of every run).
+  const bool untrusted = baseline_samples_ < kTrustedSamples;
+  if (!used || (untrusted && !queued_shape(w))) {
+    const double follow = untrusted ? n / (baseline_samples_ + n) : params_.baseline_follow * weight;
     baseline_ns_ += follow * (p50 - baseline_ns_);
     base_mean_ns_ += follow * (w.rtt_mean_ns() - base_mean_ns_);
     baseline_samples_ += n;
-  } else if (baseline_samples_ < kTrustedSamples) {
-    // The limit binds, and the baseline rests on a handful of calls from a
-    // quiet time (or on a first window that may be queued): measure it.
+  } else if (untrusted) {
+    // The limit binds, the window has a queue's shape, and the baseline
+    // rests on too few calls to tell (a quiet time's handful, or a first
+    // window queued since before the daemon knew the dependency): measure
+    // it.
     drain_called_ = true;
   }
 

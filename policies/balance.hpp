@@ -49,6 +49,13 @@
 // biased low, a queue biased high). Instead:
 //   - while the limit is not used (no queue the limit causes), it follows
 //     the latency (weight baseline_follow);
+//   - until it rests on 200 samples, it is their plain average, and a
+//     window the limit binds joins it too unless the window has a queue's
+//     shape: its p10 at least half its p50 (a queue in front of a
+//     saturated dependency delays every call about as much, where the
+//     dependency's own spread puts the p10 far under the p50). A window
+//     with that shape calls a drain: the first one, say, after callers
+//     queued before the daemon knew the dependency;
 //   - when the smoothed latency falls under base / T (no noise does that:
 //     the dependency healed), it drops to it at once and drains soon;
 //   - it drains: the limit drops to probe_factor × (0.85 of) the knee for
@@ -178,6 +185,8 @@ class BalancePolicy : public Policy {
   double probe_update(const Window& w, double p50);
   // Whether this window's drops, with the recent ones, are overload.
   bool overloaded(const Window& w) const;
+  // Whether its latencies look queued (kQueuedShape).
+  bool queued_shape(const Window& w) const;
   double clamp(double limit) const;
 
   Bounds bounds_;

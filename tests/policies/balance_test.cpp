@@ -31,12 +31,17 @@ Window used_window(double rtt_ms, std::uint32_t peak = 100) {
   return make_window(WindowSpec{.ok = 100, .rtt_ms = rtt_ms, .max_inflight = peak});
 }
 
+// An app-limited first window: it sets the baseline and holds the limit,
+// and its 200 samples are enough for the baseline to be trusted.
+Window first_window(double base_ms) {
+  return make_window(WindowSpec{.ok = 200, .rtt_ms = base_ms, .max_inflight = 10});
+}
+
 // A balance policy without drains, its baseline set to `base_ms`.
 BalancePolicy with_baseline(double base_ms, BalancePolicy::Params p = hand()) {
   p.probe_interval_ms = 0;
   BalancePolicy b(kBounds, p);
-  // An app-limited first window sets the baseline and holds the limit.
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = base_ms, .max_inflight = 10}));
+  b.update(first_window(base_ms));
   return b;
 }
 
@@ -44,6 +49,37 @@ TEST(BalancePolicy, FirstWindowSetsTheBaseline) {
   BalancePolicy b = with_baseline(10);
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
   EXPECT_DOUBLE_EQ(b.limit(), 100);
+}
+
+// A window of 100 calls that the limit (100) binds, its p50 at `p50_ms`
+// and its p10 at `p10_share` of that: a dependency's own spread (0.2), or
+// the shift of a queue every call waits in (0.8).
+Window bound_window(double p50_ms, double p10_share) {
+  Window w = make_window(WindowSpec{.ok = 100, .rtt_ms = p50_ms, .max_inflight = 100});
+  w.rejected = 10;
+  w.rtt_p10_ns = static_cast<std::uint64_t>(p10_share * p50_ms * test::kNsPerMs);
+  w.rtt_min_ns = w.rtt_p10_ns / 2;
+  return w;
+}
+
+TEST(BalancePolicy, AWindowTheLimitBindsWithoutAQueuesShapeJoinsAnUntrustedBaseline) {
+  BalancePolicy b(kBounds, hand());
+  b.update(bound_window(10, 0.2));
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+  EXPECT_DOUBLE_EQ(b.limit(), 110);  // r = 1: the full 10% growth
+  // 100 samples of the 200 a baseline needs to be trusted: the next such
+  // window is averaged in, not drained for.
+  b.update(bound_window(12, 0.2));
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 11e6);
+}
+
+TEST(BalancePolicy, AFirstWindowTheLimitBindsWithAQueuesShapeCallsADrain) {
+  BalancePolicy b(kBounds, hand());
+  b.update(bound_window(10, 0.8));
+  EXPECT_TRUE(b.probing());
+  EXPECT_LT(b.limit(), 100);
 }
 
 TEST(BalancePolicy, ShrinksHalfwayInRatioToTheTarget) {
@@ -129,7 +165,7 @@ TEST(BalancePolicy, CountsWindowsOverTheTargetInRoundTrips) {
   BalancePolicy::Params p = hand();
   p.probe_interval_ms = 1e9;  // never on schedule
   BalancePolicy b(kBounds, p);
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 100, .max_inflight = 10}));  // baseline 100 ms
+  b.update(first_window(100));  // baseline 100 ms
   // r = 1.3, a little over T = 1.2, in 100-ms windows of 130-ms calls:
   // each window is 100 / 130 of a round trip and cuts by
   // sqrt(1.2 / 1.3)^(100 / 130) = 0.9697, so the limit is not yet halved
@@ -168,7 +204,7 @@ TEST(BalancePolicy, OverloadDropsLowerTheBaselineAndCallForADrain) {
   BalancePolicy::Params p = hand();
   p.probe_interval_ms = 30000;
   BalancePolicy b(kBounds, p);
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  b.update(first_window(10));
   // Calls time out: the latency the baseline rests on held a queue, or the
   // limit would not time calls out. It backs off with the limit...
   EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.dropped = 50, .max_inflight = 100})), 90);
@@ -186,8 +222,11 @@ TEST(BalancePolicy, ARareTimeoutBacksOffTheLimitButNotTheBaseline) {
   const Window w = make_window(WindowSpec{.ok = 49, .dropped = 1, .rtt_ms = 10, .max_inflight = 100});
   EXPECT_DOUBLE_EQ(b.update(w), 90);
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
-  // Three such windows in a row are 3 drops in 150 calls: a queue.
+  // Four such windows in a row are 4 drops in the 400 calls since the
+  // first window's 200: 1%, a queue.
   b.update(w);
+  b.update(w);
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
   b.update(w);
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 9e6);
 }
@@ -242,7 +281,7 @@ TEST(BalancePolicy, DrainsEveryProbeIntervalOfUseAndRestores) {
   BalancePolicy b(kBounds, hand());
   // 1 s with the limit unused sets the baseline, 10 ms; unused time does
   // not count toward a drain.
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  b.update(first_window(10));
   // Used windows at r = 1.1 (room 0.5), each + 5% of the limit:
   // 100 -> 105 -> 110.25 -> 115.7625 -> 121.550625.
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 105);
@@ -268,7 +307,7 @@ TEST(BalancePolicy, DrainsEveryProbeIntervalOfUseAndRestores) {
 
 TEST(BalancePolicy, ADrainMeasuresOnlyOnceInFlightFellToItsLimit) {
   BalancePolicy b(kBounds, hand());
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  b.update(first_window(10));
   for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 90);  // the drain, as above
   // Calls queued before the drain keep completing, slowly, with 150 still
@@ -286,7 +325,7 @@ TEST(BalancePolicy, ADrainMeasuresOnlyOnceInFlightFellToItsLimit) {
 
 TEST(BalancePolicy, AScheduledDrainWaitsForCalm) {
   BalancePolicy b(kBounds, hand());
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  b.update(first_window(10));
   for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
   // The drain is due, but latency is over the target (r = 3): a drain
   // now would measure the queue that a loss of capacity is building.
@@ -299,7 +338,7 @@ TEST(BalancePolicy, AScheduledDrainWaitsForCalm) {
 
 TEST(BalancePolicy, DrainsToTheKneeThatLittlesLawGives) {
   BalancePolicy b(Bounds{1, 1000, 20}, hand());
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // baseline 10
+  b.update(first_window(10));  // baseline 10
   // A saturated window: 1800 calls of 11 ms in 1 s keep 19.8 in flight on
   // average, nearly all of the limit. The dependency serves 1800/s, at
   // 10 ms without a queue: its knee is 18 calls. (r = 1.1, room 0.5: the
@@ -320,7 +359,7 @@ TEST(BalancePolicy, DrainsEarlyWhenShrinkingDoesNotBringLatencyDown) {
   BalancePolicy::Params p = hand();
   p.probe_interval_ms = 1e9;  // never on schedule
   BalancePolicy b(kBounds, p);
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  b.update(first_window(10));
   // Latency doubled and stays doubled whatever the limit: not queueing.
   // r = 2 cuts by sqrt(1.2 / 2) = 0.775 a window: 77.5, 60, 46.5, halved
   // in the third window over the target, which drains at once.
@@ -336,7 +375,7 @@ TEST(BalancePolicy, ADrainMeasuresAtLeastTwentyCalls) {
   BalancePolicy::Params p = hand();
   p.probe_interval_ms = 1e9;  // never on schedule
   BalancePolicy b(kBounds, p);
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  b.update(first_window(10));
   // Latency doubled whatever the limit: drains in the third window (above).
   for (int i = 0; i < 3; ++i) b.update(used_window(20, 1000));
   ASSERT_TRUE(b.probing());
@@ -372,7 +411,7 @@ bool drains_after_cut(bool rate_follows_limit) {
   BalancePolicy::Params p = hand();
   p.probe_interval_ms = 1e9;  // never on schedule
   BalancePolicy b(Bounds{1, 1000, 20}, p);
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // baseline 10
+  b.update(first_window(10));  // baseline 10
   b.update(saturated(b.limit(), 10, 2000));  // 2000/s at 20 in flight
   for (int i = 0; i < 3; ++i) b.update(saturated(b.limit(), 16, rate_follows_limit ? 0 : 2000));
   if (b.probing()) return true;
@@ -387,7 +426,7 @@ TEST(BalancePolicy, ADrainForLatencyStuckOverTheTargetIgnoresTheRatesKnee) {
   BalancePolicy::Params p = hand();
   p.probe_interval_ms = 1e9;  // never on schedule
   BalancePolicy b(Bounds{1, 1000, 20}, p);
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // baseline 10
+  b.update(first_window(10));  // baseline 10
   // 2000/s at 10 ms: no queue (r = 1), the limit grows by 10% of 20, to 22.
   EXPECT_DOUBLE_EQ(b.update(saturated(b.limit(), 10)), 22);
   // The dependency turns 4x slower. r = 4 cuts by sqrt(1.2 / 4) = 0.548 a
@@ -420,7 +459,7 @@ TEST(BalancePolicy, ALimitClimbingUnderTheKneeIsNoReasonToDrain) {
   BalancePolicy::Params p = hand();
   p.probe_interval_ms = 1e9;  // never on schedule
   BalancePolicy b(Bounds{1, 1000, 20}, p);
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // baseline 10
+  b.update(first_window(10));  // baseline 10
   // Saturated seconds at r = 1.1 (outside the baseline's band, under the
   // target): the limit grows by 5% a window and the rate, L / 11 ms, with
   // it. Past 35% (in log) of rise the rate has moved, but by the limit's
@@ -440,7 +479,7 @@ TEST(BalancePolicy, ALimitClimbingUnderTheKneeIsNoReasonToDrain) {
 
 TEST(BalancePolicy, AWindowAtTheBaselineWithTheLimitBindingStandsForADrain) {
   BalancePolicy b(Bounds{1, 1000, 20}, hand());
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));  // baseline 10
+  b.update(first_window(10));  // baseline 10
   // Four used seconds at r = 1.1, one short of a drain.
   for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
   // A second with the limit bound all along (2000 calls of 10 ms keep the
@@ -457,7 +496,7 @@ TEST(BalancePolicy, AWindowAtTheBaselineWithTheLimitBindingStandsForADrain) {
   // The same second at 10.5 ms, 5% over the baseline, outside the band:
   // the drain comes on schedule.
   BalancePolicy c(Bounds{1, 1000, 20}, hand());
-  c.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  c.update(first_window(10));
   for (int i = 0; i < 4; ++i) c.update(used_window(11, 200));
   c.update(saturated(c.limit(), 10.5, 2000));
   EXPECT_TRUE(c.probing());
@@ -465,7 +504,7 @@ TEST(BalancePolicy, AWindowAtTheBaselineWithTheLimitBindingStandsForADrain) {
 
 TEST(BalancePolicy, TakesAMuchLowerLatencyAsTheBaselineAndDrainsSoon) {
   BalancePolicy b(kBounds, hand());
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 20, .max_inflight = 10}));  // baseline 20
+  b.update(first_window(20));  // baseline 20
   // The dependency healed: 10 ms is under 20 / 1.2, no noise. The baseline
   // drops to it at once (unused, it would only have followed by 20%), and
   // the next window that uses the limit drains to measure the real one.
@@ -490,7 +529,7 @@ TEST(BalancePolicy, AWindowDoesNotConfirmTheBaselineItJustBecame) {
 
 TEST(BalancePolicy, RecoversFromASlowerDependencyAtTheNextDrain) {
   BalancePolicy b(kBounds, hand());
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  b.update(first_window(10));
   // The dependency turns 2x slower with no queue at all (base latency rose):
   // the limit shrinks (it looks like queueing) ...
   double lowest = b.limit();
@@ -515,7 +554,7 @@ TEST(BalancePolicy, RecoversFromASlowerDependencyAtTheNextDrain) {
 
 TEST(BalancePolicy, GrowsShortOfTheTargetOnABaselineADrainFoundSlower) {
   BalancePolicy b(kBounds, hand());
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  b.update(first_window(10));
   const auto at = [&b](double rtt_ms) { return b.update(used_window(rtt_ms, static_cast<std::uint32_t>(b.limit()))); };
   // The dependency turns 2x slower: the cuts, then the drain that finds
   // the baseline at 20 ms and puts the limit back to 68, as above.
@@ -541,7 +580,7 @@ TEST(BalancePolicy, GrowsShortOfTheTargetOnABaselineADrainFoundSlower) {
 
 TEST(BalancePolicy, ADrainThatSeesDropsEndsWithoutRisingAgain) {
   BalancePolicy b(kBounds, hand());
-  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 10, .max_inflight = 10}));
+  b.update(first_window(10));
   for (int i = 0; i < 5; ++i) b.update(used_window(11, 200));
   ASSERT_TRUE(b.probing());
   ASSERT_DOUBLE_EQ(b.limit(), 90);
