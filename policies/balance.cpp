@@ -76,7 +76,7 @@ constexpr double kRestoreShare = 0.5;
 // completions: docs/policies.md), where the dependency's own spread puts
 // the p10 far under the p50: 0.15 of it for exponential service times,
 // 0.28 for lognormal ones of sigma 1, and with a standing queue of 0.6 of
-// the workers (balance's target), 0.55 for exponential ones. Latency
+// the workers (balance's target), about 0.55 for exponential ones. Latency
 // that varies little by itself (near-constant service times) has a
 // queue's shape too, and drains: the safe side.
 constexpr double kQueuedShape = 0.5;
