@@ -9,7 +9,7 @@
 namespace bulkhead::policies {
 namespace {
 
-constexpr std::array<ParamSpec<BalancePolicy::Params>, 8> kParamSpecs{{
+constexpr std::array<ParamSpec<BalancePolicy::Params>, 9> kParamSpecs{{
     {"tolerance", &BalancePolicy::Params::tolerance, Range::open_closed(0, 2)},
     {"drop_threshold", &BalancePolicy::Params::drop_threshold, Range::open_closed(0, 1)},
     {"backoff", &BalancePolicy::Params::backoff, Range::closed_open(0.5, 1)},
@@ -18,6 +18,7 @@ constexpr std::array<ParamSpec<BalancePolicy::Params>, 8> kParamSpecs{{
     {"latency_samples", &BalancePolicy::Params::latency_samples, Range::at_least(0)},
     {"probe_interval_ms", &BalancePolicy::Params::probe_interval_ms, Range::at_least(0)},
     {"probe_factor", &BalancePolicy::Params::probe_factor, Range::open_closed(0, 1)},
+    {"baseline_max_ms", &BalancePolicy::Params::baseline_max_ms, Range::at_least(0)},
 }};
 
 // A probe lasts at least this many windows: one (or more) while the calls
@@ -100,6 +101,10 @@ BalancePolicy::Params BalancePolicy::parse_params(const ParamMap& params) {
 
 double BalancePolicy::clamp(double limit) const { return std::clamp(limit, bounds_.min, bounds_.max); }
 
+double BalancePolicy::bounded(double ns) const {
+  return params_.baseline_max_ms > 0 ? std::min(ns, params_.baseline_max_ms * 1e6) : ns;
+}
+
 bool BalancePolicy::queued_shape(const Window& w) const {
   return static_cast<double>(w.rtt_p10_ns) >= kQueuedShape * static_cast<double>(w.rtt_p50_ns);
 }
@@ -124,7 +129,14 @@ double BalancePolicy::update(const Window& w) {
     }
     latency_ns_ += weight * (p50 - latency_ns_);
   }
-  return probing_ ? probe_update(w, p50) : steady_update(w, p50, weight);
+  const double limit = probing_ ? probe_update(w, p50) : steady_update(w, p50, weight);
+  // However the baseline moved (a first window, following, a drain), it
+  // stays within baseline_max_ms, and the no-load mean latency with it.
+  if (const double held = bounded(baseline_ns_); held < baseline_ns_) {
+    base_mean_ns_ *= held / baseline_ns_;
+    baseline_ns_ = held;
+  }
+  return limit;
 }
 
 double BalancePolicy::steady_update(const Window& w, double p50, double weight) {
@@ -363,10 +375,14 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // at once by most of the old limit and the growth does the rest, while
     // limiters that each restored the whole of it fed one another's queue
     // (scenarios/many-processes-per-process, docs/policies.md).
-    const bool slower = measured > (1 + params_.tolerance) * baseline_ns_;
+    // Over baseline_max_ms, what the drain measured counts only up to it:
+    // the rest is queueing, which the cuts were right to shed.
+    const double adopted = bounded(measured);
+    const bool slower = adopted > (1 + params_.tolerance) * baseline_ns_;
     found_slower_ = slower;
-    baseline_ns_ = latency_ns_ = drained_ns_ = measured;
-    base_mean_ns_ = probe_mean_sum_ / probe_samples_;
+    baseline_ns_ = drained_ns_ = adopted;
+    latency_ns_ = measured;
+    base_mean_ns_ = probe_mean_sum_ / probe_samples_ * (adopted < measured ? adopted / measured : 1.0);
     baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);
     const double cut = std::max(limit_before_probe_, 1.0);
     limit_ = slower ? clamp(std::floor(cut * std::pow(limit_before_cuts_ / cut, kRestoreShare)))

@@ -120,6 +120,11 @@
 // baseline and the limits ratchet up until calls time out. A tail that
 // times out a call in a few hundred backs the limit off in the window it
 // lands in, but must not wear the baseline down (scenarios/slow-ramp).
+// baseline_max_ms, when set, bounds the baseline, whatever a drain
+// measures: latency over T times the bound is then cut as a queue. Every
+// limiter of a dependency that many hosts share then sheds the shared
+// queue, where each would adopt it (the ratchet above); a dependency that
+// really got slower than the bound is throttled like an overloaded one.
 // Where it differs from its sources: drops count only as a ratio (one
 // timeout in a thousand is not overload), and windows are those of the
 // daemon's controller.
@@ -164,6 +169,15 @@ class BalancePolicy : public Policy {
     // the target the limit is T times what the dependency serves at once);
     // (0, 1].
     double probe_factor = 0.85;
+    // The highest no-load p50 it takes for the dependency's own, in
+    // milliseconds; >= 0, 0: no bound. A drain that measures more, and the
+    // baseline's following, stop there: latency over (1 + tolerance) times
+    // it is queueing, and the limit is cut, whatever the dependency's own
+    // latency. For a dependency that many hosts call, each with its own
+    // bulkheadd, whose queue a drain of one cannot tell from a slower
+    // dependency (docs/config.md, "Choosing a policy"). A dependency that
+    // really gets slower than that is throttled down to min_limit.
+    double baseline_max_ms = 0;
   };
 
   explicit BalancePolicy(const Bounds& bounds);
@@ -187,6 +201,8 @@ class BalancePolicy : public Policy {
   bool overloaded(const Window& w) const;
   // Whether its latencies look queued (kQueuedShape).
   bool queued_shape(const Window& w) const;
+  // `ns`, held to baseline_max_ms.
+  double bounded(double ns) const;
   double clamp(double limit) const;
 
   Bounds bounds_;

@@ -578,6 +578,47 @@ TEST(BalancePolicy, GrowsShortOfTheTargetOnABaselineADrainFoundSlower) {
   EXPECT_GT(at(22), restored);
 }
 
+TEST(BalancePolicy, ABaselineMaxHoldsWhatADrainAdopts) {
+  BalancePolicy::Params p = hand();
+  p.baseline_max_ms = 12;
+  BalancePolicy b(kBounds, p);
+  b.update(first_window(10));
+  // The 2x slowdown above: the same cuts, 77.46, 60.00, 46.48, then the
+  // drain measures 20 ms. Only 12 ms of it is taken for the dependency's
+  // own (the rest may be other hosts' queue in it), which is not past the
+  // target over 10 ms: the cuts stand, the limit comes back to 46.48 and
+  // not halfway to 100.
+  int windows = 0;
+  const auto at = [&b](double rtt_ms) { return b.update(used_window(rtt_ms, static_cast<std::uint32_t>(b.limit()))); };
+  while (!b.probing() && windows++ < 20) at(20);
+  while (b.probing() && windows++ < 40) at(20);
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 12e6);
+  EXPECT_NEAR(b.limit(), 46.48, 0.01);
+  // r = 20 / 12 stays over T = 1.2: the cuts go on (the dependency that
+  // got slower than the bound is throttled), where without the bound the
+  // limit grew back past 100.
+  for (int i = 0; i < 10; ++i) at(20);
+  EXPECT_LT(b.limit(), 20);
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 12e6);
+}
+
+TEST(BalancePolicy, ABaselineMaxHoldsTheFirstWindowAndTheFollowing) {
+  BalancePolicy::Params p = hand();
+  p.baseline_max_ms = 12;
+  BalancePolicy b(kBounds, p);
+  b.update(first_window(30));
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 12e6);
+  for (int i = 0; i < 5; ++i) b.update(first_window(40));
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 12e6);
+  // Under the bound it moves as ever: toward 11 ms by baseline_follow
+  // (0.2) of the way, and to 8 ms at once, far enough under it (8 x 1.2 <
+  // 11.8) for a dependency that healed.
+  b.update(first_window(11));
+  EXPECT_NEAR(b.baseline_ns(), 11.8e6, 1);
+  b.update(first_window(8));
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 8e6);
+}
+
 TEST(BalancePolicy, ADrainThatSeesDropsEndsWithoutRisingAgain) {
   BalancePolicy b(kBounds, hand());
   b.update(first_window(10));
@@ -596,6 +637,8 @@ TEST(BalancePolicy, RefusesOutOfRangeParameters) {
             "tolerance = 0: must be in (0, 2]");
   EXPECT_EQ(test::param_error_of([] { BalancePolicy::parse_params({{"probe_factor", 0}}); }),
             "probe_factor = 0: must be in (0, 1]");
+  EXPECT_EQ(test::param_error_of([] { BalancePolicy::parse_params({{"baseline_max_ms", -1}}); }),
+            "baseline_max_ms = -1: must be >= 0");
 }
 
 }  // namespace
