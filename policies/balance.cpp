@@ -375,14 +375,13 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // at once by most of the old limit and the growth does the rest, while
     // limiters that each restored the whole of it fed one another's queue
     // (scenarios/many-processes-per-process, docs/policies.md).
-    // Over baseline_max_ms, what the drain measured counts only up to it:
-    // the rest is queueing, which the cuts were right to shed.
-    const double adopted = bounded(measured);
-    const bool slower = adopted > (1 + params_.tolerance) * baseline_ns_;
+    // Over baseline_max_ms, what the drain measured counts only up to it
+    // (update() holds the baseline there): the rest is queueing, which the
+    // cuts were right to shed.
+    const bool slower = bounded(measured) > (1 + params_.tolerance) * baseline_ns_;
     found_slower_ = slower;
-    baseline_ns_ = drained_ns_ = adopted;
-    latency_ns_ = measured;
-    base_mean_ns_ = probe_mean_sum_ / probe_samples_ * (adopted < measured ? adopted / measured : 1.0);
+    baseline_ns_ = latency_ns_ = drained_ns_ = measured;
+    base_mean_ns_ = probe_mean_sum_ / probe_samples_;
     baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);
     const double cut = std::max(limit_before_probe_, 1.0);
     limit_ = slower ? clamp(std::floor(cut * std::pow(limit_before_cuts_ / cut, kRestoreShare)))
