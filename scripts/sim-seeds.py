@@ -7,20 +7,20 @@ make before claiming a policy change helps.
 
   scripts/sim-seeds.py [--policy balance] [--seeds 0,100,...,500] [--scenario NAME]... [KEY=VALUE...]
 
-KEY=VALUE pairs are the policy's parameters (docs/config.md), applied to a
-copy of each scenario. Per scenario, over the seeds (each an offset added to
-the scenario's own seed), it prints the policy's mean goodput (% of
-capacity) and mean p99 over no-load p99; then its goodput minus the best
-reference's, as the mean and the worst seed, and how many seeds also had a
-worse p99 than that reference; then the same against the best static limit;
-then on how many seeds a reference beat it on both counts (more goodput and
-a p99 no worse), and which. The reference with the most goodput may buy it
+KEY=VALUE pairs are the policy's parameters (docs/config.md), given to every
+run as bulkhead-sim's --param POLICY.KEY=VALUE. Per scenario, over the seeds
+(each an offset added to the scenario's own seed), it prints the policy's mean
+goodput (% of capacity) and mean p99 over no-load p99; then its goodput minus
+the best reference's, as the mean and the worst seed, and how many seeds also
+had a worse p99 than that reference; then the same against the best static
+limit; then on how many seeds a reference beat it on both counts (more goodput
+and a p99 no worse), and which. The reference with the most goodput may buy it
 with a deep queue (AIMD's p99 is several times the others'); one that beats
 the policy on both is a loss with no excuse. The last line sums, over
-scenarios, the mean shortfall (seeds where the policy did better count as
-0), and counts the scenarios where a reference beat it on both. --scenario
-(the file name without .toml, repeated for several) runs those only: a
-quick look at the scenarios a change is for, before the whole suite.
+scenarios, the mean shortfall (seeds where the policy did better count as 0),
+and counts the scenarios where a reference beat it on both. --scenario (the
+file name without .toml, repeated for several) runs those only: a quick look
+at the scenarios a change is for, before the whole suite.
 """
 import argparse
 import json
@@ -37,14 +37,14 @@ REFERENCES = ['aimd', 'gradient', 'gradient2', 'vegas']
 def run(sim, scenario, offset, policy, params, policies):
     text = open(scenario).read()
     text = re.sub(r'^seed = (\d+)', lambda m: f'seed = {int(m.group(1)) + offset}', text, flags=re.M)
-    if params:
-        text += f'\n[policy.{policy}]\n' + ''.join(f'{k} = {v}\n' for k, v in params.items())
     with tempfile.NamedTemporaryFile('w', suffix='.toml') as f:
         f.write(text)
         f.flush()
         args = [sim, 'run', f.name, '--json', '--jobs', '2']
         for p in policies:
             args += ['--policy', p]
+        for k, v in params.items():
+            args += ['--param', f'{policy}.{k}={v}']
         out = subprocess.run(args, capture_output=True, text=True)
     if out.returncode:
         sys.exit(out.stderr)

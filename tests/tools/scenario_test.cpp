@@ -194,5 +194,39 @@ TEST(SimScenario, UnreadableFileIsAnError) {
   EXPECT_THROW(load_scenario_file("/nonexistent/s.toml"), ScenarioError);
 }
 
+TEST(SimScenario, AParamFromTheCommandLineSetsOrOverridesThePolicys) {
+  Scenario s = parse_scenario(std::string(kMinimal) + "[policy.balance]\ntolerance = 0.4\ngrowth = 0.2\n", "s.toml");
+  set_policy_param(s, "balance.tolerance=0.5");
+  set_policy_param(s, "balance.baseline_max_ms=28");
+  set_policy_param(s, "aimd.backoff=0.8");
+  EXPECT_EQ(s.policy_params.at("balance"),
+            (policies::ParamMap{{"baseline_max_ms", 28}, {"growth", 0.2}, {"tolerance", 0.5}}));
+  EXPECT_EQ(s.settings_for("aimd").params, (policies::ParamMap{{"backoff", 0.8}}));
+}
+
+TEST(SimScenario, ABadParamNamesItselfAndWhatIsWrong) {
+  const auto error_of_param = [](const std::string& spec) -> std::string {
+    Scenario s = parse_scenario(kMinimal, "s.toml");
+    try {
+      set_policy_param(s, spec);
+    } catch (const ScenarioError& e) {
+      EXPECT_TRUE(s.policy_params.empty()) << spec << ": a refused value must change nothing";
+      return e.what();
+    }
+    return "(no error)";
+  };
+  const std::string shape = "must be POLICY.KEY=NUMBER, e.g. balance.tolerance=0.4";
+  for (const char* spec : {"tolerance=0.5", ".tolerance=1", "balance.=1", "balance.tolerance", "balance.tolerance=",
+                           "balance.tolerance=x", "balance.tolerance=0.5ms"}) {
+    EXPECT_EQ(error_of_param(spec), "--param " + std::string(spec) + ": " + shape);
+  }
+  EXPECT_EQ(error_of_param("bbr.gain=2"),
+            "--param bbr.gain=2: unknown policy \"bbr\" (known: aimd, balance, fixed, gradient, gradient2, vegas)");
+  EXPECT_EQ(error_of_param("balance.tolerance=0"), "--param balance.tolerance=0: tolerance = 0: must be in (0, 2]");
+  EXPECT_NE(error_of_param("balance.bogus=1").find("--param balance.bogus=1: unknown parameter 'bogus'"),
+            std::string::npos)
+      << error_of_param("balance.bogus=1");
+}
+
 }  // namespace
 }  // namespace bulkhead::sim

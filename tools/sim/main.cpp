@@ -1,6 +1,6 @@
 // bulkhead-sim: run scenarios through the policies, or replay a trace.
 //
-//   bulkhead-sim run SCENARIO.toml... [--policy NAME]... [--out DIR] [--json]
+//   bulkhead-sim run SCENARIO.toml... [--policy NAME]... [--param POLICY.KEY=VALUE]... [--out DIR] [--json]
 //   bulkhead-sim replay --policy NAME [--param KEY=VALUE]... < windows.csv
 //
 // docs/simulator.md describes the model, the scenario keys and every
@@ -86,6 +86,7 @@ void run_gnuplot(const std::filesystem::path& script) {
 struct RunArgs {
   std::vector<std::string> scenarios;
   std::vector<std::string> policies;
+  std::vector<std::string> params;  // POLICY.KEY=VALUE
   std::string out_dir;
   bool json = false;
   bool no_plot = false;
@@ -102,6 +103,7 @@ int run(const RunArgs& args) {
   std::set<std::string> names;
   for (const std::string& file : args.scenarios) {
     scenarios.push_back(bulkhead::sim::load_scenario_file(file));
+    for (const std::string& p : args.params) bulkhead::sim::set_policy_param(scenarios.back(), p);
     if (!names.insert(scenarios.back().name).second) {
       throw Failure(file + ": name: \"" + scenarios.back().name +
                     "\" is the name of another scenario given; output files would collide");
@@ -180,6 +182,10 @@ int main(int argc, char** argv) {
   run_cmd
       ->add_option("--policy", run_args.policies,
                    "a policy to run (repeatable; default: every registered policy but fixed)")
+      ->allow_extra_args(false);
+  run_cmd
+      ->add_option("--param", run_args.params,
+                   "a policy parameter POLICY.KEY=VALUE over the scenarios' own (repeatable)")
       ->allow_extra_args(false);
   run_cmd->add_option("--out", run_args.out_dir, "write DIR/<scenario>.csv, .gp, .png and DIR/summary.json");
   run_cmd->add_flag("--json", run_args.json, "print the summary as JSON instead of tables");

@@ -9,6 +9,7 @@
 #include "tools/sim/scenario.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -271,17 +272,18 @@ void read_limits(const Reporter& report, const toml::table& table, Scenario& s, 
   }
 }
 
+// "unknown policy "NAME" (known: aimd, balance, ...)".
+std::string unknown_policy(std::string_view name) {
+  std::string known;
+  for (const std::string& n : policies::builtin_registry().names()) known += known.empty() ? n : ", " + n;
+  return "unknown policy \"" + std::string(name) + "\" (known: " + known + ")";
+}
+
 void read_policies(const Reporter& report, const toml::table& table, Scenario& s, Raw& raw) {
   for (const Entry& e : in_file_order(table)) {
     const std::string path = join("policy", e.key);
     if (!e.node->is_table()) report.fail(e.line, path, "must be a table: [policy.NAME]");
-    if (!policies::builtin_registry().contains(e.key)) {
-      std::string known;
-      for (const std::string& n : policies::builtin_registry().names()) {
-        known += known.empty() ? n : ", " + n;
-      }
-      report.fail(e.line, path, "unknown policy \"" + std::string(e.key) + "\" (known: " + known + ")");
-    }
+    if (!policies::builtin_registry().contains(e.key)) report.fail(e.line, path, unknown_policy(e.key));
     Lines& lines = raw.policies[std::string(e.key)];
     lines.table = e.line;
     policies::ParamMap& params = s.policy_params[std::string(e.key)];
@@ -468,6 +470,30 @@ Scenario load_scenario_file(const std::string& path) {
   text << in.rdbuf();
   if (in.bad()) throw ScenarioError(path + ": cannot read");
   return parse_scenario(text.str(), path);
+}
+
+void set_policy_param(Scenario& scenario, std::string_view spec) {
+  const std::string where = "--param " + std::string(spec) + ": ";
+  const std::size_t dot = spec.find('.');
+  const std::size_t eq = spec.find('=');
+  double value = 0;
+  const char* first = eq == std::string_view::npos ? nullptr : spec.data() + eq + 1;
+  const char* last = spec.data() + spec.size();
+  if (dot == 0 || dot == std::string_view::npos || eq == std::string_view::npos || dot + 1 >= eq ||
+      first == last || std::from_chars(first, last, value).ptr != last) {
+    throw ScenarioError(where + "must be POLICY.KEY=NUMBER, e.g. balance.tolerance=0.4");
+  }
+  const std::string policy(spec.substr(0, dot));
+  if (!policies::builtin_registry().contains(policy)) throw ScenarioError(where + unknown_policy(policy));
+  const auto it = scenario.policy_params.find(policy);
+  policies::ParamMap params = it != scenario.policy_params.end() ? it->second : policies::ParamMap{};
+  params.insert_or_assign(std::string(spec.substr(dot + 1, eq - dot - 1)), value);
+  try {
+    policies::builtin_registry().create(policy, scenario.limits.bounds, params);
+  } catch (const policies::ParamError& error) {
+    throw ScenarioError(where + error.what());
+  }
+  scenario.policy_params[policy] = std::move(params);
 }
 
 }  // namespace bulkhead::sim

@@ -94,4 +94,10 @@ Scenario parse_scenario(std::string_view text, std::string_view source);
 // Reads and parses a file.
 Scenario load_scenario_file(const std::string& path);
 
+// Sets one policy parameter from "POLICY.KEY=VALUE" (bulkhead-sim run
+// --param), over the scenario's own [policy.POLICY] KEY. Throws
+// ScenarioError naming `spec` when it has no such shape, the policy is
+// unknown, or the policy refuses the value (the key or its range).
+void set_policy_param(Scenario& scenario, std::string_view spec);
+
 }  // namespace bulkhead::sim
