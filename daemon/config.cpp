@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "policies/params.hpp"
 #include "shm/layout.hpp"
 #include "shm/names.hpp"
 #include "shm/partitions.hpp"
@@ -569,6 +570,16 @@ std::uint32_t stripes_for(const DaemonConfig& daemon, std::uint32_t cpus) {
   if (daemon.stats_stripes != kAutoStripes) return daemon.stats_stripes;
   const std::uint32_t wanted = cpus == 0 ? 8 : std::min(cpus + 1, shm::kMaxStatsStripesLimit);
   return std::max(1u, std::min(wanted, kAutoStripeBudget / std::max(1u, daemon.max_dependencies)));
+}
+
+std::string describe_policy(const control::LimitSettings& settings) {
+  std::string out = settings.policy;
+  for (const auto& [key, value] : settings.params) {
+    out += out.size() == settings.policy.size() ? " (" : ", ";
+    out += key + "=" + policies::format_number(value);
+  }
+  if (!settings.params.empty()) out += ")";
+  return out;
 }
 
 const DependencyConfig* Config::find(std::string_view name) const {

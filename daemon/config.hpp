@@ -98,4 +98,9 @@ Config load_config_file(const std::string& path);
 // The config bulkheadd runs with when given no --config.
 std::string_view embedded_default_config();
 
+// For logs: the policy and the parameters the config set, in key order
+// (the rest are the policy's defaults): "balance (baseline_max_ms=28,
+// tolerance=0.4)", or "balance".
+std::string describe_policy(const control::LimitSettings& settings);
+
 }  // namespace bulkhead::daemon

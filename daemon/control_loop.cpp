@@ -105,7 +105,7 @@ void ControlLoop::apply(const Config& config) {
   for (auto& [index, d] : dependencies_) {
     if (d.controller->reconfigure(config_.effective(d.name))) {
       spdlog::info("dependency {}: policy {}, continuing from limit {}", d.name,
-                   d.controller->settings().policy, d.controller->limit());
+                   describe_policy(d.controller->settings()), d.controller->limit());
     }
     d.breaker->reconfigure(config_.effective(d.name).breaker);
     if (metrics_ != nullptr) {
@@ -272,7 +272,7 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
     d.metrics = &metrics_->dependency(d.name);
     metrics_->set_limit_bounds(d.name, settings.bounds.min, settings.bounds.max);
   }
-  spdlog::info("dependency {}: policy {}, limit {} in [{}, {}]", d.name, settings.policy,
+  spdlog::info("dependency {}: policy {}, limit {} in [{}, {}]", d.name, describe_policy(settings),
                d.controller->limit(), settings.bounds.min, settings.bounds.max);
   publish_limit(d);
   publish_settings(index, d.name);

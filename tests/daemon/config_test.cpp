@@ -337,6 +337,17 @@ TEST(ParseConfig, IntegerPolicyParametersBecomeDoubles) {
   EXPECT_EQ(config.defaults.params, (policies::ParamMap{{"probe_interval_ms", 100.0}, {"tolerance", 2.0}}));
 }
 
+// What bulkheadd logs when it takes a dependency on: the parameters the
+// config set, so that an operator sees a bound like baseline_max_ms took.
+TEST(ParseConfig, DescribesThePolicyWithTheParametersSet) {
+  const Config config = parse_config(
+      "[defaults]\ntolerance = 0.4\n[dependency.db]\nbaseline_max_ms = 28\n[dependency.cache]\npolicy = \"fixed\"\n",
+      "t.toml");
+  EXPECT_EQ(describe_policy(config.effective("db")), "balance (baseline_max_ms=28, tolerance=0.4)");
+  EXPECT_EQ(describe_policy(config.effective("other")), "balance (tolerance=0.4)");
+  EXPECT_EQ(describe_policy(config.effective("cache")), "fixed");
+}
+
 TEST(ParseConfig, EnforceIsInheritedAndOverridden) {
   const Config config = parse_config(
       "[defaults]\nenforce = false\n[dependency.a]\nmin_limit = 2\n[dependency.b]\nenforce = true\n",
