@@ -223,15 +223,6 @@ struct RawTable {
   }
 };
 
-std::string known_policies() {
-  std::string out;
-  for (const std::string& name : policies::builtin_registry().names()) {
-    if (!out.empty()) out += ", ";
-    out += name;
-  }
-  return out;
-}
-
 // A fraction in (0, 1]: a rate threshold.
 double read_fraction(const Reporter& report, const Entry& e, const std::string& path) {
   double v = 0;
@@ -356,7 +347,7 @@ RawTable read_dependency_table(const Reporter& report, const toml::table& table,
       const std::string& policy = read_string(report, e, path_here);
       if (!policies::builtin_registry().contains(policy)) {
         report.fail(e.line, path_here,
-                    "unknown policy \"" + policy + "\" (known: " + known_policies() + ")");
+                    "unknown policy \"" + policy + "\" (known: " + policies::builtin_registry().known() + ")");
       }
       raw.policy = policy;
     } else if (e.key == "min_limit" || e.key == "max_limit" || e.key == "initial_limit") {
@@ -573,13 +564,11 @@ std::uint32_t stripes_for(const DaemonConfig& daemon, std::uint32_t cpus) {
 }
 
 std::string describe_policy(const control::LimitSettings& settings) {
-  std::string out = settings.policy;
+  std::string params;
   for (const auto& [key, value] : settings.params) {
-    out += out.size() == settings.policy.size() ? " (" : ", ";
-    out += key + "=" + policies::format_number(value);
+    params += (params.empty() ? "" : ", ") + key + "=" + policies::format_number(value);
   }
-  if (!settings.params.empty()) out += ")";
-  return out;
+  return params.empty() ? settings.policy : settings.policy + " (" + params + ")";
 }
 
 const DependencyConfig* Config::find(std::string_view name) const {

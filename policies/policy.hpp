@@ -65,6 +65,8 @@ class Registry {
   bool contains(std::string_view name) const;
   // Registered names, sorted.
   std::vector<std::string> names() const;
+  // The same, comma-separated, for errors: "aimd, balance, fixed, ...".
+  std::string known() const;
 
  private:
   std::map<std::string, Factory, std::less<>> factories_;

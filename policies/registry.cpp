@@ -29,12 +29,7 @@ std::unique_ptr<Policy> Registry::create(std::string_view name, const Bounds& bo
                                          const ParamMap& params) const {
   const auto it = factories_.find(name);
   if (it == factories_.end()) {
-    std::string known;
-    for (const auto& [known_name, factory] : factories_) {
-      if (!known.empty()) known += ", ";
-      known += known_name;
-    }
-    throw ParamError("unknown policy '" + std::string(name) + "' (known: " + known + ")");
+    throw ParamError("unknown policy '" + std::string(name) + "' (known: " + known() + ")");
   }
   // Checked here as well as in each policy, so that no registered factory
   // can skip it.
@@ -51,6 +46,12 @@ std::vector<std::string> Registry::names() const {
   names.reserve(factories_.size());
   for (const auto& [name, factory] : factories_) names.push_back(name);
   return names;  // std::map keeps them sorted
+}
+
+std::string Registry::known() const {
+  std::string out;
+  for (const auto& [name, factory] : factories_) out += out.empty() ? name : ", " + name;
+  return out;
 }
 
 namespace {

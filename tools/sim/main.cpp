@@ -11,7 +11,6 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -34,12 +33,6 @@ using bulkhead::sim::ScenarioReport;
 struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-
-std::string known_policies() {
-  std::string out;
-  for (const std::string& n : bulkhead::policies::builtin_registry().names()) out += out.empty() ? n : ", " + n;
-  return out;
-}
 
 bool on_path(const std::string& program) {
   const char* path = std::getenv("PATH");
@@ -96,7 +89,7 @@ struct RunArgs {
 int run(const RunArgs& args) {
   for (const std::string& p : args.policies) {
     if (!bulkhead::policies::builtin_registry().contains(p)) {
-      throw Failure("--policy " + p + ": unknown policy (known: " + known_policies() + ")");
+      throw Failure("--policy " + p + ": unknown policy (known: " + bulkhead::policies::builtin_registry().known() + ")");
     }
   }
   std::vector<bulkhead::sim::Scenario> scenarios;
@@ -153,15 +146,9 @@ int replay(const ReplayArgs& args) {
   options.bounds = {args.min_limit, args.max_limit, args.initial_limit};
   options.window_ms = args.window_ms;
   for (const std::string& p : args.params) {
-    const std::size_t eq = p.find('=');
-    double value = 0;
-    const char* first = eq == std::string::npos ? nullptr : p.data() + eq + 1;
-    const char* last = p.data() + p.size();
-    if (eq == std::string::npos || eq == 0 || first == last ||
-        std::from_chars(first, last, value).ptr != last) {
-      throw Failure("--param " + p + ": must be KEY=NUMBER, e.g. backoff=0.9");
-    }
-    options.params.insert_or_assign(p.substr(0, eq), value);
+    const auto param = bulkhead::sim::parse_param(p);
+    if (!param) throw Failure("--param " + p + ": must be KEY=NUMBER, e.g. backoff=0.9");
+    options.params.insert_or_assign(param->first, param->second);
   }
   std::cout.sync_with_stdio(false);
   bulkhead::sim::replay(std::cin, std::cout, options);

@@ -274,9 +274,7 @@ void read_limits(const Reporter& report, const toml::table& table, Scenario& s, 
 
 // "unknown policy "NAME" (known: aimd, balance, ...)".
 std::string unknown_policy(std::string_view name) {
-  std::string known;
-  for (const std::string& n : policies::builtin_registry().names()) known += known.empty() ? n : ", " + n;
-  return "unknown policy \"" + std::string(name) + "\" (known: " + known + ")";
+  return "unknown policy \"" + std::string(name) + "\" (known: " + policies::builtin_registry().known() + ")";
 }
 
 void read_policies(const Reporter& report, const toml::table& table, Scenario& s, Raw& raw) {
@@ -472,22 +470,26 @@ Scenario load_scenario_file(const std::string& path) {
   return parse_scenario(text.str(), path);
 }
 
+std::optional<std::pair<std::string, double>> parse_param(std::string_view spec) {
+  const std::size_t eq = spec.find('=');
+  if (eq == 0 || eq == std::string_view::npos || eq + 1 == spec.size()) return std::nullopt;
+  double value = 0;
+  const char* last = spec.data() + spec.size();
+  if (std::from_chars(spec.data() + eq + 1, last, value).ptr != last) return std::nullopt;
+  return std::pair(std::string(spec.substr(0, eq)), value);
+}
+
 void set_policy_param(Scenario& scenario, std::string_view spec) {
   const std::string where = "--param " + std::string(spec) + ": ";
-  const std::size_t dot = spec.find('.');
-  const std::size_t eq = spec.find('=');
-  double value = 0;
-  const char* first = eq == std::string_view::npos ? nullptr : spec.data() + eq + 1;
-  const char* last = spec.data() + spec.size();
-  if (dot == 0 || dot == std::string_view::npos || eq == std::string_view::npos || dot + 1 >= eq ||
-      first == last || std::from_chars(first, last, value).ptr != last) {
-    throw ScenarioError(where + "must be POLICY.KEY=NUMBER, e.g. balance.tolerance=0.4");
-  }
+  // The policy's name ends at the first dot before the '='.
+  const std::size_t dot = spec.substr(0, spec.find('=')).find('.');
+  const auto param = dot == 0 || dot == std::string_view::npos ? std::nullopt : parse_param(spec.substr(dot + 1));
+  if (!param) throw ScenarioError(where + "must be POLICY.KEY=NUMBER, e.g. balance.tolerance=0.4");
   const std::string policy(spec.substr(0, dot));
   if (!policies::builtin_registry().contains(policy)) throw ScenarioError(where + unknown_policy(policy));
   const auto it = scenario.policy_params.find(policy);
   policies::ParamMap params = it != scenario.policy_params.end() ? it->second : policies::ParamMap{};
-  params.insert_or_assign(std::string(spec.substr(dot + 1, eq - dot - 1)), value);
+  params.insert_or_assign(param->first, param->second);
   try {
     policies::builtin_registry().create(policy, scenario.limits.bounds, params);
   } catch (const policies::ParamError& error) {

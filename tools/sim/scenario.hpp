@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "control/controller.hpp"
@@ -93,6 +94,10 @@ class ScenarioError : public std::runtime_error {
 Scenario parse_scenario(std::string_view text, std::string_view source);
 // Reads and parses a file.
 Scenario load_scenario_file(const std::string& path);
+
+// "KEY=NUMBER" as a policy parameter (bulkhead-sim's --param), or nullopt
+// when it has no such shape: no key, no value, or more than a number.
+std::optional<std::pair<std::string, double>> parse_param(std::string_view spec);
 
 // Sets one policy parameter from "POLICY.KEY=VALUE" (bulkhead-sim run
 // --param), over the scenario's own [policy.POLICY] KEY. Throws
