@@ -396,22 +396,6 @@ RawTable read_dependency_table(const Reporter& report, const toml::table& table,
   return raw;
 }
 
-// Where in a policy's error message `key` is named as a word, or npos.
-std::size_t find_word(std::string_view message, std::string_view key) {
-  const auto is_word_char = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-';
-  };
-  for (std::size_t pos = message.find(key); pos != std::string_view::npos;
-       pos = message.find(key, pos + 1)) {
-    const std::size_t end = pos + key.size();
-    const bool starts = pos == 0 || !is_word_char(message[pos - 1]);
-    const bool ends = end == message.size() || !is_word_char(message[end]);
-    if (starts && ends) return pos;
-  }
-  return std::string_view::npos;
-}
-
 // The message without a leading "KEY: " or "KEY = VALUE: ", since the error
 // already names the key and the line shows the value.
 std::string_view strip_key(std::string_view message, std::string_view key) {
@@ -434,24 +418,19 @@ void check_policy(const Reporter& report, const RawTable& raw, const DependencyC
     policies::builtin_registry().create(dep.policy, dep.bounds, dep.params);
   } catch (const policies::ParamError& error) {
     const std::string_view message = error.what();
-    if (find_word(message, dep.policy) != std::string_view::npos) prefix.clear();  // says it already
-    std::vector<std::string_view> candidates(std::begin(kLimitKeys), std::end(kLimitKeys));
-    for (const auto& [key, value] : dep.params) candidates.push_back(key);
-    // The key named first; of two named at one place, the longer.
-    std::string_view named;
-    std::size_t named_at = std::string_view::npos;
-    for (std::string_view key : candidates) {
-      const std::size_t at = find_word(message, key);
-      if (at == std::string_view::npos) continue;
-      if (named_at == std::string_view::npos || at < named_at ||
-          (at == named_at && key.size() > named.size())) {
-        named = key;
-        named_at = at;
-      }
-    }
-    if (named_at == std::string_view::npos) report.fail(raw.line, raw.path, prefix + std::string(message));
+    const std::string& named = error.key();
+    if (message.find("policy '" + dep.policy + "'") != std::string_view::npos) prefix.clear();  // says it already
+    if (named.empty()) report.fail(raw.line, raw.path, prefix + std::string(message));
     std::string reason = prefix + std::string(strip_key(message, named));
-    if (!raw.sets(named)) reason += " (" + std::string(inherited) + ")";
+    // A parameter the config sets nowhere is at the policy's default (and
+    // at fault beside another key: vegas's beta_factor under alpha_factor).
+    const bool is_default = !raw.sets(named) && !dep.params.contains(named) &&
+                            std::ranges::find(kLimitKeys, named) == std::end(kLimitKeys);
+    if (is_default) {
+      reason += " (the policy's default)";
+    } else if (!raw.sets(named)) {
+      reason += " (" + std::string(inherited) + ")";
+    }
     report.fail(raw.line_of(named), key_path(raw.path, named), reason);
   } catch (const std::exception& error) {
     report.fail(raw.line, raw.path, prefix + error.what());

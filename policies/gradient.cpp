@@ -35,7 +35,7 @@ constexpr std::array<ParamSpec<GradientPolicy::Params>, 6> kParamSpecs{{
 // other value gets this message, not "must be an integer in [50, 99]".
 void check_percentile(double percentile) {
   if (percentile == 50 || percentile == 90 || percentile == 99) return;
-  throw ParamError("percentile = " + format_number(percentile) + ": must be 50, 90 or 99");
+  throw ParamError("percentile", "percentile = " + format_number(percentile) + ": must be 50, 90 or 99");
 }
 
 // Checks in the member initializers, bounds first, as the registry does.

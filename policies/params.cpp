@@ -45,7 +45,7 @@ namespace {
   message += format_number(value);
   message += ": must be ";
   message += rule;
-  throw ParamError(message);
+  throw ParamError(std::string(key), message);
 }
 
 }  // namespace
@@ -95,7 +95,8 @@ void ParamReader::finish() const {
     list += key;
   }
   if (list.empty()) list = "none";
-  throw ParamError("unknown parameter '" + left_.begin()->first + "' for policy '" + policy_ +
+  const std::string& unknown = left_.begin()->first;
+  throw ParamError(unknown, "unknown parameter '" + unknown + "' for policy '" + policy_ +
                    "' (known: " + list + ")");
 }
 

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "policies/window.hpp"
@@ -33,10 +34,18 @@ struct Bounds {
 using ParamMap = std::map<std::string, double, std::less<>>;
 
 // Thrown by a factory for an unknown or out-of-range parameter. what() names
-// the parameter and the reason, e.g. "backoff = 1.2: must be in [0.5, 1)".
+// the parameter and the reason, e.g. "backoff = 1.2: must be in [0.5, 1)";
+// key() is the config key at fault ("backoff", "min_limit", the unknown
+// one), so that a config error can point at its line, or empty when no key
+// is (an unknown policy).
 class ParamError : public std::invalid_argument {
  public:
-  using std::invalid_argument::invalid_argument;
+  ParamError(std::string key, const std::string& message)
+      : std::invalid_argument(message), key_(std::move(key)) {}
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string key_;
 };
 
 class Policy {

@@ -29,7 +29,7 @@ std::unique_ptr<Policy> Registry::create(std::string_view name, const Bounds& bo
                                          const ParamMap& params) const {
   const auto it = factories_.find(name);
   if (it == factories_.end()) {
-    throw ParamError("unknown policy '" + std::string(name) + "' (known: " + known() + ")");
+    throw ParamError("", "unknown policy '" + std::string(name) + "' (known: " + known() + ")");
   }
   // Checked here as well as in each policy, so that no registered factory
   // can skip it.

@@ -38,7 +38,7 @@ const VegasPolicy::Params& checked(const VegasPolicy::Params& params) {
   check_params(params, kParamSpecs);
   // The one rule between two keys; worded as check_param words a range.
   if (params.beta_factor < params.alpha_factor) {
-    throw ParamError("beta_factor = " + format_number(params.beta_factor) +
+    throw ParamError("beta_factor", "beta_factor = " + format_number(params.beta_factor) +
                      ": must be >= alpha_factor (" + format_number(params.alpha_factor) + ")");
   }
   return params;

@@ -564,6 +564,11 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:4: dependency.cache.backoff: unknown parameter 'backoff' for policy 'fixed'"},
     {"BackoffOutOfRange", "[dependency.payments-db]\npolicy = \"aimd\"\nbackoff = 1.5\n",
      "bad.toml:3: dependency.payments-db.backoff: policy aimd: must be in [0.5, 1)"},
+    {"RuleBetweenTwoKeys", "[dependency.db]\npolicy = \"vegas\"\nalpha_factor = 7\nbeta_factor = 6\n",
+     "bad.toml:4: dependency.db.beta_factor: policy vegas: must be >= alpha_factor (7)"},
+    {"RuleBetweenTwoKeysAtADefault", "[dependency.db]\npolicy = \"vegas\"\nalpha_factor = 7\n",
+     "bad.toml:1: dependency.db.beta_factor: policy vegas: must be >= alpha_factor (7) (the policy's "
+     "default)"},
     {"EnforceNotBoolean", "[dependency.db]\nenforce = \"no\"\n",
      "bad.toml:2: dependency.db.enforce: must be a boolean (true or false)"},
     {"MaxQueueNegative", "[defaults]\nmax_queue = -1\n",

@@ -15,6 +15,7 @@ namespace {
 
 using test::make_window;
 using test::param_error_of;
+using test::param_key_of;
 
 constexpr Bounds kBounds{.min = 10, .max = 100, .initial = 20};
 
@@ -97,6 +98,23 @@ TEST(Registry, NamesOutOfRangeParameterAndReason) {
   EXPECT_EQ(
       param_error_of([] { builtin_registry().create("gradient2", kBounds, {{"tolerance", 0.5}}); }),
       "tolerance = 0.5: must be >= 1");
+}
+
+// The config points at the line of key(): the key each error is about,
+// wherever its message names it, or none for a policy that does not exist.
+TEST(Registry, EveryErrorCarriesTheKeyAtFault) {
+  const auto key_for = [](const char* policy, Bounds bounds, ParamMap params) {
+    return param_key_of([&] { builtin_registry().create(policy, bounds, params); });
+  };
+  EXPECT_EQ(key_for("bbr", kBounds, {}), "");
+  EXPECT_EQ(key_for("aimd", kBounds, {{"foo", 1}}), "foo");
+  EXPECT_EQ(key_for("aimd", kBounds, {{"backoff", 1.2}}), "backoff");
+  EXPECT_EQ(key_for("fixed", {.min = 20, .max = 10, .initial = 15}, {}), "max_limit");
+  EXPECT_EQ(key_for("fixed", {.min = 20, .max = 200, .initial = 5}, {}), "initial_limit");
+  // Rules between two keys, or beyond what a range says.
+  EXPECT_EQ(key_for("vegas", kBounds, {{"alpha_factor", 5}, {"beta_factor", 4}}), "beta_factor");
+  EXPECT_EQ(key_for("gradient", kBounds, {{"percentile", 75}}), "percentile");
+  EXPECT_EQ(key_for("aimd", kBounds, {{"backoff", 0.9}}), "<no ParamError thrown>");
 }
 
 TEST(Registry, PassesParametersToThePolicy) {

@@ -51,4 +51,15 @@ std::string param_error_of(F&& f) {
   return "<no ParamError thrown>";
 }
 
+// The key() of the ParamError `f` throws, or a note that it threw none.
+template <typename F>
+std::string param_key_of(F&& f) {
+  try {
+    f();
+  } catch (const ParamError& e) {
+    return e.key();
+  }
+  return "<no ParamError thrown>";
+}
+
 }  // namespace bulkhead::policies::test

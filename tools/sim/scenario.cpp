@@ -296,21 +296,6 @@ void read_policies(const Reporter& report, const toml::table& table, Scenario& s
   }
 }
 
-// Where in a policy's error message `key` is named as a whole word, or npos.
-std::size_t find_word(std::string_view message, std::string_view key) {
-  const auto word = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-  };
-  for (std::size_t pos = message.find(key); pos != std::string_view::npos;
-       pos = message.find(key, pos + 1)) {
-    const std::size_t end = pos + key.size();
-    if ((pos == 0 || !word(message[pos - 1])) && (end == message.size() || !word(message[end]))) {
-      return pos;
-    }
-  }
-  return std::string_view::npos;
-}
-
 // Changes must lie inside the run, each after the previous one (ramp
 // included). Returns nothing; fails at the key at fault.
 template <typename Change>
@@ -391,19 +376,10 @@ void check_whole(const Reporter& report, Scenario& s, const Raw& raw) {
     try {
       policies::builtin_registry().create(name, s.limits.bounds, params);
     } catch (const policies::ParamError& error) {
-      const std::string_view message = error.what();
-      std::string_view named;
-      std::size_t at = std::string_view::npos;
-      for (const auto& [key, value] : params) {
-        const std::size_t pos = find_word(message, key);
-        if (pos != std::string_view::npos && (at == std::string_view::npos || pos < at)) {
-          named = key;
-          at = pos;
-        }
-      }
+      const std::string& named = error.key();
       const std::string path = join("policy", name);
-      if (at == std::string_view::npos) report.fail(lines.table, path, std::string(message));
-      report.fail(lines.of(named), join(path, named), std::string(message));
+      if (!params.contains(named)) report.fail(lines.table, path, error.what());  // not in this table
+      report.fail(lines.of(named), join(path, named), error.what());
     }
   }
 }
