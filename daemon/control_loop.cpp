@@ -392,6 +392,9 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
     t.breaker_shadow = o.delta.shadow_open;
     const BreakerState state = d.breaker->state();
     t.breaker_state = state == BreakerState::kOpen ? 1 : state == BreakerState::kHalfOpen ? 2 : 0;
+    const policies::Baseline baseline = d.controller->policy().baseline();
+    t.baseline_ns = baseline.latency_ns;
+    t.measuring = baseline.measuring;
     if (o.delta.ok != 0) {
       t.latency = o.delta.histogram_used();
       t.latency_first = o.delta.histogram_first;

@@ -123,8 +123,19 @@ class Metrics::DependencySeries : public prometheus::Collectable {
                                  "Calls the open circuit breaker would have refused, admitted by shadow "
                                  "mode (enforce = false).",
                                  MetricType::Counter, n);
+    auto baseline = family("bulkhead_policy_baseline_seconds",
+                           "Latency the limit policy takes for the dependency's own, with no queue in front "
+                           "of it: what it compares recent latency with. Absent for policies that keep none "
+                           "(aimd, fixed) until one is measured.",
+                           MetricType::Gauge, n);
+    auto measuring = family("bulkhead_policy_measuring",
+                            "1 while the limit policy measures its baseline latency (balance drains: the "
+                            "limit is held down for it), else 0.",
+                            MetricType::Gauge, n);
     for (const Dependency& d : deps) {
       gauge(limit, d.name, d.limit);
+      if (d.baseline_s > 0) gauge(baseline, d.name, d.baseline_s);
+      gauge(measuring, d.name, d.measuring ? 1 : 0);
       gauge(inflight, d.name, d.inflight);
       for (std::size_t o = 0; o < d.requests.size(); ++o) counter(requests, d.name, d.requests[o], "outcome", kOutcomes[o]);
       histogram(latency, d.name, d.latency);
@@ -144,10 +155,10 @@ class Metrics::DependencySeries : public prometheus::Collectable {
       counter(breaker_shadow, d.name, d.breaker_shadow);
     }
     std::vector<prometheus::MetricFamily> out;
-    out.reserve(15);
+    out.reserve(17);
     for (auto* f : {&limit, &inflight, &requests, &latency, &shadow, &min_limit, &max_limit, &queue_rejections,
                     &waiters, &wait, &waiters_reclaimed, &breaker_state, &transitions, &breaker_rejected,
-                    &breaker_shadow}) {
+                    &breaker_shadow, &baseline, &measuring}) {
       out.push_back(std::move(*f));
     }
     return out;
@@ -246,6 +257,8 @@ void Metrics::observe(Dependency& d, const Tick& t) {
   d.breaker_rejected += static_cast<double>(t.breaker_rejected);
   d.breaker_shadow += static_cast<double>(t.breaker_shadow);
   d.breaker_state = t.breaker_state;
+  d.baseline_s = t.baseline_ns / 1e9;
+  d.measuring = t.measuring;
   if (!t.latency.empty()) add(d.latency, t.latency, t.latency_first, t.latency_sum_ns);
   if (!t.wait.empty()) add(d.wait, t.wait, t.wait_first, t.wait_sum_ns);
 }

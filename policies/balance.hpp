@@ -187,6 +187,8 @@ class BalancePolicy : public Policy {
   std::string_view name() const override { return kName; }
   double update(const Window& window) override;
   double limit() const override { return limit_; }
+  // The no-load p50, and a drain under way.
+  Baseline baseline() const override { return {baseline_ns_, probing_}; }
   const Params& params() const { return params_; }
   // The no-load p50 estimate, in nanoseconds (0 before any ok window).
   double baseline_ns() const { return baseline_ns_; }

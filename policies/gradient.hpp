@@ -120,6 +120,8 @@ class GradientPolicy final : public Policy {
   std::string_view name() const override { return kName; }
   double update(const Window& window) override;
   double limit() const override { return limit_; }
+  // minRTT, and its measurement under way.
+  Baseline baseline() const override { return {min_rtt_ns_, measuring_}; }
   const Params& params() const { return params_; }
   // The baseline latency, in nanoseconds (0 until the first measurement ends).
   double min_rtt_ns() const { return min_rtt_ns_; }

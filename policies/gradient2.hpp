@@ -75,6 +75,8 @@ class Gradient2Policy final : public Policy {
   std::string_view name() const override { return kName; }
   double update(const Window& window) override;
   double limit() const override { return limit_; }
+  // The long-term latency average; never measured apart.
+  Baseline baseline() const override { return {long_rtt_.value(), false}; }
   const Params& params() const { return params_; }
   // The long-term latency average, in nanoseconds (0 before any ok window).
   double long_rtt_ns() const { return long_rtt_.value(); }

@@ -48,6 +48,18 @@ class ParamError : public std::invalid_argument {
   std::string key_;
 };
 
+// The latency a policy compares recent latency with: what it takes for the
+// dependency's own, with no queue in front of it. Operators see it on the
+// daemon's /metrics; nothing feeds it back into a limit.
+struct Baseline {
+  // In nanoseconds; 0 when the policy keeps none (aimd, fixed) or has not
+  // measured it yet.
+  double latency_ns = 0;
+  // A measurement of it is under way: balance's drain (the limit held down
+  // for it), gradient's minRTT measurement.
+  bool measuring = false;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -59,6 +71,8 @@ class Policy {
   virtual double update(const Window& window) = 0;
   // The limit the policy holds now (before any window: bounds.initial).
   virtual double limit() const = 0;
+  // What the policy takes for the dependency's no-load latency now.
+  virtual Baseline baseline() const { return {}; }
 };
 
 using Factory = std::function<std::unique_ptr<Policy>(const Bounds&, const ParamMap&)>;

@@ -102,6 +102,8 @@ class VegasPolicy final : public Policy {
   std::string_view name() const override { return kName; }
   double update(const Window& window) override;
   double limit() const override { return limit_; }
+  // The no-load latency; its probe is one window, which holds the limit.
+  Baseline baseline() const override { return {rtt_noload_ns_, false}; }
   const Params& params() const { return params_; }
   // The no-load latency baseline, in nanoseconds (0 before any ok window).
   double rtt_noload_ns() const { return rtt_noload_ns_; }

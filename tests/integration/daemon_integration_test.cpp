@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -121,6 +122,45 @@ TEST_F(DaemonIntegration, LimitFallsWhenLatencyJumpsAndRecoversWhenItHeals) {
             std::string::npos);
   EXPECT_NE(metrics.find("bulkhead_latency_seconds_bucket{dependency=\"checkout\""), std::string::npos);
   EXPECT_NE(metrics.find("bulkhead_daemon_tick_seconds_count"), std::string::npos);
+}
+
+// The value of the first sample of `series` (name and labels, as exposed)
+// in a scrape, or -1 when it has none.
+double sample_value(const std::string& metrics, const std::string& series) {
+  const std::size_t at = metrics.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(metrics.substr(at + series.size() + 2));
+}
+
+// The policy's baseline is the dependency's own latency, in seconds; a
+// policy that keeps none (fixed) has no such series.
+TEST_F(DaemonIntegration, MetricsShowThePolicysBaselineLatency) {
+  DaemonProcess daemon(BULKHEADD_PATH, dir_,
+                       config("\n[dependency.b]\npolicy = \"balance\"\n"
+                              "\n[dependency.f]\npolicy = \"fixed\"\n"));
+  auto seg = daemon.wait_ready(segment_);
+  ASSERT_TRUE(seg) << daemon.log();
+  Client client(segment_.str());
+  Dependency b = client.dependency("b");
+  Workload load(b, 4, 2ms);  // under the limit: balance's baseline follows the latency
+
+  const std::uint16_t port = static_cast<std::uint16_t>(seg->header().metrics_port.load());
+  ASSERT_NE(port, 0);
+  const std::string baseline_b = "bulkhead_policy_baseline_seconds{dependency=\"b\"}";
+  std::string metrics;
+  for (auto give_up = std::chrono::steady_clock::now() + 20s;
+       sample_value(metrics, baseline_b) < 0 && std::chrono::steady_clock::now() < give_up;) {
+    std::this_thread::sleep_for(50ms);
+    metrics = testing::http_get(port, "/metrics");
+  }
+  // Each call sleeps 2 ms; the histogram's buckets are within 6%.
+  const double seconds = sample_value(metrics, baseline_b);
+  EXPECT_GE(seconds, 0.0018) << metrics;
+  EXPECT_LT(seconds, 0.05) << metrics;
+  EXPECT_EQ(metrics.find("bulkhead_policy_baseline_seconds{dependency=\"f\"}"), std::string::npos);
+  EXPECT_EQ(sample_value(metrics, "bulkhead_policy_measuring{dependency=\"f\"}"), 0) << metrics;
+  const double measuring = sample_value(metrics, "bulkhead_policy_measuring{dependency=\"b\"}");
+  EXPECT_TRUE(measuring == 0 || measuring == 1) << metrics;
 }
 
 // The daemon publishes a dependency's queue from its config; a call waits

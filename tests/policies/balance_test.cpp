@@ -295,6 +295,7 @@ TEST(BalancePolicy, DrainsEveryProbeIntervalOfUseAndRestores) {
   // 1 s average 1.1 in flight, far from the limit.)
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 90);
   EXPECT_TRUE(b.probing());
+  EXPECT_TRUE(b.baseline().measuring);  // what /metrics shows
   // Three probe windows; the first still holds calls from before the drain
   // and is left out; the others' p50s, weighted by samples, make the new
   // baseline: (10 + 11) / 2. Then the limit comes back.
@@ -303,6 +304,8 @@ TEST(BalancePolicy, DrainsEveryProbeIntervalOfUseAndRestores) {
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 90)), 127.62815625);
   EXPECT_FALSE(b.probing());
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 10.5e6);
+  EXPECT_DOUBLE_EQ(b.baseline().latency_ns, 10.5e6);
+  EXPECT_FALSE(b.baseline().measuring);
 }
 
 TEST(BalancePolicy, ADrainMeasuresOnlyOnceInFlightFellToItsLimit) {

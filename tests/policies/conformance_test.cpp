@@ -241,6 +241,23 @@ TEST_P(PolicyConformance, DoesNotCreepUpUnderSteadyOverload) {
   }
 }
 
+// The policies that compare latency with none.
+bool keeps_no_baseline(const std::string& name) { return name == "aimd" || name == "fixed"; }
+
+TEST_P(PolicyConformance, ReportsTheNoLoadLatencyAsItsBaseline) {
+  auto policy = make_policy();
+  EXPECT_EQ(policy->baseline().latency_ns, 0) << GetParam() << ": none before a window";
+  // A dependency of a constant 10 ms, the limit far from used: no queue.
+  for (int i = 0; i < 100; ++i) feed_window(*policy, make_window({.ok = 100, .rtt_ms = 10, .max_inflight = 5}));
+  const Baseline baseline = policy->baseline();
+  if (keeps_no_baseline(GetParam())) {
+    EXPECT_EQ(baseline.latency_ns, 0) << GetParam();
+  } else {
+    EXPECT_NEAR(baseline.latency_ns, 10e6, 0.5e6) << GetParam();
+  }
+  EXPECT_FALSE(baseline.measuring) << GetParam();
+}
+
 INSTANTIATE_TEST_SUITE_P(Builtin, PolicyConformance,
                          ::testing::ValuesIn(builtin_registry().names()),
                          [](const ::testing::TestParamInfo<std::string>& info) {

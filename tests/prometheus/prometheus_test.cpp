@@ -172,11 +172,14 @@ class PrometheusCheck : public ::testing::Test {
            "initial_limit = 4\n"
            // Partitions, so that their series exist: the traffic below is
            // the "default" partition's, which only borrows.
-           "[dependency.checkout.partitions]\ncritical = 0.5\n";
+           "[dependency.checkout.partitions]\ncritical = 0.5\n"
+           // A policy that keeps a baseline latency (fixed keeps none).
+           "[dependency.search]\npolicy = \"balance\"\n";
   }
 
-  // Starts bulkheadd with callers of "checkout" over its limit of 4, and a
-  // process that dies holding a permit, so that every series exists.
+  // Starts bulkheadd with callers of "checkout" over its limit of 4, a
+  // process that dies holding a permit, and callers of "search", so that
+  // every series exists.
   void start_daemon_with_traffic() {
     daemon_.emplace(BULKHEADD_PATH, dir_, config());
     auto seg = daemon_->wait_ready(segment_);
@@ -187,9 +190,11 @@ class PrometheusCheck : public ::testing::Test {
     Dependency checkout = client_->dependency("checkout");
     die_holding_a_permit(checkout);
     traffic_.emplace(checkout, 8);
+    search_traffic_.emplace(client_->dependency("search"), 2);
     ASSERT_TRUE(eventually([&] {
-      return scrape().find("bulkhead_permits_reclaimed_total{dependency=\"checkout\"} 1") !=
-             std::string::npos;
+      const std::string s = scrape();
+      return s.find("bulkhead_permits_reclaimed_total{dependency=\"checkout\"} 1") != std::string::npos &&
+             s.find("bulkhead_policy_baseline_seconds{dependency=\"search\"}") != std::string::npos;
     })) << scrape();
   }
 
@@ -221,6 +226,7 @@ class PrometheusCheck : public ::testing::Test {
   std::uint16_t metrics_port_ = 0;
   std::optional<Client> client_;
   std::optional<Traffic> traffic_;
+  std::optional<Traffic> search_traffic_;
 };
 
 TEST_F(PrometheusCheck, PromtoolAcceptsARealScrapeWithEverySeries) {
