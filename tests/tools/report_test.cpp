@@ -163,13 +163,37 @@ TEST_F(SimSettle, OscillationIsMeanMoveOverMeanLimit) {
   EXPECT_NEAR(*m.mean_limit, 15, 1e-12);
 }
 
+// The series carries what the policy takes for the dependency's own latency:
+// at 12% load of a constant 10 ms, 10 ms; nothing for a policy that keeps
+// no baseline, nor for the references.
+TEST(SimReport, TheSeriesCarriesThePolicysBaseline) {
+  const Scenario s = parse_scenario(
+      "duration_s = 5\nseed = 3\n[dependency]\nworkers = 8\nbase_latency_ms = 10\nservice = \"constant\"\n"
+      "[clients]\nrate = 100\ntimeout_ms = 200\n",
+      "light.toml");
+  RunOptions options;
+  options.policies = {"balance", "aimd"};
+  const ScenarioReport r = run_scenario(s, options);
+  ASSERT_EQ(r.runs.size(), 4u);  // the two, none, static-best
+  for (const RunResult& run : r.runs) {
+    ASSERT_FALSE(run.series.empty());
+    const double baseline_ms = run.series.back().baseline_ms;
+    if (run.label == "balance") {
+      EXPECT_NEAR(baseline_ms, 10, 0.6);  // a histogram bucket's midpoint: within 6%
+    } else {
+      EXPECT_EQ(baseline_ms, 0) << run.label;
+    }
+  }
+}
+
 TEST(SimReport, JsonAndCsvShapes) {
   RunOptions options;
   options.policies = {"aimd"};
   const ScenarioReport r = run_scenario(busy_scenario(9), options);
   const std::string csv = format_csv(r);
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
-            "t_s,policy,limit,inflight,queue,p50_ms,p99_ms,goodput_per_s,rejected_per_s,timeouts_per_s");
+            "t_s,policy,limit,inflight,queue,p50_ms,p99_ms,goodput_per_s,rejected_per_s,timeouts_per_s,"
+            "baseline_ms");
   EXPECT_NE(csv.find("\n0.100,aimd,"), std::string::npos);
   EXPECT_NE(csv.find(",none,inf,"), std::string::npos);
   const std::string json = format_json({r});

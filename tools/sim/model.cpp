@@ -335,11 +335,17 @@ class Simulation {
 
   void tick() {
     double limit = 0;
+    double baseline_sum_ns = 0;
+    int baselines = 0;
     for (Limiter& lim : limiters_) {
       const control::TickObservation o = lim.recorder.take(lim.inflight);
       if (lim.controller) {
         lim.controller->observe(o, now_);
         limit += lim.controller->limit();
+        if (const double b = lim.controller->policy().baseline().latency_ns; b > 0) {
+          baseline_sum_ns += b;
+          ++baselines;
+        }
       } else {
         limit = kNoLimit;
       }
@@ -363,6 +369,7 @@ class Simulation {
     row.goodput_per_s = static_cast<double>(tick_latencies_ns_.size()) / tick_s;
     row.rejected_per_s = static_cast<double>(tick_rejected_) / tick_s;
     row.timeouts_per_s = static_cast<double>(tick_timeouts_) / tick_s;
+    if (baselines > 0) row.baseline_ms = baseline_sum_ns / baselines / kNsPerMs;
     result_.series.push_back(row);
     tick_latencies_ns_.clear();
     tick_rejected_ = 0;

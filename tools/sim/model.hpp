@@ -74,6 +74,9 @@ struct TickRow {
   double goodput_per_s = 0;
   double rejected_per_s = 0;
   double timeouts_per_s = 0;
+  // The policy's baseline latency (policies::Baseline) after the tick, the
+  // mean over limiters that keep one; 0 when none does.
+  double baseline_ms = 0;
 };
 
 struct RunResult {

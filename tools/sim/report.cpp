@@ -401,14 +401,16 @@ std::string format_table(const ScenarioReport& r) {
 }
 
 std::string format_csv(const ScenarioReport& r) {
-  std::string out = "t_s,policy,limit,inflight,queue,p50_ms,p99_ms,goodput_per_s,rejected_per_s,timeouts_per_s\n";
+  std::string out =
+      "t_s,policy,limit,inflight,queue,p50_ms,p99_ms,goodput_per_s,rejected_per_s,timeouts_per_s,baseline_ms\n";
   for (const RunResult& run : r.runs) {
     for (const TickRow& row : run.series) {
       out += printf_string("%.3f,", static_cast<double>(row.t_ns) / kNsPerS);
       out += run.label;
       out += row.limit == kNoLimit ? std::string(",inf") : printf_string(",%.0f", row.limit);
-      out += printf_string(",%u,%u,%.3f,%.3f,%.1f,%.1f,%.1f\n", row.inflight, row.queue, row.p50_ms,
-                           row.p99_ms, row.goodput_per_s, row.rejected_per_s, row.timeouts_per_s);
+      out += printf_string(",%u,%u,%.3f,%.3f,%.1f,%.1f,%.1f,%.3f\n", row.inflight, row.queue, row.p50_ms,
+                           row.p99_ms, row.goodput_per_s, row.rejected_per_s, row.timeouts_per_s,
+                           row.baseline_ms);
     }
   }
   return out;
