@@ -126,7 +126,7 @@ class Metrics::DependencySeries : public prometheus::Collectable {
     auto baseline = family("bulkhead_policy_baseline_seconds",
                            "Latency the limit policy takes for the dependency's own, with no queue in front "
                            "of it: what it compares recent latency with. Absent for policies that keep none "
-                           "(aimd, fixed) until one is measured.",
+                           "(aimd, fixed), and until one is measured.",
                            MetricType::Gauge, n);
     auto measuring = family("bulkhead_policy_measuring",
                             "1 while the limit policy measures its baseline latency (balance drains: the "

@@ -132,6 +132,18 @@ double sample_value(const std::string& metrics, const std::string& series) {
   return std::stod(metrics.substr(at + series.size() + 2));
 }
 
+// The daemon's /metrics, scraped every few ticks until `done` holds of it or
+// 20 s passed; the last scrape.
+std::string scrape_until(std::uint16_t port, const std::function<bool(const std::string&)>& done) {
+  std::string metrics = testing::http_get(port, "/metrics");
+  for (auto give_up = std::chrono::steady_clock::now() + 20s;
+       !done(metrics) && std::chrono::steady_clock::now() < give_up;) {
+    std::this_thread::sleep_for(20ms);
+    metrics = testing::http_get(port, "/metrics");
+  }
+  return metrics;
+}
+
 // The policy's baseline is the dependency's own latency, in seconds; a
 // policy that keeps none (fixed) has no such series.
 TEST_F(DaemonIntegration, MetricsShowThePolicysBaselineLatency) {
@@ -147,12 +159,8 @@ TEST_F(DaemonIntegration, MetricsShowThePolicysBaselineLatency) {
   const std::uint16_t port = static_cast<std::uint16_t>(seg->header().metrics_port.load());
   ASSERT_NE(port, 0);
   const std::string baseline_b = "bulkhead_policy_baseline_seconds{dependency=\"b\"}";
-  std::string metrics;
-  for (auto give_up = std::chrono::steady_clock::now() + 20s;
-       sample_value(metrics, baseline_b) < 0 && std::chrono::steady_clock::now() < give_up;) {
-    std::this_thread::sleep_for(50ms);
-    metrics = testing::http_get(port, "/metrics");
-  }
+  const std::string metrics =
+      scrape_until(port, [&](const std::string& m) { return sample_value(m, baseline_b) >= 0; });
   // Each call sleeps 2 ms; the histogram's buckets are within 6%.
   const double seconds = sample_value(metrics, baseline_b);
   EXPECT_GE(seconds, 0.0018) << metrics;
@@ -187,12 +195,8 @@ TEST_F(DaemonIntegration, CallsWaitInTheConfiguredQueueAndTheWaitIsAMetric) {
   const std::uint16_t port = static_cast<std::uint16_t>(seg->header().metrics_port.load());
   ASSERT_NE(port, 0);
   const std::string want = "bulkhead_queue_wait_seconds_count{dependency=\"q\"} 1";
-  std::string metrics;
-  for (auto give_up = std::chrono::steady_clock::now() + 10s;
-       metrics.find(want) == std::string::npos && std::chrono::steady_clock::now() < give_up;) {
-    std::this_thread::sleep_for(20ms);  // a few ticks
-    metrics = testing::http_get(port, "/metrics");
-  }
+  const std::string metrics =
+      scrape_until(port, [&](const std::string& m) { return m.find(want) != std::string::npos; });
   EXPECT_NE(metrics.find(want), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("bulkhead_queue_rejections_total{dependency=\"q\",reason=\"queue_full\"} 0"),
             std::string::npos);
