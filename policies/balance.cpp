@@ -150,8 +150,13 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     drop_samples_ = kDropSamples;
   }
   if (overloaded(w)) {
+    const double limit_before_backoff = limit_;
     limit_ = clamp(std::floor(limit_ * params_.backoff));
     if (drops_ >= std::max(kMinDrops, params_.drop_threshold * drop_samples_)) {
+      if (cut_baseline_ns_ == 0) {
+        cut_baseline_ns_ = baseline_ns_;
+        limit_before_drops_ = limit_before_backoff;
+      }
       baseline_ns_ *= params_.backoff;
       base_mean_ns_ *= params_.backoff;
       drain_called_ = true;
@@ -287,12 +292,23 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   const bool drifted = !used && drained_ns_ > 0 && latency_ns_ > tolerance * drained_ns_;
   // A scheduled drain waits for calm: one that starts as the dependency
   // loses capacity measures the queue it is building, not the baseline.
+  // Not one that drops called by cutting the baseline: latency over the
+  // cut baseline is no news, and waiting for it to come under the target
+  // held the limit at its minimum for 17 s after a 20 s outage, until a
+  // drain for latency stuck over the target (few calls at the minimum make
+  // for slow round trips of the smoothed latency). The first window
+  // without drops is calm enough.
+  const bool calm = r <= tolerance || cut_baseline_ns_ > 0;
   const bool due = (drain_called_ || since_probe_ns_ >= params_.probe_interval_ms * 1e6 || rate_moved) &&
-                   (used || drifted) &&
-                   r <= tolerance;
+                   (used || drifted) && calm;
   if (params_.probe_interval_ms > 0 && (due || stuck)) {
     windows_over_target_ = 0;
     drain_called_ = false;
+    // What the drain compares its measurement with: the baseline before
+    // drops cut it, if they did.
+    probe_baseline_ns_ = cut_baseline_ns_ > 0 ? cut_baseline_ns_ : baseline_ns_;
+    probe_after_drops_ = cut_baseline_ns_ > 0;
+    cut_baseline_ns_ = 0;
     probing_ = true;
     probe_elapsed_ns_ = 0;
     probe_windows_ = 0;
@@ -305,7 +321,9 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     limit_before_probe_ = limit_;
     // Cut for latency that may not have been a queue: if the drain finds
     // the baseline itself rose past the target, the cuts were for nothing.
-    limit_before_cuts_ = stuck ? std::max(limit_, limit_over_target_) : limit_;
+    limit_before_cuts_ = probe_after_drops_ ? std::max(limit_, limit_before_drops_)
+                         : stuck            ? std::max(limit_, limit_over_target_)
+                                            : limit_;
     latency_before_probe_ = latency_ns_;
     limit_in_force_ = w.limit > 0 ? w.limit : limit_;
     // Below the knee: at the target the limit is T x W, so L / T is W;
@@ -378,14 +396,17 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // Over baseline_max_ms, what the drain measured counts only up to it
     // (update() holds the baseline there): the rest is queueing, which the
     // cuts were right to shed.
-    const bool slower = bounded(measured) > (1 + params_.tolerance) * baseline_ns_;
+    const bool slower = bounded(measured) > (1 + params_.tolerance) * probe_baseline_ns_;
     found_slower_ = slower;
     baseline_ns_ = latency_ns_ = drained_ns_ = measured;
     base_mean_ns_ = probe_mean_sum_ / probe_samples_;
     baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);
     const double cut = std::max(limit_before_probe_, 1.0);
-    limit_ = slower ? clamp(std::floor(cut * std::pow(limit_before_cuts_ / cut, kRestoreShare)))
-                    : limit_before_probe_;
+    // So does one after drops that stopped: what they cut for has passed
+    // (an outage), or the drain found the dependency slower.
+    limit_ = slower || probe_after_drops_
+                 ? clamp(std::floor(cut * std::pow(limit_before_cuts_ / cut, kRestoreShare)))
+                 : limit_before_probe_;
   } else {
     limit_ = limit_before_probe_;
   }

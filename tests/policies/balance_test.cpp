@@ -215,6 +215,36 @@ TEST(BalancePolicy, OverloadDropsLowerTheBaselineAndCallForADrain) {
   EXPECT_TRUE(b.probing());
 }
 
+TEST(BalancePolicy, AfterAnOutageTheFirstWindowWithoutDropsDrainsAndTheLimitComesHalfwayBack) {
+  BalancePolicy::Params p = hand();
+  p.probe_interval_ms = 30000;
+  BalancePolicy b(kBounds, p);
+  b.update(first_window(10));
+  // Every call times out for two windows: limit 100 -> 90 -> 81, and the
+  // baseline the drops cut 10 -> 9 -> 8.1 ms.
+  for (int i = 0; i < 2; ++i) {
+    b.update(make_window(WindowSpec{.dropped = 50, .max_inflight = static_cast<std::uint32_t>(b.limit())}));
+  }
+  EXPECT_DOUBLE_EQ(b.limit(), 81);
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 8.1e6);
+  // The dependency answers again in 10 ms. Against the cut baseline that is
+  // r = 1.235, over the target, which is no news: the drain the drops
+  // called starts now rather than once latency is under the target. The
+  // window cuts 81 by sqrt(1.2 / 1.235) to 79.86 first, then drains to
+  // floor(0.85 * 79.86 / 1.2) = 56.
+  EXPECT_DOUBLE_EQ(b.update(used_window(10, 81)), 56);
+  EXPECT_TRUE(b.probing());
+  for (int i = 0; i < 3; ++i) b.update(used_window(10, 56));  // a drain's three windows
+  // 10 ms is the baseline from before the drops, no slower: the limit comes
+  // halfway back (in ratio) to the 100 before them, floor(sqrt(79.86 * 100)).
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+  EXPECT_DOUBLE_EQ(b.limit(), 89);
+  // And grows on toward the full target: r = 1.1 has room 0.5 (a drain that
+  // found the dependency slower would stop growth at 1 + 0.2 / 3).
+  EXPECT_DOUBLE_EQ(b.update(used_window(11, 89)), 89 + 0.5 * 8.9);
+}
+
 TEST(BalancePolicy, ARareTimeoutBacksOffTheLimitButNotTheBaseline) {
   BalancePolicy b = with_baseline(10);
   // One timeout in a window of 50 is 2% of that window: the limit backs
