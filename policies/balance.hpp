@@ -17,7 +17,7 @@
 // each weighted by its sample count n: S += n/(n + latency_samples) ×
 // (p50 − S)) and r = S / base:
 //   drop ratio ≥ drop_threshold:        L ← L × backoff        (overload)
-//     and if drops persist:             base ← base × backoff, drain once calm
+//     and if drops persist:             base ← base × backoff, drain once they stop
 //   r > T, peak in-flight ≥ L / 2:      L ← L × max(½, √(T / r))
 //   limit used, r ≤ T:                  L ← L + max(0, min(1, (G − r)/(G − 1))) × max(1, L × growth)
 //   otherwise (app-limited):            hold
@@ -112,7 +112,7 @@
 // process on the host sees it at once.
 //
 // Drops that persist (drop_threshold of the last ~500 calls, and at least
-// three) lower the baseline with the limit, and call for a drain once calm:
+// three) lower the baseline with the limit, and call for a drain once they stop:
 // calls that keep timing out under the limit were queued, so the latency the
 // baseline rests on held a queue (a drain that others kept loaded: several
 // limiters on one dependency, each host with its own daemon). Without it,
@@ -120,6 +120,12 @@
 // baseline and the limits ratchet up until calls time out. A tail that
 // times out a call in a few hundred backs the limit off in the window it
 // lands in, but must not wear the baseline down (scenarios/slow-ramp).
+// The drain they call starts at the first window without drops, whatever
+// r says (the cuts, not a queue, put it over T), compares what it measures
+// with the baseline from before the cuts, and puts the limit halfway (in
+// ratio) back to the one before the drops: after an outage the limit is
+// back in seconds (scenarios/outage), not at its minimum until latency
+// stuck over the cut baseline calls a drain.
 // baseline_max_ms, when set, bounds the baseline, whatever a drain
 // measures: latency over T times the bound is then cut as a queue. Every
 // limiter of a dependency that many hosts share then sheds the shared
@@ -215,7 +221,7 @@ class BalancePolicy : public Policy {
   // Window time with the limit in use since the last drain ended, and
   // window time within the current one.
   double since_probe_ns_ = 0;
-  bool drain_called_ = false;  // by drops or a doubtful baseline: due once calm
+  bool drain_called_ = false;  // by drops or a doubtful baseline: due once calm (after drops: at once)
   double cut_baseline_ns_ = 0;   // the baseline before drops cut it, since the last drain; 0: not cut
   double probe_baseline_ns_ = 0;  // what the drain under way compares its measurement with
   double limit_before_drops_ = 0;  // the limit before the drops that cut the baseline
