@@ -157,8 +157,13 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
         cut_baseline_ns_ = baseline_ns_;
         limit_before_drops_ = limit_before_backoff;
       }
-      baseline_ns_ *= params_.backoff;
-      base_mean_ns_ *= params_.backoff;
+      // Not below what can still lower the limit: at its minimum, a cut
+      // only moves the baseline toward zero (and bulkhead_policy_baseline_
+      // seconds with it) for as long as an outage lasts.
+      if (limit_before_backoff > bounds_.min) {
+        baseline_ns_ *= params_.backoff;
+        base_mean_ns_ *= params_.backoff;
+      }
       drain_called_ = true;
     }
     return limit_;

@@ -17,7 +17,7 @@
 // each weighted by its sample count n: S += n/(n + latency_samples) ×
 // (p50 − S)) and r = S / base:
 //   drop ratio ≥ drop_threshold:        L ← L × backoff        (overload)
-//     and if drops persist:             base ← base × backoff, drain once they stop
+//     and if drops persist:             base ← base × backoff (L > min), drain once they stop
 //   r > T, peak in-flight ≥ L / 2:      L ← L × max(½, √(T / r))
 //   limit used, r ≤ T:                  L ← L + max(0, min(1, (G − r)/(G − 1))) × max(1, L × growth)
 //   otherwise (app-limited):            hold

@@ -245,6 +245,25 @@ TEST(BalancePolicy, AfterAnOutageTheFirstWindowWithoutDropsDrainsAndTheLimitCome
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 89)), 89 + 0.5 * 8.9);
 }
 
+TEST(BalancePolicy, DropsStopCuttingTheBaselineOnceTheLimitIsAtItsMinimum) {
+  BalancePolicy b(kBounds, hand());
+  b.update(first_window(10));
+  // Every call times out: the limit falls 10% a window (floored), from 100
+  // to the minimum of 1 in 27 windows, and the baseline with it, to
+  // 10 x 0.9^27 = 0.58 ms.
+  const Window out = make_window(WindowSpec{.dropped = 50, .max_inflight = 1});
+  int windows = 0;
+  for (; b.limit() > kBounds.min; ++windows) b.update(out);
+  EXPECT_EQ(windows, 27);
+  const double at_minimum = b.baseline_ns();
+  EXPECT_NEAR(at_minimum, 10e6 * std::pow(0.9, 27), 1);
+  // Cuts there would only move the baseline (and what /metrics shows of it)
+  // toward zero for as long as the outage lasts.
+  for (int i = 0; i < 100; ++i) b.update(out);
+  EXPECT_DOUBLE_EQ(b.limit(), 1);
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), at_minimum);
+}
+
 TEST(BalancePolicy, ARareTimeoutBacksOffTheLimitButNotTheBaseline) {
   BalancePolicy b = with_baseline(10);
   // One timeout in a window of 50 is 2% of that window: the limit backs
