@@ -345,6 +345,15 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     const bool trust_knee = knee > 0 && !stuck;
     const double below = trust_knee ? std::min(limit_ / tolerance, knee) : limit_ / tolerance;
     limit_ = clamp(std::floor(params_.probe_factor * below));
+    // After drops, the limit they cut is no measure of the dependency: at
+    // the minimum a drain takes seconds to gather its calls, and a p50 of
+    // a few is noise (after scenarios/outage, 7.5 ms for a p50 of 13.9 ms,
+    // and a second drain). Drain at the knee from before the drops: below
+    // it if the dependency is back as it was, and if it is still out, its
+    // drops end the drain at once.
+    if (probe_after_drops_) {
+      limit_ = std::max(limit_, clamp(std::floor(params_.probe_factor * limit_before_drops_ / tolerance)));
+    }
   }
   return limit_;
 }
@@ -376,6 +385,7 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
                         probe_samples_ >= kProbeSamples) ||
                        probe_windows_ >= kProbeMaxWindows;
   if (!drained) return limit_;
+  const double drained_limit = limit_;
   probing_ = false;
   since_probe_ns_ = 0;
   if (probe_samples_ > 0) {
@@ -412,6 +422,9 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     limit_ = slower || probe_after_drops_
                  ? clamp(std::floor(cut * std::pow(limit_before_cuts_ / cut, kRestoreShare)))
                  : limit_before_probe_;
+    // And the dependency as it was served the drained limit: keep at least
+    // that.
+    if (probe_after_drops_ && !slower) limit_ = std::max(limit_, drained_limit);
   } else {
     limit_ = limit_before_probe_;
   }

@@ -121,10 +121,13 @@
 // times out a call in a few hundred backs the limit off in the window it
 // lands in, but must not wear the baseline down (scenarios/slow-ramp).
 // The drain they call starts at the first window without drops, whatever
-// r says (the cuts, not a queue, put it over T), compares what it measures
-// with the baseline from before the cuts, and puts the limit halfway (in
-// ratio) back to the one before the drops: after an outage the limit is
-// back in seconds (scenarios/outage), not at its minimum until latency
+// r says (the cuts, not a queue, put it over T), at the knee from before
+// the drops (not at the minimum they may have cut the limit to, where it
+// would gather its calls one at a time), compares what it measures with
+// the baseline from before the cuts, and puts the limit halfway (in ratio)
+// back to the one before the drops, or keeps the drained limit if that is
+// more and the dependency is as it was: after an outage the limit is back
+// within a second (scenarios/outage), not at its minimum until latency
 // stuck over the cut baseline calls a drain.
 // baseline_max_ms, when set, bounds the baseline, whatever a drain
 // measures: latency over T times the bound is then cut as a queue. Every

@@ -230,11 +230,12 @@ TEST(BalancePolicy, AfterAnOutageTheFirstWindowWithoutDropsDrainsAndTheLimitCome
   // The dependency answers again in 10 ms. Against the cut baseline that is
   // r = 1.235, over the target, which is no news: the drain the drops
   // called starts now rather than once latency is under the target. The
-  // window cuts 81 by sqrt(1.2 / 1.235) to 79.86 first, then drains to
-  // floor(0.85 * 79.86 / 1.2) = 56.
-  EXPECT_DOUBLE_EQ(b.update(used_window(10, 81)), 56);
+  // window cuts 81 by sqrt(1.2 / 1.235) to 79.86 first, then drains to the
+  // knee from before the drops, floor(0.85 * 100 / 1.2) = 70 (over the
+  // floor(0.85 * 79.86 / 1.2) = 56 of other drains).
+  EXPECT_DOUBLE_EQ(b.update(used_window(10, 81)), 70);
   EXPECT_TRUE(b.probing());
-  for (int i = 0; i < 3; ++i) b.update(used_window(10, 56));  // a drain's three windows
+  for (int i = 0; i < 3; ++i) b.update(used_window(10, 70));  // a drain's three windows
   // 10 ms is the baseline from before the drops, no slower: the limit comes
   // halfway back (in ratio) to the 100 before them, floor(sqrt(79.86 * 100)).
   EXPECT_FALSE(b.probing());
@@ -243,6 +244,39 @@ TEST(BalancePolicy, AfterAnOutageTheFirstWindowWithoutDropsDrainsAndTheLimitCome
   // And grows on toward the full target: r = 1.1 has room 0.5 (a drain that
   // found the dependency slower would stop growth at 1 + 0.2 / 3).
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 89)), 89 + 0.5 * 8.9);
+}
+
+TEST(BalancePolicy, AfterALongOutageTheDrainRunsAtTheKneeFromBeforeIt) {
+  BalancePolicy::Params p = hand();
+  p.probe_interval_ms = 30000;
+  BalancePolicy b(kBounds, p);
+  b.update(first_window(10));
+  // Drops take the limit from 100 to its minimum, 1.
+  const Window out = make_window(WindowSpec{.dropped = 50, .max_inflight = 1});
+  while (b.limit() > kBounds.min) b.update(out);
+  // Back: the drain runs at floor(0.85 * 100 / 1.2) = 70, not at the
+  // minimum, where it would wait for twenty calls one at a time.
+  EXPECT_DOUBLE_EQ(b.update(used_window(10, 1)), 70);
+  for (int i = 0; i < 3; ++i) b.update(used_window(10, 70));
+  // The dependency as it was: halfway back from 1 to 100 is 10, but it
+  // served 70 in the drain, so 70.
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+  EXPECT_DOUBLE_EQ(b.limit(), 70);
+}
+
+TEST(BalancePolicy, AnOutageThatGoesOnEndsTheDrainAtOnce) {
+  BalancePolicy::Params p = hand();
+  p.probe_interval_ms = 30000;
+  BalancePolicy b(kBounds, p);
+  b.update(first_window(10));
+  const Window out = make_window(WindowSpec{.dropped = 50, .max_inflight = 1});
+  while (b.limit() > kBounds.min) b.update(out);
+  // One window of answers, and the drain at 70 starts; the next window's
+  // calls time out again: back to the minimum.
+  EXPECT_DOUBLE_EQ(b.update(used_window(10, 1)), 70);
+  EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.dropped = 50, .max_inflight = 70})), 1);
+  EXPECT_FALSE(b.probing());
 }
 
 TEST(BalancePolicy, DropsStopCuttingTheBaselineOnceTheLimitIsAtItsMinimum) {

@@ -61,17 +61,15 @@ TEST(SimTargets, HasAShorterTailThanTheBestStaticLimitWhereCapacityChanges) {
 }
 
 // With one limit for the host, no shipped scenario loses more than 5% of
-// what the dependency could serve (the worst, slow-ramp on the table in
-// docs/policies.md, serves 98.3%): no collapse, whatever changes. Not the
-// outage, below: while the dependency is out, every call still admitted
-// times out, and after it any policy that backed off spends a second or
-// two finding out that it is back.
+// what the dependency could serve (the worst on the table in
+// docs/policies.md, outage, serves 98.1%; slow-ramp 98.3%): no collapse,
+// whatever changes.
 TEST(SimTargets, OneHostWideLimitServesAtLeast95PercentEverywhere) {
   int scenarios = 0;
   for (const auto& entry : std::filesystem::directory_iterator(BULKHEAD_SOURCE_DIR "/scenarios")) {
     if (entry.path().extension() != ".toml") continue;
     const Scenario s = load_scenario_file(entry.path().string());
-    if (s.limiter != LimiterMode::kHost || s.name == "outage") continue;
+    if (s.limiter != LimiterMode::kHost) continue;
     const ScenarioReport r = run(s, false);
     EXPECT_GE(summary_of(r, "policy").goodput_pct, 95.0) << entry.path().filename();
     ++scenarios;
