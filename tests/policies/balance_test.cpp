@@ -37,6 +37,9 @@ Window first_window(double base_ms) {
   return make_window(WindowSpec{.ok = 200, .rtt_ms = base_ms, .max_inflight = 10});
 }
 
+// A window in which every call timed out.
+Window outage_window(std::uint32_t peak) { return make_window(WindowSpec{.dropped = 50, .max_inflight = peak}); }
+
 // A balance policy without drains, its baseline set to `base_ms`.
 BalancePolicy with_baseline(double base_ms, BalancePolicy::Params p = hand()) {
   p.probe_interval_ms = 0;
@@ -207,7 +210,7 @@ TEST(BalancePolicy, OverloadDropsLowerTheBaselineAndCallForADrain) {
   b.update(first_window(10));
   // Calls time out: the latency the baseline rests on held a queue, or the
   // limit would not time calls out. It backs off with the limit...
-  EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.dropped = 50, .max_inflight = 100})), 90);
+  EXPECT_DOUBLE_EQ(b.update(outage_window(100)), 90);
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 9e6);
   EXPECT_FALSE(b.probing());
   // ...and the first calm window with the limit in use re-measures it.
@@ -223,7 +226,7 @@ TEST(BalancePolicy, AfterAnOutageTheFirstWindowWithoutDropsDrainsAndTheLimitCome
   // Every call times out for two windows: limit 100 -> 90 -> 81, and the
   // baseline the drops cut 10 -> 9 -> 8.1 ms.
   for (int i = 0; i < 2; ++i) {
-    b.update(make_window(WindowSpec{.dropped = 50, .max_inflight = static_cast<std::uint32_t>(b.limit())}));
+    b.update(outage_window(static_cast<std::uint32_t>(b.limit())));
   }
   EXPECT_DOUBLE_EQ(b.limit(), 81);
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 8.1e6);
@@ -246,14 +249,19 @@ TEST(BalancePolicy, AfterAnOutageTheFirstWindowWithoutDropsDrainsAndTheLimitCome
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 89)), 89 + 0.5 * 8.9);
 }
 
-TEST(BalancePolicy, AfterALongOutageTheDrainRunsAtTheKneeFromBeforeIt) {
+// A policy whose baseline is 10 ms, after drops took its limit from 100 to
+// the minimum, 1.
+BalancePolicy after_a_long_outage() {
   BalancePolicy::Params p = hand();
   p.probe_interval_ms = 30000;
   BalancePolicy b(kBounds, p);
   b.update(first_window(10));
-  // Drops take the limit from 100 to its minimum, 1.
-  const Window out = make_window(WindowSpec{.dropped = 50, .max_inflight = 1});
-  while (b.limit() > kBounds.min) b.update(out);
+  while (b.limit() > kBounds.min) b.update(outage_window(1));
+  return b;
+}
+
+TEST(BalancePolicy, AfterALongOutageTheDrainRunsAtTheKneeFromBeforeIt) {
+  BalancePolicy b = after_a_long_outage();
   // Back: the drain runs at floor(0.85 * 100 / 1.2) = 70, not at the
   // minimum, where it would wait for twenty calls one at a time.
   EXPECT_DOUBLE_EQ(b.update(used_window(10, 1)), 70);
@@ -266,16 +274,11 @@ TEST(BalancePolicy, AfterALongOutageTheDrainRunsAtTheKneeFromBeforeIt) {
 }
 
 TEST(BalancePolicy, AnOutageThatGoesOnEndsTheDrainAtOnce) {
-  BalancePolicy::Params p = hand();
-  p.probe_interval_ms = 30000;
-  BalancePolicy b(kBounds, p);
-  b.update(first_window(10));
-  const Window out = make_window(WindowSpec{.dropped = 50, .max_inflight = 1});
-  while (b.limit() > kBounds.min) b.update(out);
+  BalancePolicy b = after_a_long_outage();
   // One window of answers, and the drain at 70 starts; the next window's
   // calls time out again: back to the minimum.
   EXPECT_DOUBLE_EQ(b.update(used_window(10, 1)), 70);
-  EXPECT_DOUBLE_EQ(b.update(make_window(WindowSpec{.dropped = 50, .max_inflight = 70})), 1);
+  EXPECT_DOUBLE_EQ(b.update(outage_window(70)), 1);
   EXPECT_FALSE(b.probing());
 }
 
@@ -285,15 +288,14 @@ TEST(BalancePolicy, DropsStopCuttingTheBaselineOnceTheLimitIsAtItsMinimum) {
   // Every call times out: the limit falls 10% a window (floored), from 100
   // to the minimum of 1 in 27 windows, and the baseline with it, to
   // 10 x 0.9^27 = 0.58 ms.
-  const Window out = make_window(WindowSpec{.dropped = 50, .max_inflight = 1});
   int windows = 0;
-  for (; b.limit() > kBounds.min; ++windows) b.update(out);
+  for (; b.limit() > kBounds.min; ++windows) b.update(outage_window(1));
   EXPECT_EQ(windows, 27);
   const double at_minimum = b.baseline_ns();
   EXPECT_NEAR(at_minimum, 10e6 * std::pow(0.9, 27), 1);
   // Cuts there would only move the baseline (and what /metrics shows of it)
   // toward zero for as long as the outage lasts.
-  for (int i = 0; i < 100; ++i) b.update(out);
+  for (int i = 0; i < 100; ++i) b.update(outage_window(1));
   EXPECT_DOUBLE_EQ(b.limit(), 1);
   EXPECT_DOUBLE_EQ(b.baseline_ns(), at_minimum);
 }
