@@ -313,7 +313,6 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     // drops cut it, if they did.
     probe_baseline_ns_ = cut_baseline_ns_ > 0 ? cut_baseline_ns_ : baseline_ns_;
     probe_after_drops_ = cut_baseline_ns_ > 0;
-    cut_baseline_ns_ = 0;
     probing_ = true;
     probe_elapsed_ns_ = 0;
     probe_windows_ = 0;
@@ -413,6 +412,10 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // cuts were right to shed.
     const bool slower = bounded(measured) > (1 + params_.tolerance) * probe_baseline_ns_;
     found_slower_ = slower;
+    // Measured: the cuts are undone. (Not when the drain starts: drops that
+    // end it would then cut from the cut baseline, and the next drain
+    // compare with that, from the minimum.)
+    cut_baseline_ns_ = 0;
     baseline_ns_ = latency_ns_ = drained_ns_ = measured;
     base_mean_ns_ = probe_mean_sum_ / probe_samples_;
     baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);

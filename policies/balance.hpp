@@ -225,7 +225,7 @@ class BalancePolicy : public Policy {
   // window time within the current one.
   double since_probe_ns_ = 0;
   bool drain_called_ = false;  // by drops or a doubtful baseline: due once calm (after drops: at once)
-  double cut_baseline_ns_ = 0;   // the baseline before drops cut it, since the last drain; 0: not cut
+  double cut_baseline_ns_ = 0;   // the baseline before drops cut it, until a drain measures; 0: not cut
   double probe_baseline_ns_ = 0;  // what the drain under way compares its measurement with
   double limit_before_drops_ = 0;  // the limit before the drops that cut the baseline
   bool probe_after_drops_ = false;  // the drain under way is the one they called

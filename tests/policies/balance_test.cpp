@@ -280,6 +280,14 @@ TEST(BalancePolicy, AnOutageThatGoesOnEndsTheDrainAtOnce) {
   EXPECT_DOUBLE_EQ(b.update(used_window(10, 1)), 70);
   EXPECT_DOUBLE_EQ(b.update(outage_window(70)), 1);
   EXPECT_FALSE(b.probing());
+  // When it is back for good, the drain is the same as after an outage
+  // that never flickered: at 70, and the limit stays there.
+  b.update(outage_window(1));
+  EXPECT_DOUBLE_EQ(b.update(used_window(10, 1)), 70);
+  for (int i = 0; i < 3; ++i) b.update(used_window(10, 70));
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+  EXPECT_DOUBLE_EQ(b.limit(), 70);
 }
 
 TEST(BalancePolicy, DropsStopCuttingTheBaselineOnceTheLimitIsAtItsMinimum) {
