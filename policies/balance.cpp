@@ -9,7 +9,7 @@
 namespace bulkhead::policies {
 namespace {
 
-constexpr std::array<ParamSpec<BalancePolicy::Params>, 9> kParamSpecs{{
+constexpr std::array<ParamSpec<BalancePolicy::Params>, 10> kParamSpecs{{
     {"tolerance", &BalancePolicy::Params::tolerance, Range::open_closed(0, 2)},
     {"drop_threshold", &BalancePolicy::Params::drop_threshold, Range::open_closed(0, 1)},
     {"backoff", &BalancePolicy::Params::backoff, Range::closed_open(0.5, 1)},
@@ -19,6 +19,7 @@ constexpr std::array<ParamSpec<BalancePolicy::Params>, 9> kParamSpecs{{
     {"probe_interval_ms", &BalancePolicy::Params::probe_interval_ms, Range::at_least(0)},
     {"probe_factor", &BalancePolicy::Params::probe_factor, Range::open_closed(0, 1)},
     {"baseline_max_ms", &BalancePolicy::Params::baseline_max_ms, Range::at_least(0)},
+    {"other_hosts", &BalancePolicy::Params::other_hosts, Range::closed(0, 1).integers()},
 }};
 
 // A probe lasts at least this many windows: one (or more) while the calls
@@ -84,6 +85,19 @@ constexpr double kQueuedShape = 0.5;
 // After a drain that found the dependency slower, the limit grows only
 // while latency is within this share of the tolerance over the baseline.
 constexpr double kSlowerGrowthShare = 1.0 / 3;
+// The no-load p50 over the spread p50 - p10 of exponential service times:
+// ln 2 / (ln 2 - ln(10/9)) = 1.18, the least of the usual shapes (lognormal
+// ones of sigma 1 give 1.38, near-constant ones far more). Until a drain
+// has measured the dependency's own, it credits the dependency with the
+// least latency its spread explains.
+constexpr double kExponentialShape = 1.18;
+
+// A window's spread, p50 - p10: what a queue every call waits in about as
+// long leaves as it was, and what a dependency k times slower multiplies
+// by k.
+double spread_of(const Window& w) {
+  return w.rtt_p50_ns > w.rtt_p10_ns ? static_cast<double>(w.rtt_p50_ns - w.rtt_p10_ns) : 0.0;
+}
 
 }  // namespace
 
@@ -103,6 +117,12 @@ double BalancePolicy::clamp(double limit) const { return std::clamp(limit, bound
 
 double BalancePolicy::bounded(double ns) const {
   return params_.baseline_max_ms > 0 ? std::min(ns, params_.baseline_max_ms * 1e6) : ns;
+}
+
+double BalancePolicy::own_latency(double p50, double spread, double floor) const {
+  if (params_.other_hosts == 0 || spread == 0) return p50;
+  const double shape = shape_ > 0 ? shape_ : kExponentialShape;
+  return std::min(p50, std::max(floor, shape * spread));
 }
 
 bool BalancePolicy::queued_shape(const Window& w) const {
@@ -197,8 +217,12 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   const bool untrusted = baseline_samples_ < kTrustedSamples;
   if (!used || (untrusted && !queued_shape(w))) {
     const double follow = untrusted ? n / (baseline_samples_ + n) : params_.baseline_follow * weight;
-    baseline_ns_ += follow * (p50 - baseline_ns_);
-    base_mean_ns_ += follow * (w.rtt_mean_ns() - base_mean_ns_);
+    // With other hosts' limiters on the dependency, a limit this host
+    // leaves unused is no sign that the dependency has no queue: follow
+    // only what its spread explains.
+    const double own = untrusted ? p50 : own_latency(p50, spread_of(w), baseline_ns_);
+    baseline_ns_ += follow * (own - baseline_ns_);
+    base_mean_ns_ += follow * (w.rtt_mean_ns() * (own < p50 ? own / p50 : 1.0) - base_mean_ns_);
     baseline_samples_ += n;
   } else if (untrusted) {
     // The limit binds, the window has a queue's shape, and the baseline
@@ -318,6 +342,7 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     probe_windows_ = 0;
     probe_settled_ = false;
     probe_p50_sum_ = 0;
+    probe_spread_sum_ = 0;
     probe_mean_sum_ = 0;
     probe_samples_ = 0;
     // Long enough for calls admitted before the drain to finish.
@@ -367,6 +392,7 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
   ++probe_windows_;
   if (probe_settled_ && w.ok > 0) {
     probe_p50_sum_ += p50 * static_cast<double>(w.ok);
+    probe_spread_sum_ += spread_of(w) * static_cast<double>(w.ok);
     probe_mean_sum_ += static_cast<double>(w.rtt_sum_ns);
     probe_samples_ += static_cast<double>(w.ok);
   }
@@ -388,7 +414,16 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
   probing_ = false;
   since_probe_ns_ = 0;
   if (probe_samples_ > 0) {
-    const double measured = probe_p50_sum_ / probe_samples_;
+    const double drained_p50 = probe_p50_sum_ / probe_samples_;
+    const double spread = probe_spread_sum_ / probe_samples_;
+    // A drain that found no more latency than the baseline it compares
+    // with measured no queue it did not know: its p50 over its spread is
+    // the dependency's shape. With other hosts' limiters on the
+    // dependency, one that found more takes only the part the spread
+    // explains (the dependency got slower) for the dependency's own; the
+    // rest is a delay every call has in common, the others' queue.
+    if (drained_p50 <= probe_baseline_ns_ && spread > 0) shape_ = drained_p50 / spread;
+    const double measured = own_latency(drained_p50, spread, probe_baseline_ns_);
     // Latency that fell in proportion to the limit (elasticity near 1) was
     // all queue, even at the drained limit: it started above the knee.
     // Drain again soon, from the lower limit the new baseline brings,

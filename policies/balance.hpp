@@ -134,6 +134,21 @@
 // limiter of a dependency that many hosts share then sheds the shared
 // queue, where each would adopt it (the ratchet above); a dependency that
 // really got slower than the bound is throttled like an overloaded one.
+// other_hosts = 1 says that bulkheadd on other hosts limits the dependency
+// too. A queue every call waits in about as long shifts the whole latency
+// distribution, leaving its spread p50 - p10 as it was, where a dependency
+// k times slower spreads k times wider. So what a drain measures, and what
+// an unused limit's baseline follows, counts as the dependency's own only
+// as far as the spread explains: at most shape x spread, the shape (no-load
+// p50 over spread) from the last drain that found no rise (the
+// exponential's 1.18, the least usual one, before any), and the rest is
+// the others' queue, which every host's limiter then sheds. Over 8
+// limiters (scenarios/many-processes-per-process): p99 5.2x no-load to
+// 1.4x, and still 1.4x run for four minutes (vegas 2.0x). A dependency
+// that gets slower by a delay every call has (a longer network path) is
+// throttled like an overloaded one: no limiter can tell that delay from
+// the others' queue (scenarios/network-delay: 64% of capacity, where
+// without other_hosts it serves 99%).
 // Where it differs from its sources: drops count only as a ratio (one
 // timeout in a thousand is not overload), and windows are those of the
 // daemon's controller.
@@ -187,6 +202,17 @@ class BalancePolicy : public Policy {
     // dependency (docs/config.md, "Choosing a policy"). A dependency that
     // really gets slower than that is throttled down to min_limit.
     double baseline_max_ms = 0;
+    // 1 when bulkheadd on other hosts limits this dependency too (each of
+    // them with other_hosts = 1), 0 when this host's limit is the only
+    // one; 0 or 1. With 1, latency that every call has in common (a delay
+    // that leaves the p50 - p10 spread as it was) is taken for the others'
+    // queue, and only what the spread explains (a dependency k times
+    // slower spreads k times wider) for the dependency's own: a drain of
+    // one host's limit cannot tell the others' queue from a slower
+    // dependency by its p50 (docs/config.md, "Choosing a policy"). A
+    // dependency that gets slower by a fixed delay (a longer network
+    // path) is then throttled like an overloaded one.
+    double other_hosts = 0;
   };
 
   explicit BalancePolicy(const Bounds& bounds);
@@ -212,6 +238,10 @@ class BalancePolicy : public Policy {
   bool overloaded(const Window& w) const;
   // Whether its latencies look queued (kQueuedShape).
   bool queued_shape(const Window& w) const;
+  // The part of latency `p50`, with spread p50 - p10 `spread`, that is the
+  // dependency's own: all of it, unless other_hosts; then no more than the
+  // learned shape times the spread, nor less than `floor` (or than p50).
+  double own_latency(double p50, double spread, double floor) const;
   // `ns`, held to baseline_max_ms.
   double bounded(double ns) const;
   double clamp(double limit) const;
@@ -240,12 +270,14 @@ class BalancePolicy : public Policy {
   double latency_before_probe_ = 0;
   double limit_in_force_ = 0;  // published while latency_before_probe_ was seen
   double probe_p50_sum_ = 0;   // sample-weighted, over probe windows once settled
+  double probe_spread_sum_ = 0;  // p50 - p10, the same way
   double probe_samples_ = 0;
   double limit_before_probe_ = 0;
   double limit_before_cuts_ = 0;  // to restore if the drain finds a slower dependency
   bool found_slower_ = false;     // the last drain that measured found the dependency slower
   double probe_mean_sum_ = 0;  // latency sum over the same windows
   double base_mean_ns_ = 0;    // the no-load mean latency, beside the p50
+  double shape_ = 0;           // the no-load p50 over its spread p50 - p10; 0: not measured yet
   double rate_ = 0;            // completions per ns while the limit is used
   double drained_rate_ = 0;    // rate_ when the last drain ended
   double baseline_samples_ = 0;  // samples the baseline rests on (a drain counts as enough)

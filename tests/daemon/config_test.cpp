@@ -556,7 +556,7 @@ const BadConfig kBadConfigs[] = {
     {"UnknownParamInDefaults", "[defaults]\ngrowth = 0.3\nbogus = 1\n",
      "bad.toml:3: defaults.bogus: unknown parameter 'bogus' for policy 'balance' (known: "
      "backoff, baseline_follow, baseline_max_ms, drop_threshold, growth, latency_samples, "
-     "probe_factor, probe_interval_ms, tolerance)"},
+     "other_hosts, probe_factor, probe_interval_ms, tolerance)"},
     {"ParamOfAnotherPolicy",
      "[defaults]\ngrowth = 0.3\n\n[dependency.payments-db]\npolicy = \"aimd\"\ngrowth = 0.5\n",
      "bad.toml:6: dependency.payments-db.growth: unknown parameter 'growth' for policy 'aimd'"},

@@ -728,6 +728,96 @@ TEST(BalancePolicy, ADrainThatSeesDropsEndsWithoutRisingAgain) {
   EXPECT_FALSE(b.probing());
 }
 
+// A window of 100 calls, its p50 at `p50_ms` and its p10 at `p10_ms`, with
+// `peak` in flight.
+Window spread_window(double p50_ms, double p10_ms, std::uint32_t peak) {
+  Window w = make_window(WindowSpec{.ok = 100, .rtt_ms = p50_ms, .max_inflight = peak});
+  w.rtt_p10_ns = static_cast<std::uint64_t>(p10_ms * test::kNsPerMs);
+  w.rtt_min_ns = w.rtt_p10_ns;
+  return w;
+}
+
+// Runs windows with the limit in use at r = 1.1 until the next scheduled
+// drain starts (the fifth, as in DrainsEveryProbeIntervalOfUseAndRestores),
+// then drain windows of p50 `p50_ms` and p10 `p10_ms` until it ends.
+void drain_measuring(BalancePolicy& b, double p50_ms, double p10_ms) {
+  for (int i = 0; i < 10 && !b.probing(); ++i) b.update(spread_window(11, 2.2, 1000));
+  ASSERT_TRUE(b.probing());
+  for (int i = 0; i < 10 && b.probing(); ++i) b.update(spread_window(p50_ms, p10_ms, 1));
+  ASSERT_FALSE(b.probing());
+}
+
+// Balance with other_hosts set as given, after a first drain that found the
+// dependency as the first window did: p50 10 ms, p10 2 ms. A drain that
+// finds no more latency than the baseline measured no queue, so its p50
+// over its spread, 10 / 8 = 1.25, is the dependency's shape.
+BalancePolicy drained_at_ten(double other_hosts) {
+  BalancePolicy::Params p = hand();
+  p.other_hosts = other_hosts;
+  BalancePolicy b(kBounds, p);
+  b.update(first_window(10));
+  drain_measuring(b, 10, 2);
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+  return b;
+}
+
+TEST(BalancePolicy, WithOtherHostsADrainTakesADelayEveryCallHasForTheirQueue) {
+  // The next drain finds p50 20 ms, p10 12 ms: 10 ms more on every call,
+  // the spread still 8 ms. Alone on the dependency, that is the
+  // dependency's own latency (no queue of this limit's is left in a
+  // drain): the baseline is 20.
+  BalancePolicy alone = drained_at_ten(0);
+  drain_measuring(alone, 20, 12);
+  EXPECT_DOUBLE_EQ(alone.baseline_ns(), 20e6);
+  // With other hosts' limiters, it is their queue: the dependency's own is
+  // the shape times the spread, 1.25 x 8 = 10, and the baseline stays.
+  BalancePolicy shared = drained_at_ten(1);
+  drain_measuring(shared, 20, 12);
+  EXPECT_DOUBLE_EQ(shared.baseline_ns(), 10e6);
+}
+
+TEST(BalancePolicy, WithOtherHostsADrainTakesASlowerDependencyByItsSpread) {
+  // 2x slower: p50 20, p10 4, the spread 16 doubled with it: 1.25 x 16 =
+  // 20, all of it the dependency's own.
+  BalancePolicy doubled = drained_at_ten(1);
+  drain_measuring(doubled, 20, 4);
+  EXPECT_DOUBLE_EQ(doubled.baseline_ns(), 20e6);
+  // p50 30, p10 18: 1.25 x 12 = 15 of it (1.5x slower), and 15 ms more on
+  // every call.
+  BalancePolicy both = drained_at_ten(1);
+  drain_measuring(both, 30, 18);
+  EXPECT_DOUBLE_EQ(both.baseline_ns(), 15e6);
+}
+
+TEST(BalancePolicy, WithOtherHostsTheShapeIsTheExponentialsUntilADrainMeasuresIt) {
+  // No drain yet (the first window has no spread): 1.18, the exponential's
+  // ln 2 / (ln 2 - ln(10/9)). A first drain that finds p50 30, p10 18
+  // takes 1.18 x 12 = 14.16 ms for the dependency's own.
+  BalancePolicy::Params p = hand();
+  p.other_hosts = 1;
+  BalancePolicy b(kBounds, p);
+  b.update(first_window(10));
+  drain_measuring(b, 30, 18);
+  EXPECT_NEAR(b.baseline_ns(), 14.16e6, 1);
+}
+
+TEST(BalancePolicy, WithOtherHostsAnUnusedLimitFollowsOnlyWhatTheSpreadExplains) {
+  // The limit unused (peak in-flight 1 of 100+): the baseline follows the
+  // latency, 0.2 of the way a window. 20 ms with the spread of 10 ms is,
+  // alone on the dependency, its own latency: 10 -> 12.
+  BalancePolicy alone = drained_at_ten(0);
+  alone.update(spread_window(20, 12, 1));
+  EXPECT_DOUBLE_EQ(alone.baseline_ns(), 12e6);
+  // With other hosts' limiters, callers queue it below this limit: the
+  // baseline holds at 10.
+  BalancePolicy shared = drained_at_ten(1);
+  shared.update(spread_window(20, 12, 1));
+  EXPECT_DOUBLE_EQ(shared.baseline_ns(), 10e6);
+  // A spread twice as wide is a slower dependency: it follows, to 12.
+  shared.update(spread_window(20, 4, 1));
+  EXPECT_DOUBLE_EQ(shared.baseline_ns(), 12e6);
+}
+
 TEST(BalancePolicy, RefusesOutOfRangeParameters) {
   EXPECT_EQ(test::param_error_of([] { BalancePolicy::parse_params({{"tolerance", 0}}); }),
             "tolerance = 0: must be in (0, 2]");
@@ -735,6 +825,8 @@ TEST(BalancePolicy, RefusesOutOfRangeParameters) {
             "probe_factor = 0: must be in (0, 1]");
   EXPECT_EQ(test::param_error_of([] { BalancePolicy::parse_params({{"baseline_max_ms", -1}}); }),
             "baseline_max_ms = -1: must be >= 0");
+  EXPECT_EQ(test::param_error_of([] { BalancePolicy::parse_params({{"other_hosts", 0.5}}); }),
+            "other_hosts = 0.5: must be an integer in [0, 1]");
 }
 
 }  // namespace

@@ -96,31 +96,66 @@ TEST(SimTargets, TheLimitComesBackWithinSecondsOfAnOutage) {
 
 // docs/config.md, "Choosing a policy": where every process (every host)
 // limits one dependency on its own, balance's drains adopt the others'
-// queue and the limits ratchet until calls time out; a bound on its
-// baseline at twice the healthy p50 (28 ms for 20 ms exponential service,
-// whose p50 is 13.9 ms) sheds that queue, with no less goodput and a
-// shorter tail than vegas, the reference best there.
-TEST(SimTargets, ABoundedBaselineKeepsLimitersThatShareADependencyFromRatcheting) {
-  Scenario scenario = shipped("many-processes-per-process");
-  RunOptions options;
-  options.policies = {kPolicy, "vegas"};
-  options.references = false;
-  options.jobs = 2;
-  const ScenarioReport unbounded = run_scenario(scenario, options);
-  scenario.policy_params[kPolicy]["baseline_max_ms"] = 28;
-  const ScenarioReport bounded = run_scenario(scenario, options);
-  const auto labelled = [](const ScenarioReport& r, const std::string& label) -> const Summary& {
+// queue and the limits ratchet until calls time out. The shipped scenario
+// runs balance as such hosts should configure it, with other_hosts = 1:
+// latency every call has in common (the spread p50 - p10 as it was) is
+// the others' queue, and is shed. That holds all the goodput with a
+// shorter tail than vegas, the reference best there; so does a bound on
+// the baseline at twice the healthy p50 (28 ms for 20 ms exponential
+// service, whose p50 is 13.9 ms) instead.
+class SharedDependency : public ::testing::Test {
+ protected:
+  static const Summary& labelled(const ScenarioReport& r, const std::string& label) {
     for (const Summary& s : r.summaries) {
       if (s.label == label) return s;
     }
     throw std::runtime_error("no " + label + " run in the report");
-  };
-  EXPECT_GT(labelled(unbounded, kPolicy).p99_vs_noload, 3.0);
-  const Summary& b = labelled(bounded, kPolicy);
-  const Summary& vegas = labelled(bounded, "vegas");
-  EXPECT_LT(b.p99_vs_noload, 1.5);
-  EXPECT_LT(b.p99_vs_noload, vegas.p99_vs_noload);
-  EXPECT_GE(b.goodput_pct, vegas.goodput_pct - 0.1);
+  }
+  ScenarioReport run_with(const Scenario& scenario) const { return run_scenario(scenario, options_); }
+  // balance's p99 under 1.5x no-load and under vegas's, with all of
+  // vegas's goodput (within a tenth of a point).
+  static void expect_a_shorter_tail_than_vegas(const ScenarioReport& r) {
+    const Summary& b = labelled(r, kPolicy);
+    const Summary& vegas = labelled(r, "vegas");
+    EXPECT_LT(b.p99_vs_noload, 1.5);
+    EXPECT_LT(b.p99_vs_noload, vegas.p99_vs_noload);
+    EXPECT_GE(b.goodput_pct, vegas.goodput_pct - 0.1);
+  }
+
+  Scenario scenario_ = shipped("many-processes-per-process");
+  RunOptions options_ = [] {
+    RunOptions o;
+    o.policies = {kPolicy, "vegas"};
+    o.references = false;
+    o.jobs = 2;
+    return o;
+  }();
+};
+
+TEST_F(SharedDependency, OtherHostsKeepsTheLimitersFromRatcheting) {
+  ASSERT_EQ(scenario_.policy_params[kPolicy]["other_hosts"], 1);
+  expect_a_shorter_tail_than_vegas(run_with(scenario_));
+  scenario_.policy_params[kPolicy]["other_hosts"] = 0;
+  EXPECT_GT(labelled(run_with(scenario_), kPolicy).p99_vs_noload, 3.0);
+}
+
+// A ratchet can take longer than the scenario's minute: a version that let
+// drains for latency stuck over the target adopt the whole rise when it
+// stayed (to tell a longer network path) was at 2.2x at 60 s and at 5.1x
+// with calls timing out at 300 s (docs/policies.md). Four minutes: without
+// other_hosts, 5.3x and 97.1%.
+TEST_F(SharedDependency, OtherHostsHoldsTheTailOverFourMinutes) {
+  scenario_.duration_s = 240;
+  options_.policies = {kPolicy};
+  const Summary& b = labelled(run_with(scenario_), kPolicy);
+  EXPECT_LT(b.p99_vs_noload, 2.0);
+  EXPECT_GE(b.goodput_pct, 99.0);
+}
+
+TEST_F(SharedDependency, ABoundedBaselineKeepsTheLimitersFromRatchetingToo) {
+  scenario_.policy_params[kPolicy]["other_hosts"] = 0;
+  scenario_.policy_params[kPolicy]["baseline_max_ms"] = 28;
+  expect_a_shorter_tail_than_vegas(run_with(scenario_));
 }
 
 }  // namespace
