@@ -761,32 +761,30 @@ BalancePolicy drained_at_ten(double other_hosts) {
   return b;
 }
 
-TEST(BalancePolicy, WithOtherHostsADrainTakesADelayEveryCallHasForTheirQueue) {
-  // The next drain finds p50 20 ms, p10 12 ms: 10 ms more on every call,
-  // the spread still 8 ms. Alone on the dependency, that is the
-  // dependency's own latency (no queue of this limit's is left in a
-  // drain): the baseline is 20.
-  BalancePolicy alone = drained_at_ten(0);
-  drain_measuring(alone, 20, 12);
-  EXPECT_DOUBLE_EQ(alone.baseline_ns(), 20e6);
-  // With other hosts' limiters, it is their queue: the dependency's own is
-  // the shape times the spread, 1.25 x 8 = 10, and the baseline stays.
-  BalancePolicy shared = drained_at_ten(1);
-  drain_measuring(shared, 20, 12);
-  EXPECT_DOUBLE_EQ(shared.baseline_ns(), 10e6);
-}
-
-TEST(BalancePolicy, WithOtherHostsADrainTakesASlowerDependencyByItsSpread) {
-  // 2x slower: p50 20, p10 4, the spread 16 doubled with it: 1.25 x 16 =
-  // 20, all of it the dependency's own.
-  BalancePolicy doubled = drained_at_ten(1);
-  drain_measuring(doubled, 20, 4);
-  EXPECT_DOUBLE_EQ(doubled.baseline_ns(), 20e6);
-  // p50 30, p10 18: 1.25 x 12 = 15 of it (1.5x slower), and 15 ms more on
-  // every call.
-  BalancePolicy both = drained_at_ten(1);
-  drain_measuring(both, 30, 18);
-  EXPECT_DOUBLE_EQ(both.baseline_ns(), 15e6);
+TEST(BalancePolicy, WithOtherHostsADrainTakesOnlyWhatTheSpreadExplains) {
+  struct Case {
+    double other_hosts;
+    double p50_ms, p10_ms;  // what the next drain finds
+    double baseline_ms;     // what it takes for the dependency's own
+    const char* why;
+  };
+  for (const Case& c : {
+           // 10 ms more on every call, the spread still 8 ms. Alone on the
+           // dependency that is its own latency: no queue of this limit's
+           // is left in a drain.
+           Case{0, 20, 12, 20, "alone, a delay on every call"},
+           // With other hosts' limiters it is their queue: the
+           // dependency's own is the shape times the spread, 1.25 x 8.
+           Case{1, 20, 12, 10, "other hosts, a delay on every call"},
+           // 2x slower, the spread doubled with it: 1.25 x 16.
+           Case{1, 20, 4, 20, "other hosts, a dependency 2x slower"},
+           // 1.25 x 12 = 15 of it (1.5x slower), and 15 ms on every call.
+           Case{1, 30, 18, 15, "other hosts, both"},
+       }) {
+    BalancePolicy b = drained_at_ten(c.other_hosts);
+    drain_measuring(b, c.p50_ms, c.p10_ms);
+    EXPECT_DOUBLE_EQ(b.baseline_ns(), c.baseline_ms * 1e6) << c.why;
+  }
 }
 
 TEST(BalancePolicy, WithOtherHostsTheShapeIsTheExponentialsUntilADrainMeasuresIt) {
