@@ -564,6 +564,8 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:4: dependency.cache.backoff: unknown parameter 'backoff' for policy 'fixed'"},
     {"BackoffOutOfRange", "[dependency.payments-db]\npolicy = \"aimd\"\nbackoff = 1.5\n",
      "bad.toml:3: dependency.payments-db.backoff: policy aimd: must be in [0.5, 1)"},
+    {"OtherHostsNotZeroOrOne", "[dependency.db]\nother_hosts = 2\n",
+     "bad.toml:2: dependency.db.other_hosts: policy balance: must be an integer in [0, 1]"},
     {"RuleBetweenTwoKeys", "[dependency.db]\npolicy = \"vegas\"\nalpha_factor = 7\nbeta_factor = 6\n",
      "bad.toml:4: dependency.db.beta_factor: policy vegas: must be >= alpha_factor (7)"},
     {"RuleBetweenTwoKeysAtADefault", "[dependency.db]\npolicy = \"vegas\"\nalpha_factor = 7\n",
