@@ -260,17 +260,22 @@ BalancePolicy after_a_long_outage() {
   return b;
 }
 
-TEST(BalancePolicy, AfterALongOutageTheDrainRunsAtTheKneeFromBeforeIt) {
-  BalancePolicy b = after_a_long_outage();
-  // Back: the drain runs at floor(0.85 * 100 / 1.2) = 70, not at the
-  // minimum, where it would wait for twenty calls one at a time.
+// The dependency answers again in 10 ms, as before the outage. The drain
+// runs at floor(0.85 * 100 / 1.2) = 70, the knee from before the drops,
+// not at the minimum, where it would wait for twenty calls one at a time.
+// It finds the dependency as it was: halfway back from 1 to 100 is 10, but
+// the dependency served 70 in the drain, so the limit stays at 70.
+void expect_back_at_the_knee(BalancePolicy& b) {
   EXPECT_DOUBLE_EQ(b.update(used_window(10, 1)), 70);
   for (int i = 0; i < 3; ++i) b.update(used_window(10, 70));
-  // The dependency as it was: halfway back from 1 to 100 is 10, but it
-  // served 70 in the drain, so 70.
   EXPECT_FALSE(b.probing());
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
   EXPECT_DOUBLE_EQ(b.limit(), 70);
+}
+
+TEST(BalancePolicy, AfterALongOutageTheDrainRunsAtTheKneeFromBeforeIt) {
+  BalancePolicy b = after_a_long_outage();
+  expect_back_at_the_knee(b);
 }
 
 TEST(BalancePolicy, AnOutageThatGoesOnEndsTheDrainAtOnce) {
@@ -281,13 +286,9 @@ TEST(BalancePolicy, AnOutageThatGoesOnEndsTheDrainAtOnce) {
   EXPECT_DOUBLE_EQ(b.update(outage_window(70)), 1);
   EXPECT_FALSE(b.probing());
   // When it is back for good, the drain is the same as after an outage
-  // that never flickered: at 70, and the limit stays there.
+  // that never flickered.
   b.update(outage_window(1));
-  EXPECT_DOUBLE_EQ(b.update(used_window(10, 1)), 70);
-  for (int i = 0; i < 3; ++i) b.update(used_window(10, 70));
-  EXPECT_FALSE(b.probing());
-  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
-  EXPECT_DOUBLE_EQ(b.limit(), 70);
+  expect_back_at_the_knee(b);
 }
 
 TEST(BalancePolicy, DropsStopCuttingTheBaselineOnceTheLimitIsAtItsMinimum) {
