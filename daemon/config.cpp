@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -213,6 +214,10 @@ struct RawTable {
   } breaker;
   std::optional<std::vector<PartitionConfig>> partitions;
   policies::ParamMap params;
+  // Parameters of some policy whose value is no number, with what it is
+  // instead ("a boolean"); pass two tells whether this table's policy has
+  // them.
+  std::map<std::string, std::string, std::less<>> not_numbers;
   std::map<std::string, std::uint32_t, std::less<>> lines;  // every key set: its line
 
   bool sets(std::string_view key) const { return lines.find(key) != lines.end(); }
@@ -333,6 +338,19 @@ std::vector<PartitionConfig> read_partitions(const Reporter& report, const Entry
   return out;
 }
 
+// Whether `policy` has a parameter `key`: built with that key alone, at a
+// value no parameter takes, it refuses the value rather than the key.
+bool has_parameter(std::string_view policy, std::string_view key) {
+  try {
+    policies::builtin_registry().create(policy, policies::Bounds{},
+                                        {{std::string(key), std::numeric_limits<double>::quiet_NaN()}});
+  } catch (const policies::UnknownParamError&) {
+    return false;
+  } catch (const policies::ParamError&) {
+  }
+  return true;
+}
+
 RawTable read_dependency_table(const Reporter& report, const toml::table& table, std::string path,
                                std::string name, std::uint32_t line) {
   RawTable raw;
@@ -372,6 +390,8 @@ RawTable read_dependency_table(const Reporter& report, const toml::table& table,
       raw.queue_order = order == "lifo" ? QueueOrder::kLifo : QueueOrder::kFifo;
     } else if (e.key == "breaker" && e.node->is_table()) {
       read_breaker_table(report, *e.node->as_table(), path_here, raw);
+    } else if (e.key == "breaker") {
+      report.fail(e.line, path_here, "must be a table: [" + path_here + "]");
     } else if (e.key == "partitions" && is_dependency) {
       raw.partitions = read_partitions(report, e, path_here);
     } else if (e.key == "partitions") {
@@ -389,11 +409,32 @@ RawTable read_dependency_table(const Reporter& report, const toml::table& table,
                                             : e.node->as_floating_point()->get();
       if (!std::isfinite(v)) report.fail(e.line, path_here, "must be a finite number");
       raw.params.insert_or_assign(std::string(e.key), v);
-    } else {
+    } else if (std::ranges::none_of(policies::builtin_registry().names(),
+                                    [&](const std::string& policy) { return has_parameter(policy, e.key); })) {
       report.fail(e.line, path_here, "unknown key (policy parameters are numbers)");
+    } else {
+      raw.not_numbers.insert_or_assign(std::string(e.key), e.node->is_boolean()  ? "a boolean"
+                                                           : e.node->is_string() ? "a string"
+                                                           : e.node->is_array()  ? "an array"
+                                                                                 : "a date or time");
     }
   }
   return raw;
+}
+
+// A parameter of some policy written as something else than a number
+// (other_hosts = true): whether it is one of this table's policy, whose name
+// may come after it or from [defaults], is for pass two to say.
+void check_not_numbers(const Reporter& report, const RawTable& raw, const DependencyConfig& dep) {
+  for (const auto& [key, what] : raw.not_numbers) {
+    const std::string path = key_path(raw.path, key);
+    if (!has_parameter(dep.policy, key)) {
+      report.fail(raw.line_of(key), path,
+                  "unknown key: no parameter of policy " + dep.policy + " (and policy parameters are numbers)");
+    }
+    report.fail(raw.line_of(key), path,
+                "must be a number, not " + what + " (a parameter of policy " + dep.policy + ")");
+  }
 }
 
 // The message without a leading "KEY: " or "KEY = VALUE: ", since the error
@@ -526,6 +567,7 @@ DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, c
   check_bounds(report, raw, dep, inherited);
   check_queue(report, raw, dep, queue_slots);
   check_partitions(report, raw, dep, inherited);
+  check_not_numbers(report, raw, dep);
   check_policy(report, raw, dep, inherited);
   return dep;
 }

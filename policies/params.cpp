@@ -96,7 +96,7 @@ void ParamReader::finish() const {
   }
   if (list.empty()) list = "none";
   const std::string& unknown = left_.begin()->first;
-  throw ParamError(unknown, "unknown parameter '" + unknown + "' for policy '" + policy_ +
+  throw UnknownParamError(unknown, "unknown parameter '" + unknown + "' for policy '" + policy_ +
                    "' (known: " + list + ")");
 }
 

@@ -89,9 +89,9 @@ class ParamReader {
   // as known either way.
   double take(std::string_view key, double fallback, const Range& range);
 
-  // Throws ParamError "unknown parameter 'foo' for policy 'aimd' (known:
-  // backoff, timeout_ms)" for the first key (in name order) no take() asked
-  // for. Call once, after the last take().
+  // Throws UnknownParamError "unknown parameter 'foo' for policy 'aimd'
+  // (known: backoff, timeout_ms)" for the first key (in name order) no
+  // take() asked for. Call once, after the last take().
   void finish() const;
 
  private:

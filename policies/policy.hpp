@@ -48,6 +48,14 @@ class ParamError : public std::invalid_argument {
   std::string key_;
 };
 
+// The ParamError of a key the policy has no parameter of (a config's typo,
+// or another policy's parameter), as opposed to a value its parameter
+// refuses.
+class UnknownParamError : public ParamError {
+ public:
+  using ParamError::ParamError;
+};
+
 // The latency a policy compares recent latency with: what it takes for the
 // dependency's own, with no queue in front of it. Operators see it on the
 // daemon's /metrics; nothing feeds it back into a limit.

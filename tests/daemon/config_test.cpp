@@ -487,7 +487,17 @@ const BadConfig kBadConfigs[] = {
     {"PolicyNotAString", "[dependency.db]\npolicy = 2\n",
      "bad.toml:2: dependency.db.policy: must be a string"},
     {"ParamNotANumber", "[defaults]\nsmoothing = \"0.2\"\n",
-     "bad.toml:2: defaults.smoothing: unknown key (policy parameters are numbers)"},
+     "bad.toml:2: defaults.smoothing: unknown key: no parameter of policy balance (and policy parameters "
+     "are numbers)"},
+    {"ParamABoolean", "[dependency.db]\nother_hosts = true\n",
+     "bad.toml:2: dependency.db.other_hosts: must be a number, not a boolean (a parameter of policy balance)"},
+    {"ParamAString", "[dependency.db]\nbackoff = \"0.9\"\npolicy = \"aimd\"\n",
+     "bad.toml:2: dependency.db.backoff: must be a number, not a string (a parameter of policy aimd)"},
+    {"OtherPolicysParamABoolean", "[defaults]\npolicy = \"vegas\"\n\n[dependency.db]\nother_hosts = true\n",
+     "bad.toml:5: dependency.db.other_hosts: unknown key: no parameter of policy vegas (and policy "
+     "parameters are numbers)"},
+    {"TypoBeforeABadSetting", "[defaults]\npolcy = \"aimd\"\nmin_limit = 0\n",
+     "bad.toml:2: defaults.polcy: unknown key (policy parameters are numbers)"},
     {"ParamNotFinite", "[defaults]\nsmoothing = nan\n",
      "bad.toml:2: defaults.smoothing: must be a finite number"},
 
@@ -621,7 +631,7 @@ const BadConfig kBadConfigs[] = {
     {"BreakerSlowDurationNegative", "[dependency.db.breaker]\nslow_call_duration_ms = -1\n",
      "bad.toml:2: dependency.db.breaker.slow_call_duration_ms: must be in [0, 600000]"},
     {"BreakerNotATable", "[dependency.db]\nbreaker = true\n",
-     "bad.toml:2: dependency.db.breaker: unknown key (policy parameters are numbers)"},
+     "bad.toml:2: dependency.db.breaker: must be a table: [dependency.db.breaker]"},
 
     // Limits in order, told at the key this table set.
     {"MinAboveMax", "[defaults]\nmin_limit = 50\nmax_limit = 10\ninitial_limit = 10\n",
