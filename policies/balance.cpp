@@ -85,6 +85,10 @@ constexpr double kQueuedShape = 0.5;
 // After a drain that found the dependency slower, the limit grows only
 // while latency is within this share of the tolerance over the baseline.
 constexpr double kSlowerGrowthShare = 1.0 / 3;
+// A drain at the knee that the last drain confirmed runs at this share of
+// it: the knee rests on a smoothed rate and a drain's mean latency, a few
+// percent off either way.
+constexpr double kKneeDrainShare = 0.95;
 // The no-load p50 over the spread p50 - p10 of exponential service times:
 // ln 2 / (ln 2 - ln(10/9)) = 1.18, the least of the usual shapes (lognormal
 // ones of sigma 1 give 1.38, near-constant ones far more). Until a drain
@@ -238,6 +242,9 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   // falling).
   const bool healed = latency_ns_ * tolerance < baseline_ns_;
   if (healed) {
+    // The mean latency scales with a smoothed latency still falling: the
+    // knee it gives is in doubt until a drain measures.
+    knee_confirmed_ = false;
     base_mean_ns_ *= latency_ns_ / baseline_ns_;
     baseline_ns_ = latency_ns_;
     drained_ns_ = drained_ns_ > 0 ? std::min(drained_ns_, latency_ns_) : 0;
@@ -332,6 +339,7 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
                    (used || drifted) && calm;
   if (params_.probe_interval_ms > 0 && (due || stuck)) {
     windows_over_target_ = 0;
+    const bool called = drain_called_ || stuck;
     drain_called_ = false;
     // What the drain compares its measurement with: the baseline before
     // drops cut it, if they did.
@@ -368,7 +376,11 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     const double knee = rate_ * base_mean_ns_;
     const bool trust_knee = knee > 0 && !stuck;
     const double below = trust_knee ? std::min(limit_ / tolerance, knee) : limit_ / tolerance;
-    limit_ = clamp(std::floor(params_.probe_factor * below));
+    // From a knee the last drain confirmed, a drain that only the schedule
+    // or a moved rate calls runs just under it (the header says why).
+    drain_at_knee_ = trust_knee && knee_confirmed_ && !called && used;
+    limit_ = drain_at_knee_ ? clamp(std::floor(std::min(limit_, kKneeDrainShare * knee)))
+                            : clamp(std::floor(params_.probe_factor * below));
     // After drops, the limit they cut is no measure of the dependency: at
     // the minimum a drain takes seconds to gather its calls, and a p50 of
     // a few is noise (after scenarios/outage, 7.5 ms for a p50 of 13.9 ms,
@@ -428,9 +440,12 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // all queue, even at the drained limit: it started above the knee.
     // Drain again soon, from the lower limit the new baseline brings,
     // rather than in a full interval.
+    // Not a drain at the knee: from a limit with a queue, its latency falls
+    // by the whole queue while the limit falls less.
     const double latency_fell = std::log(latency_before_probe_ / std::max(measured, 1.0));
     const double limit_fell = std::log(limit_in_force_ / std::max(limit_, 1.0));
-    if (limit_fell > 0 && latency_fell > kKneeElasticity * limit_fell) {
+    const bool above_knee = limit_fell > 0 && latency_fell > kKneeElasticity * limit_fell;
+    if (above_knee && !drain_at_knee_) {
       since_probe_ns_ = std::max(0.0, params_.probe_interval_ms - kSoonDrainMs) * 1e6;
     }
     // The dependency got slower, not busier (the baseline rose past the
@@ -447,6 +462,7 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // cuts were right to shed.
     const bool slower = bounded(measured) > (1 + params_.tolerance) * probe_baseline_ns_;
     found_slower_ = slower;
+    knee_confirmed_ = !above_knee && !slower && !probe_after_drops_;
     // Measured: the cuts are undone. (Not when the drain starts: drops that
     // end it would then cut from the cut baseline, and the next drain
     // compare with that, from the minimum.)

@@ -72,6 +72,19 @@
 //     k times fewer calls, and the rate puts the knee k times too low. A
 //     drain that stayed above the knee would measure queueing and
 //     ratchet the baseline up.
+//     A drain that only the schedule or a moved rate calls, with the limit
+//     in use, after a drain that measured under the knee (latency did not
+//     fall in proportion to the limit, no slower dependency, no drops,
+//     and no heal since), goes to 0.95 of the knee Little's law gives
+//     instead: that drain's mean latency is the no-load one, so the knee
+//     is what the dependency serves at once, and L / T (the limit sits
+//     short of the target, where the p50 ratio overstates the queue)
+//     falls under it (scenarios/steady-overload's drain at 30 s went to
+//     11 calls for its 16 workers, now to 14). Its own latency falls by
+//     the whole queue while the limit falls less, so it calls no early
+//     drain for having started above the knee; and a drain over the knee
+//     by mistake measures the queue of a limit D, so the knee it leaves
+//     is D, and the next drain at the knee comes 5% lower.
 // A drain is due after probe_interval_ms of window time with the limit in
 // use, and waits for calm (r ≤ T): one that starts as the dependency loses
 // capacity measures the queue it is building. A window that the limit binds
@@ -191,7 +204,8 @@ class BalancePolicy : public Policy {
     double probe_interval_ms = 30000;
     // Limit during a drain, as a fraction of the knee estimate L / T (at
     // the target the limit is T times what the dependency serves at once);
-    // (0, 1].
+    // (0, 1]. Not for a drain from a knee the last drain confirmed, which
+    // runs at 0.95 of it (above).
     double probe_factor = 0.85;
     // The highest no-load p50 it takes for the dependency's own, in
     // milliseconds; >= 0, 0: no bound. A drain that measures more, and the
@@ -275,6 +289,8 @@ class BalancePolicy : public Policy {
   double limit_before_probe_ = 0;
   double limit_before_cuts_ = 0;  // to restore if the drain finds a slower dependency
   bool found_slower_ = false;     // the last drain that measured found the dependency slower
+  bool knee_confirmed_ = false;   // the last drain measured under the knee, and nothing since doubts it
+  bool drain_at_knee_ = false;    // the drain under way runs just under the knee Little's law gives
   double probe_mean_sum_ = 0;  // latency sum over the same windows
   double base_mean_ns_ = 0;    // the no-load mean latency, beside the p50
   double shape_ = 0;           // the no-load p50 over its spread p50 - p10; 0: not measured yet

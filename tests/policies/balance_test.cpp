@@ -452,6 +452,74 @@ TEST(BalancePolicy, DrainsToTheKneeThatLittlesLawGives) {
   EXPECT_TRUE(b.probing());
 }
 
+// The drain of DrainsToTheKneeThatLittlesLawGives (a dependency that serves
+// 1800/s at 10 ms: a knee of 18), under `max` calls, measured: 10 ms. It
+// measured under the knee (latency fell from 11 to 10 ms, 10%, while the
+// limit fell to 15 from 21 x 1.05^4 = 25.5 or from `max`, over 15%), and
+// found the dependency as it was: a knee the next drain may trust.
+BalancePolicy after_a_drain_under_the_knee(double max = 1000) {
+  BalancePolicy b(Bounds{1, max, 20}, hand());
+  b.update(first_window(10));
+  Window w = make_window(WindowSpec{.ok = 1800, .rtt_ms = 11, .max_inflight = 20});
+  w.rejected = 1;
+  b.update(w);
+  for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
+  EXPECT_DOUBLE_EQ(b.limit(), max < 18 / 0.85 * 1.2 ? std::floor(0.85 * max / 1.2) : 15);
+  EXPECT_TRUE(b.probing());
+  const double drained = b.limit();
+  const auto in_drain = static_cast<std::uint32_t>(drained);
+  for (int i = 0; i < 3; ++i) b.update(used_window(10, in_drain));
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+  return b;
+}
+
+TEST(BalancePolicy, AfterADrainUnderTheKneeTheNextRunsJustUnderIt) {
+  BalancePolicy b = after_a_drain_under_the_knee();
+  // Five used seconds at r = 1.1 make the next drain due. The knee is
+  // still 1800/s times the drained mean latency of 10 ms, 18, and now
+  // trusted: the drain runs at floor(0.95 x 18) = 17, not at
+  // floor(0.85 x 18) = 15.
+  for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 17);
+  EXPECT_TRUE(b.probing());
+}
+
+TEST(BalancePolicy, ADrainAtTheKneeCallsNoEarlyDrain) {
+  // Under a maximum of 20, the first drain ran at floor(0.85 x 20 / 1.2) =
+  // 14; the next, at the knee, at 17, from 20 with latency at 11.9 ms
+  // (r = 1.19, calm). It measures 10 ms: latency fell by ln(1.19) = 0.17,
+  // more than 0.85 of the limit's ln(20 / 17) = 0.16, which from a lower
+  // drain would say it started above the knee and call the next one 2 s
+  // of use later. From the knee, the queue goes whole while the limit
+  // falls less: the next drain is a full 5 s of use away.
+  BalancePolicy b = after_a_drain_under_the_knee(20);
+  for (int i = 0; i < 5 && !b.probing(); ++i) b.update(used_window(11.9, 200));
+  ASSERT_TRUE(b.probing());
+  EXPECT_DOUBLE_EQ(b.limit(), 17);
+  for (int i = 0; i < 3; ++i) b.update(used_window(10, 17));
+  ASSERT_FALSE(b.probing());
+  for (int i = 0; i < 4; ++i) {
+    b.update(used_window(11.9, 200));
+    EXPECT_FALSE(b.probing()) << "second " << i + 1;
+  }
+  b.update(used_window(11.9, 200));
+  EXPECT_TRUE(b.probing());
+}
+
+TEST(BalancePolicy, AHealPutsTheKneeInDoubt) {
+  BalancePolicy b = after_a_drain_under_the_knee();
+  // The dependency heals: 8 ms is under 10 / 1.2. The baseline drops to it
+  // and the mean latency with it (8 ms: a knee of 1800/s x 8 ms = 14.4),
+  // and the drain it calls starts at once. That mean scales with a
+  // smoothed latency that may still be falling: the drain runs at 0.85 of
+  // the knee, floor(0.85 x 14.4) = 12, not at 0.95 of it (13).
+  b.update(used_window(8, 200));
+  EXPECT_TRUE(b.probing());
+  EXPECT_DOUBLE_EQ(b.limit(), 12);
+}
+
 TEST(BalancePolicy, DrainsEarlyWhenShrinkingDoesNotBringLatencyDown) {
   BalancePolicy::Params p = hand();
   p.probe_interval_ms = 1e9;  // never on schedule
