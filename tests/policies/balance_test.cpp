@@ -520,6 +520,40 @@ TEST(BalancePolicy, AHealPutsTheKneeInDoubt) {
   EXPECT_DOUBLE_EQ(b.limit(), 12);
 }
 
+// After a heal, the drain it calls: the dependency healed to 8 ms, the
+// drain (at 12, as in AHealPutsTheKneeInDoubt) measures 3 ms over windows
+// of `ok_in_drain` calls a second. Latency fell by ln(8 / 3) = 0.98, more
+// than 0.85 of the limit's fall from 25.5 x 1.1 = 28.05 to 12, 0.72: read
+// from latency alone, the drain started above the knee. Returns the used
+// seconds after it until the next drain.
+int seconds_to_the_drain_after_a_heal(std::uint64_t ok_in_drain) {
+  BalancePolicy b = after_a_drain_under_the_knee();
+  b.update(used_window(8, 200));
+  EXPECT_DOUBLE_EQ(b.limit(), 12);
+  for (int i = 0; i < 3; ++i) {
+    b.update(make_window(WindowSpec{.ok = ok_in_drain, .rtt_ms = 3, .max_inflight = 12}));
+  }
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 3e6);
+  int seconds = 0;
+  while (!b.probing() && seconds < 10) {
+    b.update(used_window(3, 200));
+    ++seconds;
+  }
+  return seconds;
+}
+
+TEST(BalancePolicy, AfterAHealADrainThatServedFewerCallsRanUnderTheKnee) {
+  // Before the heal the dependency served 1800 calls a second; the drain
+  // 100. The latency before the drain was the slower dependency's, and
+  // says nothing of the knee; the fall of the completion rate says the
+  // drain ran under it: the next drain is a full 5 s of use away.
+  EXPECT_EQ(seconds_to_the_drain_after_a_heal(100), 5);
+  // A drain that served as many as before (1800) ran at or over the knee:
+  // it may have measured a queue, and the next drain comes 2 s later.
+  EXPECT_EQ(seconds_to_the_drain_after_a_heal(1800), 2);
+}
+
 TEST(BalancePolicy, DrainsEarlyWhenShrinkingDoesNotBringLatencyDown) {
   BalancePolicy::Params p = hand();
   p.probe_interval_ms = 1e9;  // never on schedule
