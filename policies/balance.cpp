@@ -85,9 +85,9 @@ constexpr double kQueuedShape = 0.5;
 // After a drain that found the dependency slower, the limit grows only
 // while latency is within this share of the tolerance over the baseline.
 constexpr double kSlowerGrowthShare = 1.0 / 3;
-// A drain after a heal that completes this share fewer calls than the
-// limit before it did ran under the knee (Poisson noise over its two
-// windows or so of a hundred calls and more is a few percent).
+// A drain that completes this share fewer calls than the limit before it
+// did ran under the knee (Poisson noise over its two windows or so of a
+// hundred calls and more is a few percent).
 constexpr double kRateFallShare = 0.1;
 // A drain at the knee that the last drain confirmed runs at this share of
 // it: the knee rests on a smoothed rate and a drain's mean latency, a few
@@ -249,7 +249,6 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     // The mean latency scales with a smoothed latency still falling: the
     // knee it gives is in doubt until a drain measures.
     knee_confirmed_ = false;
-    healed_ = true;
     base_mean_ns_ *= latency_ns_ / baseline_ns_;
     baseline_ns_ = latency_ns_;
     drained_ns_ = drained_ns_ > 0 ? std::min(drained_ns_, latency_ns_) : 0;
@@ -360,8 +359,6 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     probe_samples_ = 0;
     probe_measured_ns_ = 0;
     rate_before_probe_ = rate_;
-    probe_after_heal_ = healed_;
-    healed_ = false;
     // Long enough for calls admitted before the drain to finish.
     probe_needed_ns_ = 2 * latency_ns_;
     limit_before_probe_ = limit_;
@@ -450,16 +447,16 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // all queue, even at the drained limit: it started above the knee.
     // Drain again soon, from the lower limit the new baseline brings,
     // rather than in a full interval.
-    // After a heal, the latency before was the slower dependency's: only
-    // a drain that served about as many calls as the limit before it was
-    // at or over the knee. Not a drain at the knee: from a limit with a
-    // queue, its latency falls by the whole queue while the limit falls
-    // less.
+    // But a drain that served fewer calls than the limit before it did ran
+    // under the knee, whatever its latency did: after a heal, the latency
+    // before it was the slower dependency's. Not a drain at the knee
+    // either: from a limit with a queue, its latency falls by the whole
+    // queue while the limit falls less.
     const double latency_fell = std::log(latency_before_probe_ / std::max(measured, 1.0));
     const double limit_fell = std::log(limit_in_force_ / std::max(limit_, 1.0));
     const double drained_rate = probe_samples_ / std::max(probe_measured_ns_, 1.0);
     const bool above_knee = limit_fell > 0 && latency_fell > kKneeElasticity * limit_fell &&
-                            !(probe_after_heal_ && drained_rate < (1 - kRateFallShare) * rate_before_probe_);
+                            drained_rate >= (1 - kRateFallShare) * rate_before_probe_;
     if (above_knee && !drain_at_knee_) {
       since_probe_ns_ = std::max(0.0, params_.probe_interval_ms - kSoonDrainMs) * 1e6;
     }

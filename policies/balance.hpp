@@ -72,12 +72,12 @@
 //     k times fewer calls, and the rate puts the knee k times too low. A
 //     drain that stayed above the knee would measure queueing and
 //     ratchet the baseline up.
-//     Whether a drain started above the knee is read from its latency:
-//     one that fell in proportion to the limit was all queue. Not after
-//     a heal, when the latency before the drain was the slower
-//     dependency's: there from the completion rate, which a drain under
-//     the knee brings down (it serves its limit over the no-load latency,
-//     under what the dependency can) and one at or over it does not.
+//     A drain started above the knee when its latency fell in proportion
+//     to the limit (all queue) and its completion rate did not fall: one
+//     under the knee serves its limit over the no-load latency, fewer
+//     calls than the limit before it, whatever the latency before it was
+//     (after a heal, the slower dependency's, which falls far more than
+//     the limit either way).
 //     A drain that only the schedule or a moved rate calls, with the limit
 //     in use, after a drain that measured under the knee (latency did not
 //     fall in proportion to the limit, no slower dependency, no drops,
@@ -297,8 +297,6 @@ class BalancePolicy : public Policy {
   bool found_slower_ = false;     // the last drain that measured found the dependency slower
   bool knee_confirmed_ = false;   // the last drain measured under the knee, and nothing since doubts it
   bool drain_at_knee_ = false;    // the drain under way runs just under the knee Little's law gives
-  bool healed_ = false;           // the dependency healed since the last drain began
-  bool probe_after_heal_ = false;  // the drain under way began after it healed
   double rate_before_probe_ = 0;   // rate_ when the drain under way began
   double probe_measured_ns_ = 0;   // window time the drain measured (once settled)
   double probe_mean_sum_ = 0;  // latency sum over the same windows

@@ -543,7 +543,7 @@ int seconds_to_the_drain_after_a_heal(std::uint64_t ok_in_drain) {
   return seconds;
 }
 
-TEST(BalancePolicy, AfterAHealADrainThatServedFewerCallsRanUnderTheKnee) {
+TEST(BalancePolicy, ADrainThatServedFewerCallsRanUnderTheKnee) {
   // Before the heal the dependency served 1800 calls a second; the drain
   // 100. The latency before the drain was the slower dependency's, and
   // says nothing of the knee; the fall of the completion rate says the
