@@ -127,8 +127,8 @@
 // docs/policies.md). A window
 // whose completions are five Poisson deviations off the smoothed rate (the
 // capacity changed) restarts the rate. A drain costs about 15% of the
-// admissions of three windows, and pins the one host-wide limit: every
-// process on the host sees it at once.
+// admissions of three windows (5% at the knee), and pins the one host-wide
+// limit: every process on the host sees it at once.
 //
 // Drops that persist (drop_threshold of the last ~500 calls, and at least
 // three) lower the baseline with the limit, and call for a drain once they stop:
