@@ -489,16 +489,18 @@ TEST(BalancePolicy, AfterADrainUnderTheKneeTheNextRunsJustUnderIt) {
 TEST(BalancePolicy, ADrainAtTheKneeCallsNoEarlyDrain) {
   // Under a maximum of 20, the first drain ran at floor(0.85 x 20 / 1.2) =
   // 14; the next, at the knee, at 17, from 20 with latency at 11.9 ms
-  // (r = 1.19, calm). It measures 10 ms: latency fell by ln(1.19) = 0.17,
-  // more than 0.85 of the limit's ln(20 / 17) = 0.16, which from a lower
-  // drain would say it started above the knee and call the next one 2 s
-  // of use later. From the knee, the queue goes whole while the limit
-  // falls less: the next drain is a full 5 s of use away.
+  // (r = 1.19, calm). It measures 10 ms, at 1700 calls a second (17 in
+  // flight) against the 1800 before: latency fell by ln(1.19) = 0.17,
+  // more than 0.85 of the limit's ln(20 / 17) = 0.16, and the rate by
+  // less than a tenth, which from a lower drain would say it started
+  // above the knee and call the next one 2 s of use later. From the knee,
+  // the queue goes whole while the limit falls less: the next drain is a
+  // full 5 s of use away.
   BalancePolicy b = after_a_drain_under_the_knee(20);
   for (int i = 0; i < 5 && !b.probing(); ++i) b.update(used_window(11.9, 200));
   ASSERT_TRUE(b.probing());
   EXPECT_DOUBLE_EQ(b.limit(), 17);
-  for (int i = 0; i < 3; ++i) b.update(used_window(10, 17));
+  for (int i = 0; i < 3; ++i) b.update(make_window(WindowSpec{.ok = 1700, .rtt_ms = 10, .max_inflight = 17}));
   ASSERT_FALSE(b.probing());
   for (int i = 0; i < 4; ++i) {
     b.update(used_window(11.9, 200));
