@@ -215,9 +215,9 @@ struct RawTable {
   std::optional<std::vector<PartitionConfig>> partitions;
   policies::ParamMap params;
   // Parameters of some policy whose value is no number, with what it is
-  // instead ("a boolean"); pass two tells whether this table's policy has
-  // them.
-  std::map<std::string, std::string, std::less<>> not_numbers;
+  // instead ("a boolean"), in file order; pass two tells whether this
+  // table's policy has them.
+  std::vector<std::pair<std::string, std::string>> not_numbers;
   std::map<std::string, std::uint32_t, std::less<>> lines;  // every key set: its line
 
   bool sets(std::string_view key) const { return lines.find(key) != lines.end(); }
@@ -413,7 +413,7 @@ RawTable read_dependency_table(const Reporter& report, const toml::table& table,
                                     [&](const std::string& policy) { return has_parameter(policy, e.key); })) {
       report.fail(e.line, path_here, "unknown key (policy parameters are numbers)");
     } else {
-      raw.not_numbers.insert_or_assign(std::string(e.key), e.node->is_boolean()  ? "a boolean"
+      raw.not_numbers.emplace_back(std::string(e.key), e.node->is_boolean()  ? "a boolean"
                                                            : e.node->is_string() ? "a string"
                                                            : e.node->is_array()  ? "an array"
                                                                                  : "a date or time");

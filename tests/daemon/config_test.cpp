@@ -496,6 +496,8 @@ const BadConfig kBadConfigs[] = {
     {"OtherPolicysParamABoolean", "[defaults]\npolicy = \"vegas\"\n\n[dependency.db]\nother_hosts = true\n",
      "bad.toml:5: dependency.db.other_hosts: unknown key: no parameter of policy vegas (and policy "
      "parameters are numbers)"},
+    {"NotNumbersInFileOrder", "[dependency.db]\nother_hosts = true\nbackoff = \"0.9\"\n",
+     "bad.toml:2: dependency.db.other_hosts: must be a number, not a boolean (a parameter of policy balance)"},
     {"TypoBeforeABadSetting", "[defaults]\npolcy = \"aimd\"\nmin_limit = 0\n",
      "bad.toml:2: defaults.polcy: unknown key (policy parameters are numbers)"},
     {"ParamNotFinite", "[defaults]\nsmoothing = nan\n",
