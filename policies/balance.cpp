@@ -358,7 +358,6 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     probe_mean_sum_ = 0;
     probe_samples_ = 0;
     probe_measured_ns_ = 0;
-    rate_before_probe_ = rate_;
     // Long enough for calls admitted before the drain to finish.
     probe_needed_ns_ = 2 * latency_ns_;
     limit_before_probe_ = limit_;
@@ -454,9 +453,10 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // queue while the limit falls less.
     const double latency_fell = std::log(latency_before_probe_ / std::max(measured, 1.0));
     const double limit_fell = std::log(limit_in_force_ / std::max(limit_, 1.0));
+    // (rate_ is the rate from before the drain: only steady windows move it.)
     const double drained_rate = probe_samples_ / std::max(probe_measured_ns_, 1.0);
     const bool above_knee = limit_fell > 0 && latency_fell > kKneeElasticity * limit_fell &&
-                            drained_rate >= (1 - kRateFallShare) * rate_before_probe_;
+                            drained_rate >= (1 - kRateFallShare) * rate_;
     if (above_knee && !drain_at_knee_) {
       since_probe_ns_ = std::max(0.0, params_.probe_interval_ms - kSoonDrainMs) * 1e6;
     }

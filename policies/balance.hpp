@@ -297,7 +297,6 @@ class BalancePolicy : public Policy {
   bool found_slower_ = false;     // the last drain that measured found the dependency slower
   bool knee_confirmed_ = false;   // the last drain measured under the knee, and nothing since doubts it
   bool drain_at_knee_ = false;    // the drain under way runs just under the knee Little's law gives
-  double rate_before_probe_ = 0;   // rate_ when the drain under way began
   double probe_measured_ns_ = 0;   // window time the drain measured (once settled)
   double probe_mean_sum_ = 0;  // latency sum over the same windows
   double base_mean_ns_ = 0;    // the no-load mean latency, beside the p50
