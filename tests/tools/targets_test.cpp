@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "tools/sim/report.hpp"
 
@@ -36,6 +37,23 @@ const Summary& summary_of(const ScenarioReport& r, const std::string& kind) {
     if (s.kind == kind) return s;
   }
   throw std::runtime_error("no " + kind + " run in the report");
+}
+
+// The same, by label ("vegas").
+const Summary& labelled(const ScenarioReport& r, const std::string& label) {
+  for (const Summary& s : r.summaries) {
+    if (s.label == label) return s;
+  }
+  throw std::runtime_error("no " + label + " run in the report");
+}
+
+// Every scenario in scenarios/.
+std::vector<std::filesystem::path> shipped_files() {
+  std::vector<std::filesystem::path> out;
+  for (const auto& entry : std::filesystem::directory_iterator(BULKHEAD_SOURCE_DIR "/scenarios")) {
+    if (entry.path().extension() == ".toml") out.push_back(entry.path());
+  }
+  return out;
 }
 
 TEST(SimTargets, ServesThreeTimesOverloadNearCapacityWithAShortTail) {
@@ -66,12 +84,11 @@ TEST(SimTargets, HasAShorterTailThanTheBestStaticLimitWhereCapacityChanges) {
 // whatever changes.
 TEST(SimTargets, OneHostWideLimitServesAtLeast95PercentEverywhere) {
   int scenarios = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(BULKHEAD_SOURCE_DIR "/scenarios")) {
-    if (entry.path().extension() != ".toml") continue;
-    const Scenario s = load_scenario_file(entry.path().string());
+  for (const std::filesystem::path& file : shipped_files()) {
+    const Scenario s = load_scenario_file(file.string());
     if (s.limiter != LimiterMode::kHost) continue;
     const ScenarioReport r = run(s, false);
-    EXPECT_GE(summary_of(r, "policy").goodput_pct, 95.0) << entry.path().filename();
+    EXPECT_GE(summary_of(r, "policy").goodput_pct, 95.0) << file.filename();
     ++scenarios;
   }
   EXPECT_GE(scenarios, 10);
@@ -81,29 +98,23 @@ TEST(SimTargets, OneHostWideLimitServesAtLeast95PercentEverywhere) {
 // shipped scenario at its own seed: the issue's "goodput at least the best
 // reference's and p99 no worse", read as no loss on both counts (the
 // reference with the most goodput buys its last tenths with a deep queue:
-// AIMD and Gradient2 at 1.9 to 13 times balance's p99 on the table in
-// docs/policies.md). Tight in steady-overload, where gradient serves exactly
+// where it serves more, AIMD and Gradient2 at 1.15 to 4 times balance's
+// p99 on the table in docs/policies.md). Tight in steady-overload, where gradient serves exactly
 // as many calls at a p99 of 1.11x against 1.12x; over other seeds gradient
 // and vegas still win there and in small-dependency on some
 // (scripts/sim-seeds.py).
 TEST(SimTargets, NoReferencePolicyBeatsItOnBothCounts) {
   int scenarios = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(BULKHEAD_SOURCE_DIR "/scenarios")) {
-    if (entry.path().extension() != ".toml") continue;
+  for (const std::filesystem::path& file : shipped_files()) {
     RunOptions options;
     options.references = false;  // every registered policy, no sweep
     options.jobs = 2;
-    const ScenarioReport r = run_scenario(load_scenario_file(entry.path().string()), options);
-    const Summary* ours = nullptr;
+    const ScenarioReport r = run_scenario(load_scenario_file(file.string()), options);
+    const Summary& ours = labelled(r, kPolicy);
     for (const Summary& s : r.summaries) {
-      if (s.label == kPolicy) ours = &s;
-    }
-    ASSERT_NE(ours, nullptr) << entry.path().filename();
-    for (const Summary& s : r.summaries) {
-      if (s.label == kPolicy) continue;
-      EXPECT_FALSE(s.goodput_per_s > ours->goodput_per_s && s.p99_ms <= ours->p99_ms)
-          << entry.path().filename() << ": " << s.label << " serves " << s.goodput_per_s << "/s at p99 "
-          << s.p99_ms << " ms, balance " << ours->goodput_per_s << "/s at " << ours->p99_ms << " ms";
+      EXPECT_FALSE(s.goodput_per_s > ours.goodput_per_s && s.p99_ms <= ours.p99_ms)
+          << file.filename() << ": " << s.label << " serves " << s.goodput_per_s << "/s at p99 " << s.p99_ms
+          << " ms, balance " << ours.goodput_per_s << "/s at " << ours.p99_ms << " ms";
     }
     ++scenarios;
   }
@@ -138,12 +149,6 @@ TEST(SimTargets, TheLimitComesBackWithinSecondsOfAnOutage) {
 // service, whose p50 is 13.9 ms) instead.
 class SharedDependency : public ::testing::Test {
  protected:
-  static const Summary& labelled(const ScenarioReport& r, const std::string& label) {
-    for (const Summary& s : r.summaries) {
-      if (s.label == label) return s;
-    }
-    throw std::runtime_error("no " + label + " run in the report");
-  }
   ScenarioReport run_with(const Scenario& scenario) const { return run_scenario(scenario, options_); }
   // balance's p99 under 1.5x no-load and under vegas's, with all of
   // vegas's goodput (within a tenth of a point).
