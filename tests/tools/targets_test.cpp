@@ -1,11 +1,12 @@
 // The targets docs/policies.md says the default policy (balance) meets on
-// the shipped scenarios, at each scenario's own seed. The simulator runs on
-// a virtual clock, so these are results, not timings: the same on every
-// machine, and a policy change that gives one of them up fails here rather
-// than in a table nobody re-reads. (The targets balance does not meet yet
+// the shipped scenarios, at each scenario's own seed (and, for the goodput
+// floor, five more). The simulator runs on a virtual clock, so these are
+// results, not timings: the same on every machine, and a policy change that
+// gives one of them up fails here rather than in a table nobody re-reads. (The targets balance does not meet yet
 // are in docs/policies.md, "Where balance stands against the targets".)
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -79,16 +80,24 @@ TEST(SimTargets, HasAShorterTailThanTheBestStaticLimitWhereCapacityChanges) {
 }
 
 // With one limit for the host, no shipped scenario loses more than 5% of
-// what the dependency could serve (the worst on the table in
-// docs/policies.md, outage, serves 98.1%; slow-ramp 98.3%): no collapse,
-// whatever changes.
+// what the dependency could serve: no collapse, whatever changes. On the
+// six seeds scripts/sim-seeds.py compares policies over (each scenario's
+// own, then raised by 100 to 500), not just the scenario's own: a collapse
+// shows on a rare seed first (one of low-traffic-spike's lost 14 points
+// before the app-limited hold, docs/policies.md). The worst of them
+// serves 97.0% (outage, seed 103), and the worst of thirty (offsets 0 to
+// 2900) 97.0% too.
 TEST(SimTargets, OneHostWideLimitServesAtLeast95PercentEverywhere) {
   int scenarios = 0;
   for (const std::filesystem::path& file : shipped_files()) {
-    const Scenario s = load_scenario_file(file.string());
+    Scenario s = load_scenario_file(file.string());
     if (s.limiter != LimiterMode::kHost) continue;
-    const ScenarioReport r = run(s, false);
-    EXPECT_GE(summary_of(r, "policy").goodput_pct, 95.0) << file.filename();
+    const std::uint64_t own_seed = s.seed;
+    for (std::uint64_t offset = 0; offset <= 500; offset += 100) {
+      s.seed = own_seed + offset;
+      const ScenarioReport r = run(s, false);
+      EXPECT_GE(summary_of(r, "policy").goodput_pct, 95.0) << file.filename() << ", seed " << s.seed;
+    }
     ++scenarios;
   }
   EXPECT_GE(scenarios, 10);
