@@ -2,8 +2,9 @@
 // the shipped scenarios, at each scenario's own seed (and, for the goodput
 // floor, five more). The simulator runs on a virtual clock, so these are
 // results, not timings: the same on every machine, and a policy change that
-// gives one of them up fails here rather than in a table nobody re-reads. (The targets balance does not meet yet
-// are in docs/policies.md, "Where balance stands against the targets".)
+// gives one of them up fails here rather than in a table nobody re-reads.
+// (The targets balance does not meet yet are in docs/policies.md, "Where
+// balance stands against the targets".)
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -86,7 +87,9 @@ TEST(SimTargets, HasAShorterTailThanTheBestStaticLimitWhereCapacityChanges) {
 // shows on a rare seed first (one of low-traffic-spike's lost 14 points
 // before the app-limited hold, docs/policies.md). The worst of them
 // serves 97.0% (outage, seed 103), and the worst of thirty (offsets 0 to
-// 2900) 97.0% too.
+// 2900) 97.0% too (seed 2803): `bulkhead-sim run --policy balance` on a
+// copy of each scenario with its seed raised, as scripts/sim-seeds.py
+// makes them.
 TEST(SimTargets, OneHostWideLimitServesAtLeast95PercentEverywhere) {
   int scenarios = 0;
   for (const std::filesystem::path& file : shipped_files()) {
@@ -108,10 +111,10 @@ TEST(SimTargets, OneHostWideLimitServesAtLeast95PercentEverywhere) {
 // reference's and p99 no worse", read as no loss on both counts (the
 // reference with the most goodput buys its last tenths with a deep queue:
 // where it serves more, AIMD and Gradient2 at 1.15 to 4 times balance's
-// p99 on the table in docs/policies.md). Tight in steady-overload, where gradient serves exactly
-// as many calls at a p99 of 1.11x against 1.12x; over other seeds gradient
-// and vegas still win there and in small-dependency on some
-// (scripts/sim-seeds.py).
+// p99 on the table in docs/policies.md). Tight in steady-overload, where
+// gradient serves exactly as many calls at a p99 of 1.11x against 1.12x;
+// over other seeds gradient and vegas still win there and in
+// small-dependency on some (scripts/sim-seeds.py).
 TEST(SimTargets, NoReferencePolicyBeatsItOnBothCounts) {
   int scenarios = 0;
   for (const std::filesystem::path& file : shipped_files()) {
