@@ -251,7 +251,6 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     knee_confirmed_ = false;
     base_mean_ns_ *= latency_ns_ / baseline_ns_;
     baseline_ns_ = latency_ns_;
-    drained_ns_ = drained_ns_ > 0 ? std::min(drained_ns_, latency_ns_) : 0;
     since_probe_ns_ = std::max(since_probe_ns_, params_.probe_interval_ms * 1e6);
   }
   const double r = latency_ns_ / std::max(baseline_ns_, 1.0);
@@ -326,10 +325,6 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     drained_rate_ = rate_;
   }
   const bool rate_moved = drained_rate_ > 0 && std::abs(std::log(rate_ / drained_rate_)) > kRateDrift;
-  // Unused, the baseline follows the latency; when that has drifted over
-  // the target of the last drain, callers may be queueing the dependency
-  // by themselves below the limit: drain to find out.
-  const bool drifted = !used && drained_ns_ > 0 && latency_ns_ > tolerance * drained_ns_;
   // A scheduled drain waits for calm: one that starts as the dependency
   // loses capacity measures the queue it is building, not the baseline.
   // Not one that drops called by cutting the baseline: latency over the
@@ -340,7 +335,7 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   // without drops is calm enough.
   const bool calm = r <= tolerance || cut_baseline_ns_ > 0;
   const bool due = (drain_called_ || since_probe_ns_ >= params_.probe_interval_ms * 1e6 || rate_moved) &&
-                   (used || drifted) && calm;
+                   used && calm;
   if (params_.probe_interval_ms > 0 && (due || stuck)) {
     windows_over_target_ = 0;
     const bool called = drain_called_ || stuck;
@@ -479,7 +474,7 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // end it would then cut from the cut baseline, and the next drain
     // compare with that, from the minimum.)
     cut_baseline_ns_ = 0;
-    baseline_ns_ = latency_ns_ = drained_ns_ = measured;
+    baseline_ns_ = latency_ns_ = measured;
     base_mean_ns_ = probe_mean_sum_ / probe_samples_;
     baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);
     const double cut = std::max(limit_before_probe_, 1.0);

@@ -92,27 +92,26 @@
 //     by mistake measures the queue of a limit D, so the knee it leaves
 //     is D, and the next drain at the knee comes 5% lower.
 // A drain is due after probe_interval_ms of window time with the limit in
-// use, and waits for calm (r ≤ T): one that starts as the dependency loses
-// capacity measures the queue it is building. A window that the limit binds
-// all along, with its p50 within 0.15 × tolerance of the baseline and the
-// smoothed latency no more than that over it, restarts that time and the
-// rate a drain compares with: the limit is under the knee there, so the
-// window saw what a drain would measure (not a window whose latency just
-// became the baseline: it is at it by construction). It comes early when the
-// baseline may be what is wrong: latency stayed over the target while the
-// cuts halved the limit, or for 15 windows (round trips, when calls
-// outlast windows) — the dependency may have got slower, with no queue to
-// shrink, and the drain tells (waiting for the halving to show in the
-// smoothed latency takes its lag, long when a cut limit leaves a few
-// calls to a window); once calm, when the completion rate of
+// use, starts only in a window that uses the limit (unused, the baseline
+// follows the latency by itself), and waits for calm (r ≤ T): one that starts
+// as the dependency loses capacity measures the queue it is building. A
+// window that the limit binds all along, with its p50 within 0.15 × tolerance
+// of the baseline and the smoothed latency no more than that over it,
+// restarts that time and the rate a drain compares with: the limit is under
+// the knee there, so the window saw what a drain would measure (not a window
+// whose latency just became the baseline: it is at it by construction). It
+// comes early when the baseline may be what is wrong: latency stayed over
+// the target while the cuts halved the limit, or for 15 windows (round
+// trips, when calls outlast windows) — the dependency may have got slower,
+// with no queue to shrink, and the drain tells (waiting for the halving to
+// show in the smoothed latency takes its lag, long when a cut limit leaves
+// a few calls to a window); once calm, when the completion rate of
 // saturated windows (time-average in-flight near the limit) moved by more
 // than 35% (in log) since the last drain (the capacity moved, and its
 // latency may have: a slow latency creep cuts the limit below the knee
 // without ever staying over the target for long); a rate that rose with
 // latency within the target is the limit's own climb under the knee, and
 // moves the rate compared with up instead;
-// while the limit is unused, latency drifted over T times the last drained
-// baseline (callers queue the dependency by themselves below the limit);
 // and again soon when a drain found latency fell by more than the target
 // queue explains (it started above the knee). A drain that finds the
 // baseline rose past the target (the dependency got slower, not busier)
@@ -286,7 +285,6 @@ class BalancePolicy : public Policy {
   bool probe_settled_ = false;  // in-flight fell to the drained limit
   double windows_over_target_ = 0;  // in a row, while the limit is used (round trips)
   double limit_over_target_ = 0;  // the limit when that run began
-  double drained_ns_ = 0;         // the baseline the last drain measured
   double latency_before_probe_ = 0;
   double limit_in_force_ = 0;  // published while latency_before_probe_ was seen
   double probe_p50_sum_ = 0;   // sample-weighted, over probe windows once settled

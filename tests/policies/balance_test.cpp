@@ -715,6 +715,30 @@ TEST(BalancePolicy, TakesAMuchLowerLatencyAsTheBaselineAndDrainsSoon) {
   EXPECT_TRUE(b.probing());
 }
 
+TEST(BalancePolicy, ADrainStartsOnlyInAWindowThatUsesTheLimit) {
+  BalancePolicy b(kBounds, hand());
+  b.update(first_window(10));
+  // A drain (as in DrainsEveryProbeIntervalOfUseAndRestores): baseline 10.5.
+  for (int i = 0; i < 5; ++i) b.update(used_window(11, 200));
+  for (double rtt : {30.0, 10.0, 11.0}) b.update(used_window(rtt, 90));
+  ASSERT_FALSE(b.probing());
+  ASSERT_DOUBLE_EQ(b.baseline_ns(), 10.5e6);
+  // Unused, the dependency healed to 5 ms: the baseline drops to it, and
+  // a drain is due. Latency then rises to 6.5 ms, over T times the 5 ms of
+  // the heal, and the baseline follows it, 20% a window, back within the
+  // target (6.5 / 5.54 = 1.17 after two windows). None of that starts the
+  // drain: unused, the baseline follows the latency by itself.
+  b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 5, .max_inflight = 10}));
+  ASSERT_DOUBLE_EQ(b.baseline_ns(), 5e6);
+  for (int i = 0; i < 20; ++i) {
+    b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 6.5, .max_inflight = 10}));
+    EXPECT_FALSE(b.probing()) << "unused window " << i;
+  }
+  // The first window that uses the limit does.
+  b.update(used_window(6.5, 200));
+  EXPECT_TRUE(b.probing());
+}
+
 TEST(BalancePolicy, AWindowDoesNotConfirmTheBaselineItJustBecame) {
   BalancePolicy b(Bounds{1, 1000, 20}, hand());
   // A baseline of 20 ms resting on enough calls to be trusted.
