@@ -85,6 +85,23 @@ TEST(BalancePolicy, AFirstWindowTheLimitBindsWithAQueuesShapeCallsADrain) {
   EXPECT_LT(b.limit(), 100);
 }
 
+TEST(BalancePolicy, ABaselineADrainMeasuredIsTrusted) {
+  BalancePolicy b(kBounds, hand());
+  b.update(bound_window(10, 0.8));
+  ASSERT_TRUE(b.probing());
+  const auto drained = static_cast<std::uint32_t>(b.limit());
+  for (int i = 0; i < 3; ++i) b.update(make_window(WindowSpec{.ok = 100, .rtt_ms = 8, .max_inflight = drained}));
+  ASSERT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 8e6);
+  // The drain measured 8 ms: windows the limit binds with a queue's shape
+  // are a queue over that baseline now, not a reason to measure it again
+  // (until the drain due after five used seconds).
+  for (int i = 0; i < 4; ++i) {
+    b.update(bound_window(8.8, 0.8));
+    EXPECT_FALSE(b.probing()) << "window " << i + 1;
+  }
+}
+
 TEST(BalancePolicy, ShrinksHalfwayInRatioToTheTarget) {
   BalancePolicy b = with_baseline(10);
   // r = 15 / 10 = 1.5 > T = 1.2: L = 100 * sqrt(1.2 / 1.5) = 89.44.
@@ -247,6 +264,28 @@ TEST(BalancePolicy, AfterAnOutageTheFirstWindowWithoutDropsDrainsAndTheLimitCome
   // And grows on toward the full target: r = 1.1 has room 0.5 (a drain that
   // found the dependency slower would stop growth at 1 + 0.2 / 3).
   EXPECT_DOUBLE_EQ(b.update(used_window(11, 89)), 89 + 0.5 * 8.9);
+}
+
+TEST(BalancePolicy, AfterTheDrainThatDropsCalledLatencyOverTheTargetIsNewsAgain) {
+  BalancePolicy b(kBounds, hand());
+  b.update(first_window(10));
+  // The outage and the drain after it, as above, on the 5 s schedule.
+  for (int i = 0; i < 2; ++i) b.update(outage_window(static_cast<std::uint32_t>(b.limit())));
+  b.update(used_window(10, 81));
+  for (int i = 0; i < 3; ++i) b.update(used_window(10, 70));
+  ASSERT_FALSE(b.probing());
+  ASSERT_DOUBLE_EQ(b.limit(), 89);
+  // The baseline the drops cut went with that drain: latency over the
+  // target (r = 1.44) is a queue again, not the cut's echo. The limit is
+  // cut, and the drain due after five used seconds waits for calm, until
+  // the cuts halve the limit (the eighth window: a drain for latency that
+  // stays over the target).
+  for (int i = 0; i < 7; ++i) {
+    b.update(used_window(14.4, 200));
+    EXPECT_FALSE(b.probing()) << "window " << i + 1;
+  }
+  b.update(used_window(14.4, 200));
+  EXPECT_TRUE(b.probing());
 }
 
 // A policy whose baseline is 10 ms, after drops took its limit from 100 to
@@ -592,6 +631,26 @@ TEST(BalancePolicy, ADrainMeasuresAtLeastTwentyCalls) {
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 20e6);
 }
 
+TEST(BalancePolicy, ADrainLastsTwiceTheLatency) {
+  BalancePolicy b(kBounds, hand());
+  b.update(first_window(2500));  // calls of 2.5 s, windows of 1 s
+  // Five used seconds at r = 1.1: the drain.
+  for (int i = 0; i < 5; ++i) b.update(used_window(2750, 200));
+  ASSERT_TRUE(b.probing());
+  // Calls admitted before it take 2.5 s and more to leave, so it lasts
+  // twice the latency, 5.5 s: the end of the sixth window, not the third,
+  // though in-flight is at the drained limit and 200 calls are measured
+  // by then.
+  const auto drained = static_cast<std::uint32_t>(b.limit());
+  for (int i = 0; i < 5; ++i) {
+    b.update(used_window(2500, drained));
+    EXPECT_TRUE(b.probing()) << "window " << i + 1;
+  }
+  b.update(used_window(2500, drained));
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 2500e6);
+}
+
 // A saturated one-second window at limit L: every call admitted takes
 // rtt_ms, so ok = L / rtt by Little's law, or `ok` when given (a dependency
 // that serves no more than that, queueing the rest).
@@ -649,6 +708,28 @@ TEST(BalancePolicy, DrainsOnceCalmWhenTheRateMoved) {
   EXPECT_TRUE(drains_after_cut(true));
 }
 
+TEST(BalancePolicy, ARateThatMovedCallsOneDrain) {
+  BalancePolicy::Params p = hand();
+  p.probe_interval_ms = 1e9;  // never on schedule
+  BalancePolicy b(Bounds{1, 1000, 20}, p);
+  b.update(first_window(10));
+  b.update(saturated(b.limit(), 10, 2000));
+  for (int i = 0; i < 3; ++i) b.update(saturated(b.limit(), 16));
+  for (int i = 0; i < 3 && !b.probing(); ++i) b.update(saturated(b.limit(), 12));
+  ASSERT_TRUE(b.probing());  // DrainsOnceCalmWhenTheRateMoved's drain
+  for (int i = 0; i < 3; ++i) b.update(saturated(b.limit(), 11));
+  ASSERT_FALSE(b.probing());
+  ASSERT_DOUBLE_EQ(b.baseline_ns(), 11e6);
+  // The dependency stays where it moved to, 11 ms a call and about 1200
+  // calls a second at the restored limit (r = 1.1: growing 5% a window,
+  // and the rate with it). That rate is the one the next drain compares
+  // with, not the 2000/s from before the move: no drain follows.
+  for (int i = 0; i < 6; ++i) {
+    b.update(saturated(b.limit(), 12.1));
+    EXPECT_FALSE(b.probing()) << "window " << i + 1;
+  }
+}
+
 TEST(BalancePolicy, AQueueThatHoldsTheRateIsNoReasonToDrain) {
   // The same latency from a queue: the dependency keeps serving 2000/s
   // whatever the limit; cutting the limit is right, the baseline is.
@@ -674,6 +755,32 @@ TEST(BalancePolicy, ALimitClimbingUnderTheKneeIsNoReasonToDrain) {
   // drains.
   for (int i = 0; i < 3 && !b.probing(); ++i) b.update(saturated(b.limit(), 15));
   for (int i = 0; i < 3 && !b.probing(); ++i) b.update(saturated(b.limit(), 12));
+  EXPECT_TRUE(b.probing());
+}
+
+TEST(BalancePolicy, ADrainThatFoundTheDependencySlowerConfirmsNoKnee) {
+  BalancePolicy b = after_a_drain_under_the_knee();  // a knee of 18, confirmed
+  const auto at = [&b](double rtt_ms) { return b.update(saturated(b.limit(), rtt_ms)); };
+  // The dependency turns 2x slower, no queue: r = 2 cuts by sqrt(1.2 / 2)
+  // a window, 25.5 -> 19.8 -> 15.3 -> 11.9, half of 25.5: a drain, which
+  // finds 20 ms, past the target over 10. The limit goes back halfway (in
+  // ratio) to 25.5: floor(sqrt(11.9 x 25.5)) = 17.
+  int windows = 0;
+  while (!b.probing() && windows++ < 20) at(20);
+  while (b.probing() && windows++ < 40) at(20);
+  ASSERT_DOUBLE_EQ(b.baseline_ns(), 20e6);
+  ASSERT_DOUBLE_EQ(b.limit(), 17);
+  // Five used seconds at 22 ms (r = 1.1; the limit holds, growth stopping
+  // at 1 + 0.2 / 3 after such a drain) make the next drain due. The rate,
+  // 17 / 22 ms = 773/s, times that drain's mean latency, 20 ms, gives a
+  // knee of 15.5; but that drain may have measured other limiters' queue,
+  // so its knee is not trusted: the drain runs at floor(0.85 x 17 / 1.2) =
+  // 12, not at floor(0.95 x 15.5) = 14.
+  for (int i = 0; i < 4; ++i) {
+    at(22);
+    EXPECT_FALSE(b.probing()) << "second " << i + 1;
+  }
+  EXPECT_DOUBLE_EQ(at(22), 12);
   EXPECT_TRUE(b.probing());
 }
 
@@ -938,6 +1045,11 @@ TEST(BalancePolicy, WithOtherHostsAnUnusedLimitFollowsOnlyWhatTheSpreadExplains)
   // baseline holds at 10.
   BalancePolicy shared = drained_at_ten(1);
   shared.update(spread_window(20, 12, 1));
+  EXPECT_DOUBLE_EQ(shared.baseline_ns(), 10e6);
+  // A narrower spread (p10 16: the others' queue delays every call alike)
+  // explains only 1.25 x 4 = 5 ms, under the baseline. That is no news of
+  // a faster dependency: the baseline holds at 10, not 9.
+  shared.update(spread_window(20, 16, 1));
   EXPECT_DOUBLE_EQ(shared.baseline_ns(), 10e6);
   // A spread twice as wide is a slower dependency: it follows, to 12.
   shared.update(spread_window(20, 4, 1));
