@@ -103,7 +103,6 @@ double GradientPolicy::update(const Window& window) {
       min_rtt_ns_ = measured_sum_ns_ / static_cast<double>(measured_ok_);
       measuring_ = false;
       until_measure_ = next_interval_windows();
-      at_min_windows_ = 0;
     }
     return limit_;
   }

@@ -183,6 +183,25 @@ TEST(GradientPolicy, RemeasuresAfterFiveWindowsAtMinimum) {
   EXPECT_EQ(policy.update(at_rtt(100)), 5);
 }
 
+TEST(GradientPolicy, AMeasurementStartsTheCountAtMinimumOver) {
+  GradientPolicy policy(kBounds);
+  measure_min_rtt(policy, 10);
+  // Down to the minimum and five windows there, as above: a measurement.
+  for (int i = 0; i < 10; ++i) policy.update(at_rtt(100));
+  ASSERT_TRUE(policy.measuring_min_rtt());
+  // It finds 10 ms (the dependency recovered for a moment); then latency
+  // is 100 ms again and the limit stays at the minimum. The five windows
+  // before the measurement no longer count: it takes five more.
+  policy.update(at_rtt(10));
+  ASSERT_FALSE(policy.measuring_min_rtt());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(policy.update(at_rtt(100)), 3);
+    EXPECT_FALSE(policy.measuring_min_rtt()) << "window " << i + 1;
+  }
+  EXPECT_EQ(policy.update(at_rtt(100)), 3);
+  EXPECT_TRUE(policy.measuring_min_rtt());
+}
+
 TEST(GradientPolicy, RemeasuresEveryIntervalWithoutJitter) {
   GradientPolicy policy(kBounds, {.min_rtt_interval_windows = 3, .jitter = 0});
   measure_min_rtt(policy, 10);
