@@ -109,6 +109,9 @@ TEST(VegasPolicy, HoldsWhenQueueIsBetweenAlphaAndBeta) {
   EXPECT_EQ(policy.update(at_rtt(12)), 20);
   // rtt 14 ms: queue = ceil(20 * 4/14) = ceil(5.71) = 6, not > beta 6: hold.
   EXPECT_EQ(policy.update(at_rtt(14)), 20);
+  // rtt 11.5 ms: queue = ceil(20 * 1.5/11.5) = ceil(2.61) = 3, alpha, not
+  // under it: hold (the queue is rounded up before the comparisons).
+  EXPECT_EQ(policy.update(at_rtt(11.5)), 20);
 }
 
 TEST(VegasPolicy, ShrinksByLgWhenQueueIsAboveBeta) {
@@ -222,6 +225,44 @@ TEST(VegasPolicy, ProbesAfterJitteredMultipleOfLimit) {
   EXPECT_GE(seen.size(), 3u);
   // ... and a seed always gives the same one.
   EXPECT_EQ(probe_window(5), probe_window(5));
+}
+
+TEST(VegasPolicy, EachProbeDrawsItsOwnJitter) {
+  // The windows from one probe to the next, for the second probe of seeds
+  // 0 to 31 (probe_multiplier 1, L = 20: 10 to 20 windows; app-limited at
+  // 30 ms, but for a first window at 10 ms that puts the baseline back).
+  std::set<int> second;
+  for (int seed = 0; seed < 32; ++seed) {
+    VegasPolicy policy(kBounds, {.probe_multiplier = 1, .probe_seed = static_cast<double>(seed)});
+    policy.update(at_rtt(10));
+    int windows = 1, probes = 0;  // the probe counts every window since the last
+    while (probes < 2 && windows < 100) {
+      ++windows;
+      policy.update(at_rtt(30, 0));
+      if (policy.rtt_noload_ns() != 30 * kNsPerMs) continue;
+      if (++probes == 2) {
+        EXPECT_GE(windows, 10) << "seed " << seed;
+        EXPECT_LE(windows, 20) << "seed " << seed;
+        second.insert(windows);
+      }
+      windows = 1;
+      policy.update(at_rtt(10));  // lower: the baseline again, and holds
+    }
+  }
+  EXPECT_GE(second.size(), 3u);
+}
+
+TEST(VegasPolicy, TheProbeWindowHolds) {
+  // Saturated at 12 ms over a 10 ms baseline: queue = ceil(20 * 2/12) = 4,
+  // between alpha and beta, so every window holds; so does the probe's,
+  // though against the 12 ms it takes for the baseline the queue is 0
+  // (which would grow the limit by beta, to 26).
+  VegasPolicy policy(kBounds, {.probe_multiplier = 1});
+  set_baseline_10ms(policy);
+  for (int i = 0; i < 40 && policy.rtt_noload_ns() != 12 * kNsPerMs; ++i) {
+    ASSERT_EQ(policy.update(at_rtt(12)), 20);
+  }
+  EXPECT_EQ(policy.rtt_noload_ns(), 12 * kNsPerMs);
 }
 
 TEST(VegasPolicy, ProbeCopiesCurrentRttIntoBaseline) {
