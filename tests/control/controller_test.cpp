@@ -71,6 +71,63 @@ TEST(Controller, WindowCarriesTheTenthPercentile) {
   EXPECT_NEAR(static_cast<double>(w.rtt_p50_ns), 8e6, 8e6 / 16);
 }
 
+TEST(Controller, AWindowSpansItsTicks) {
+  LimitSettings s = aimd();
+  s.window_min_samples = 20;
+  Controller c(s, 0, 0);
+  EXPECT_FALSE(c.observe(tick_of(10, 4'000'000, 0, 5), kTickNs));
+  ASSERT_TRUE(c.observe(tick_of(10, 8'000'000, 0, 12), 2 * kTickNs));
+  const policies::Window& w = c.last_window();
+  EXPECT_EQ(w.ok, 20u);
+  EXPECT_EQ(w.rtt_min_ns, 4'000'000u);
+  EXPECT_EQ(w.rtt_max_ns, 8'000'000u);
+  EXPECT_EQ(w.max_inflight, 12u);
+  EXPECT_EQ(w.duration_ns, 2 * kTickNs);
+}
+
+TEST(Controller, AClosedWindowLeavesNothingToTheNext) {
+  Controller c(aimd(), 0, 0);
+  ASSERT_TRUE(c.observe(tick_of(30, 40'000'000, 0, 15), kTickNs));
+  // Ten calls of 2 ms and one of 80 ms at a peak of 3: the percentiles
+  // are theirs, not those of the thirty calls of 40 ms before (whose
+  // bucket lies between them), and the peak is 3, not 15.
+  TickObservation o = tick_of(10, 2'000'000, 0, 3);
+  o.delta.ok += 1;
+  o.delta.rtt_sum_ns += 80'000'000;
+  o.delta.histogram[shm::histogram_bucket(80'000'000)] = 1;
+  o.extremes.rtt_max_ns = 80'000'000;
+  ASSERT_TRUE(c.observe(o, 2 * kTickNs));
+  const policies::Window& w = c.last_window();
+  EXPECT_EQ(w.ok, 11u);
+  EXPECT_NEAR(static_cast<double>(w.rtt_p50_ns), 2e6, 2e6 / 16);
+  EXPECT_NEAR(static_cast<double>(w.rtt_p90_ns), 2e6, 2e6 / 16);
+  EXPECT_EQ(w.rtt_max_ns, 80'000'000u);
+  EXPECT_EQ(w.max_inflight, 3u);
+  EXPECT_EQ(w.duration_ns, kTickNs);
+}
+
+TEST(Controller, ShadowAdmissionsReachThePolicyAsRejections) {
+  // In shadow mode a call over the limit is admitted, not refused; the
+  // limit was reached all the same.
+  TickObservation o = tick_of(10, 1'000'000, 0, 20);
+  o.delta.rejected = 2;
+  o.delta.shadow_admitted = 7;
+  Controller c(aimd(), 0, 0);
+  ASSERT_TRUE(c.observe(o, kTickNs));
+  EXPECT_EQ(c.last_window().rejected, 9u);
+}
+
+TEST(Controller, AWindowWithoutSamplesStartsOverAtItsMaxAge) {
+  Controller c(aimd(), 0, 0);
+  // Fifteen quiet ticks: at the tenth (1 s, the max age) the empty window
+  // starts over.
+  for (std::uint64_t t = 1; t <= 15; ++t) EXPECT_FALSE(c.observe(tick_of(0, 0, 0, 0), t * kTickNs));
+  // The calls of the sixteenth close a window of six ticks, not sixteen:
+  // the quiet second is no part of it.
+  ASSERT_TRUE(c.observe(tick_of(10, 1'000'000, 0, 5), 16 * kTickNs));
+  EXPECT_EQ(c.last_window().duration_ns, 6 * kTickNs);
+}
+
 TEST(Controller, SameObservationsGiveTheSameLimits) {
   LimitSettings s;  // gradient2, the default
   Controller a(s, 0, 0), b(s, 0, 0);
@@ -89,6 +146,10 @@ TEST(Controller, ReconfigureRebuildsThePolicyOnlyWhenItsSettingsChange) {
   LimitSettings window_only = aimd();
   window_only.window_min_samples = 50;
   EXPECT_FALSE(c.reconfigure(window_only));
+  LimitSettings wider = aimd();
+  wider.bounds.max = 200;
+  EXPECT_TRUE(c.reconfigure(wider));  // the bounds are the policy's
+  EXPECT_EQ(c.limit(), limit);
   LimitSettings other = aimd();
   other.params["backoff"] = 0.5;
   EXPECT_TRUE(c.reconfigure(other));
