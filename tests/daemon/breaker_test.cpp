@@ -67,6 +67,10 @@ TEST_F(BreakerTest, FailuresOutsideTheWindowDoNotCount) {
   EXPECT_EQ(feed(0, 15), BreakerState::kClosed);
   advance(500ms);
   EXPECT_EQ(feed(5, 5), BreakerState::kOpen);       // 25 calls, 20 failed
+  make(s);
+  EXPECT_EQ(feed(0, 15), BreakerState::kClosed);
+  advance(900ms);
+  EXPECT_EQ(feed(5, 5), BreakerState::kClosed);     // a tick one window old is out
 }
 
 TEST_F(BreakerTest, OpenForTheSleepWindowThenHalfOpenClosesOnTrialSuccesses) {
@@ -93,6 +97,34 @@ TEST_F(BreakerTest, HalfOpenReopensOnATrialFailure) {
   EXPECT_EQ(feed(0, 0), BreakerState::kHalfOpen);
 }
 
+TEST_F(BreakerTest, EachHalfOpenCountsItsOwnTrials) {
+  make({});
+  open_it();
+  advance(5000ms);
+  EXPECT_EQ(feed(2, 0), BreakerState::kHalfOpen);  // two of three successes
+  EXPECT_EQ(feed(0, 1), BreakerState::kOpen);
+  advance(5000ms);
+  ASSERT_EQ(breaker_->state(), BreakerState::kHalfOpen);
+  // Neither the failure nor the two successes of the last half open count
+  // in this one.
+  EXPECT_EQ(feed(2, 0), BreakerState::kHalfOpen);
+  EXPECT_EQ(feed(1, 0), BreakerState::kClosed);
+}
+
+TEST_F(BreakerTest, EachHalfOpenWaitsAFullSleepWindowForAVerdict) {
+  make({});
+  open_it();
+  advance(5000ms);
+  trials_left_ = 0;
+  advance(3000ms);  // every trial out for 3 s, then one fails
+  EXPECT_EQ(feed(0, 1), BreakerState::kOpen);
+  advance(5000ms);
+  ASSERT_EQ(breaker_->state(), BreakerState::kHalfOpen);
+  // Every trial out again: the wait starts over, not from 3 s in.
+  EXPECT_EQ(advance(5000ms), BreakerState::kHalfOpen);
+  EXPECT_EQ(feed(0, 0), BreakerState::kOpen);
+}
+
 TEST_F(BreakerTest, HalfOpenWithEveryTrialOutAndNoVerdictReopensAfterTheSleepWindow) {
   make({});
   open_it();
@@ -112,6 +144,14 @@ TEST_F(BreakerTest, SlowCallRateOpensItWhenOn) {
   EXPECT_EQ(feed(20, 0, 9), BreakerState::kClosed);  // 45 % slow
   EXPECT_EQ(feed(20, 0, 12), BreakerState::kOpen);   // 21 of 40
   EXPECT_NE(last_->reason.find("slow"), std::string::npos);
+  make(s);
+  EXPECT_EQ(feed(20, 0, 10), BreakerState::kOpen);  // 50 %: the threshold opens it
+  // Slow calls leave the window with their tick.
+  s.window = 1000ms;
+  make(s);
+  EXPECT_EQ(feed(20, 0, 9), BreakerState::kClosed);
+  advance(1000ms);
+  EXPECT_EQ(feed(20, 0, 2), BreakerState::kClosed);  // 2 of 20, not 11
   // Off (the default), slow calls never open it.
   make({});
   EXPECT_EQ(feed(20, 0, 20), BreakerState::kClosed);
@@ -124,6 +164,13 @@ TEST_F(BreakerTest, ASlowTrialReopensWhenSlowCallsAreOn) {
   open_it();
   advance(5000ms);
   EXPECT_EQ(feed(1, 0, 1), BreakerState::kOpen);
+}
+
+TEST_F(BreakerTest, SlowTrialsAreSuccessesWhenSlowCallsAreOff) {
+  make({});
+  open_it();
+  advance(5000ms);
+  EXPECT_EQ(feed(3, 0, 3), BreakerState::kClosed);
 }
 
 TEST_F(BreakerTest, ForceHoldsTheStateWhateverTheOutcomes) {
