@@ -118,7 +118,7 @@ std::optional<Breaker::Transition> Breaker::observe(const BreakerCounts& tick, B
       return move_to(BreakerState::kHalfOpen, now_ns, "sleep window over: trial calls decide");
     case BreakerState::kHalfOpen: {
       const std::uint64_t slow = settings_.slow_calls_on() ? tick.slow : 0;
-      trial_.ok += tick.ok - std::min(slow, tick.ok);
+      trial_.ok += tick.ok;
       trial_.failed += tick.failed;
       trial_.slow += slow;
       if (trial_.failed > 0) return move_to(BreakerState::kOpen, now_ns, "a trial call failed");
