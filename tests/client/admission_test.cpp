@@ -125,6 +125,20 @@ TEST_F(AdmissionTest, ShadowModeAdmitsPastTheLimitAndCountsIt) {
   EXPECT_EQ(dep.try_acquire().reason(), BH_REJECT_LIMIT);
 }
 
+TEST_F(AdmissionTest, ShadowModeAdmitsPastAnOpenBreakerAndCountsIt) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  shm::DependencyControl& control = segment_->dependency(slot_of("payments")).control;
+  control.breaker.store(shm::kBreakerOpen);
+  EXPECT_EQ(dep.try_acquire().reason(), BH_REJECT_OPEN_CIRCUIT);
+  control.flags.store(shm::kDependencyShadow);
+  Permit p = dep.try_acquire();
+  EXPECT_TRUE(p);
+  const shm::DependencyCounters c = shm::read_counters(*segment_, slot_of("payments"));
+  EXPECT_EQ(c.open_rejected, 1u);
+  EXPECT_EQ(c.shadow_open, 1u);  // the one the breaker would have refused
+}
+
 TEST_F(AdmissionTest, AnUntimedPermitTakesTheCallersLatencyAndNeverInventsOne) {
   Client client(name_.str());
   Dependency dep = client.dependency("payments");

@@ -104,6 +104,11 @@ TEST_F(PartitionTest, EachPartitionGetsItsGuaranteeAndBorrowsOnlyWhatNoneReserve
   EXPECT_EQ(held_total("db"), w);  // the held words mirror the admission word
   // Calls that name no partition: nothing left.
   EXPECT_EQ(db.try_acquire().reason(), BH_REJECT_LIMIT);
+  // Each refusal counted once, and under the partition it was for.
+  const shm::DependencyCounters c = shm::read_counters(*segment_, slot_of("db"));
+  EXPECT_EQ(c.rejected, 3u);
+  EXPECT_EQ(c.partition_rejected[0], 1u);  // the call that named none
+  EXPECT_EQ(c.partition_rejected[1] + c.partition_rejected[2], 2u);
   batch_permits.clear();
   critical_permits.clear();
   EXPECT_EQ(word("db").load(), 0u);
@@ -189,6 +194,27 @@ TEST_F(PartitionTest, AHardCapHoldsWithCapacityIdle) {
   auto batch = take_all(client_->dependency("db").partition("batch"), &reason);
   EXPECT_EQ(batch.size(), 2u);
   EXPECT_EQ(reason, BH_REJECT_PARTITION);
+}
+
+TEST_F(PartitionTest, InShadowModeOnlyAFullCountRefuses) {
+  start("[defaults]\nenforce = false\n" + dependency("db", 4, "batch = { share = 0.25, hard_cap = true }\n"));
+  Dependency batch = client_->dependency("db").partition("batch");
+  // Neither batch's hard cap (1) nor the limit (4) refuses: every call
+  // past its cap is admitted and counted, until the partition's 16-bit
+  // count is full.
+  std::vector<Permit> permits;
+  int reason = 0;
+  for (std::uint32_t i = 0; i <= shm::kPartitionFieldMax; ++i) {
+    Permit p = batch.try_acquire();
+    if (!p) {
+      reason = p.reason();
+      break;
+    }
+    permits.push_back(std::move(p));
+  }
+  EXPECT_EQ(permits.size(), shm::kPartitionFieldMax);
+  EXPECT_EQ(reason, BH_REJECT_PARTITION);
+  EXPECT_EQ(shm::read_counters(*segment_, slot_of("db")).shadow_admitted, shm::kPartitionFieldMax - 1);
 }
 
 TEST_F(PartitionTest, UnknownPartitionsAreRefusedNamingThoseThatExist) {

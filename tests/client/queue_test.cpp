@@ -186,6 +186,22 @@ TEST_F(QueueTest, AnExpectedWaitWithinTheBudgetQueues) {
   EXPECT_EQ(waiter.result(), 0);
 }
 
+TEST_F(QueueTest, UnderLifoTheExpectedWaitCountsNoOneAhead) {
+  publish(1, 4, shm::kDependencyLifo);
+  control().service_ns.store(10'000'000'000);  // calls take 10 s
+  Permit held = dep_->try_acquire();
+  testing::BackgroundWaiter first(*dep_);
+  wait_for_waiters(1);
+  // A budget of 15 s: behind the first waiter (FIFO) its call would expect
+  // 20 s and be refused at once; LIFO serves it first, 10 s.
+  testing::BackgroundWaiter second(*dep_, 15s);
+  while (waiting() != 2 && counters().deadline_rejected == 0) std::this_thread::yield();
+  held.success();
+  EXPECT_EQ(second.result(), 0);
+  EXPECT_EQ(first.result(), 0);
+  EXPECT_EQ(counters().deadline_rejected, 0u);
+}
+
 TEST_F(QueueTest, AReleaseInAnotherProcessWakesTheWaiter) {
   publish(1, 4);
   Permit held = dep_->try_acquire();
@@ -255,6 +271,54 @@ TEST_F(QueueTest, ShadowModeNeverWaits) {
   Permit p = dep_->acquire(kLongBudget);
   EXPECT_TRUE(p);
   EXPECT_EQ(counters().shadow_admitted, 1u);
+}
+
+// The daemon's change of the breaker: the state, then a wake-up of the
+// queue (update_breaker()).
+void set_breaker(shm::DependencySlot& line, std::uint32_t state) {
+  line.control.breaker.store(state);
+  shm::wake_waiters(line.admission.futex);
+}
+
+TEST_F(QueueTest, AWaiterLeavesWhenTheBreakerOpens) {
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  testing::BackgroundWaiter waiter(*dep_);
+  wait_for_waiters(1);
+  set_breaker(segment_->dependency(slot_), shm::kBreakerOpen);
+  EXPECT_EQ(waiter.result(), BH_REJECT_OPEN_CIRCUIT);
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(counters().open_rejected, 1u);
+  EXPECT_EQ(dep_->inflight(), 1);
+}
+
+TEST_F(QueueTest, InShadowModeAWaiterStaysThroughAnOpenBreaker) {
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  testing::BackgroundWaiter waiter(*dep_);
+  wait_for_waiters(1);
+  control().flags.store(shm::kDependencyShadow);
+  set_breaker(segment_->dependency(slot_), shm::kBreakerOpen);
+  held.success();  // the limit still orders the queue: now it gets in
+  EXPECT_EQ(waiter.result(), 0);
+  EXPECT_EQ(counters().open_rejected, 0u);
+}
+
+TEST_F(QueueTest, AWaiterWithATrialPermitStaysWhileTheBreakerIsHalfOpen) {
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  control().trials.store(shm::trials_word(1, 1));
+  control().breaker.store(shm::kBreakerHalfOpen);
+  // It takes the one trial, meets the limit, and queues (its ticket shows
+  // it joined; it may not be in the queue for long).
+  auto& tickets = segment_->dependency(slot_).admission.tickets;
+  const std::uint64_t before = tickets.load();
+  testing::BackgroundWaiter waiter(*dep_);
+  while (tickets.load() == before) std::this_thread::yield();
+  held.success();
+  EXPECT_EQ(waiter.result(), 0);
+  EXPECT_EQ(shm::trials_left(control().trials.load()), 0u);
+  EXPECT_EQ(counters().open_rejected, 0u);
 }
 
 TEST_F(QueueTest, RemainingBudgetOfEachKindOfPermit) {
