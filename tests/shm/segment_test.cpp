@@ -79,6 +79,18 @@ TEST(Segment, CreateOverAnExistingOneFails) {
   }
 }
 
+TEST(Segment, ADotNameIsRefused) {
+  for (const char* dots : {".", ".."}) {
+    try {
+      Segment::create(dots, small_segment());
+      ADD_FAILURE() << dots;
+    } catch (const SegmentError& e) {
+      EXPECT_EQ(e.code(), EINVAL) << dots;
+      EXPECT_NE(std::string(e.what()).find("names a directory"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Segment, MissingSegmentIsENOENT) {
   TempSegmentName name;
   EXPECT_EQ(attach_error(name), ENOENT);
@@ -129,6 +141,52 @@ TEST(Segment, AbsurdCapacitiesAreRefused) {
   Segment s = Segment::create(name, small_segment());
   s.header().max_dependencies = 1u << 30;
   EXPECT_EQ(attach_error(name), EBADMSG);
+}
+
+// validate_segment() on a fresh segment with one header field made wrong:
+// refused, saying which, with its errno value. The first failed check
+// answers, so each case spoils one field and leaves the rest right.
+TEST(Segment, EachWrongHeaderFieldIsRefusedByName) {
+  struct Case {
+    const char* field;
+    void (*spoil)(Header&);
+    int code;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"magic 0", [](Header& h) { h.magic.store(0); }, EAGAIN, "not initialised yet"},
+      {"header_size", [](Header& h) { h.header_size += 8; }, EBADMSG, "header size"},
+      {"histogram_buckets", [](Header& h) { h.histogram_buckets += 1; }, EBADMSG, "histogram of"},
+      {"max_dependencies 0", [](Header& h) { h.max_dependencies = 0; }, EBADMSG, "capacities out of range"},
+      {"max_dependencies", [](Header& h) { h.max_dependencies = kMaxDependenciesLimit + 1; }, EBADMSG,
+       "capacities out of range"},
+      {"max_processes 0", [](Header& h) { h.max_processes = 0; }, EBADMSG, "capacities out of range"},
+      {"max_processes", [](Header& h) { h.max_processes = kMaxProcessesLimit + 1; }, EBADMSG,
+       "capacities out of range"},
+      {"stats_stripes 0", [](Header& h) { h.stats_stripes = 0; }, EBADMSG, "capacities out of range"},
+      {"stats_stripes", [](Header& h) { h.stats_stripes = kMaxStatsStripesLimit + 1; }, EBADMSG,
+       "capacities out of range"},
+      {"dependency_slot_size", [](Header& h) { h.dependency_slot_size += 64; }, EBADMSG, "disagree"},
+      {"process_slot_size", [](Header& h) { h.process_slot_size += 64; }, EBADMSG, "disagree"},
+      {"dependency_table_offset", [](Header& h) { h.dependency_table_offset += 64; }, EBADMSG, "disagree"},
+      {"process_table_offset", [](Header& h) { h.process_table_offset += 64; }, EBADMSG, "disagree"},
+  };
+  for (const Case& c : cases) {
+    TempSegmentName name;
+    Segment s = Segment::create(name, small_segment());
+    int code = 0;
+    ASSERT_EQ(validate_segment(&s.header(), s.size(), &code), "");
+    c.spoil(s.header());
+    const std::string why = validate_segment(&s.header(), s.size(), &code);
+    EXPECT_NE(why.find(c.says), std::string::npos) << c.field << ": " << why;
+    EXPECT_EQ(code, c.code) << c.field;
+  }
+  // Fewer bytes than a header: refused before any field is read.
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  int code = 0;
+  EXPECT_NE(validate_segment(&s.header(), sizeof(Header) - 1, &code).find("truncated"), std::string::npos);
+  EXPECT_EQ(code, EBADMSG);
 }
 
 TEST(Segment, AddressesComeFromTheValidatedLayoutNotTheHeaderAfterIt) {
@@ -307,6 +365,8 @@ TEST(ProcessTable, ClaimRecordsPidAndStartTimeAndReleaseFrees) {
     EXPECT_EQ(e.code(), ENOSPC);
   }
   release_process_slot(s, a);
+  EXPECT_EQ(s.process(a).identity.pid.load(), 0);  // no stale pid for the reclaim scan to read
+  EXPECT_EQ(s.process(a).identity.start_time.load(), 0u);
   EXPECT_EQ(claim_process_slot(s), a);
 }
 
