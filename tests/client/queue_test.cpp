@@ -58,6 +58,12 @@ class QueueTest : public ::testing::Test {
     control().max_queue.store(max_queue);
     control().flags.store(flags);
   }
+  // What the daemon does when the breaker changes (update_breaker()): the
+  // state, then a wake-up of the queue.
+  void set_breaker(std::uint32_t state) {
+    control().breaker.store(state);
+    shm::wake_waiters(segment_->dependency(slot_).admission.futex);
+  }
   std::uint32_t waiting() { return shm::queue_length(segment_->queue(slot_), segment_->queue_slots()); }
   // Until `n` calls wait in the queue, as the segment shows.
   void wait_for_waiters(std::uint32_t n) {
@@ -273,19 +279,12 @@ TEST_F(QueueTest, ShadowModeNeverWaits) {
   EXPECT_EQ(counters().shadow_admitted, 1u);
 }
 
-// The daemon's change of the breaker: the state, then a wake-up of the
-// queue (update_breaker()).
-void set_breaker(shm::DependencySlot& line, std::uint32_t state) {
-  line.control.breaker.store(state);
-  shm::wake_waiters(line.admission.futex);
-}
-
 TEST_F(QueueTest, AWaiterLeavesWhenTheBreakerOpens) {
   publish(1, 4);
   Permit held = dep_->try_acquire();
   testing::BackgroundWaiter waiter(*dep_);
   wait_for_waiters(1);
-  set_breaker(segment_->dependency(slot_), shm::kBreakerOpen);
+  set_breaker(shm::kBreakerOpen);
   EXPECT_EQ(waiter.result(), BH_REJECT_OPEN_CIRCUIT);
   EXPECT_EQ(waiting(), 0u);
   EXPECT_EQ(counters().open_rejected, 1u);
@@ -298,7 +297,7 @@ TEST_F(QueueTest, InShadowModeAWaiterStaysThroughAnOpenBreaker) {
   testing::BackgroundWaiter waiter(*dep_);
   wait_for_waiters(1);
   control().flags.store(shm::kDependencyShadow);
-  set_breaker(segment_->dependency(slot_), shm::kBreakerOpen);
+  set_breaker(shm::kBreakerOpen);
   held.success();  // the limit still orders the queue: now it gets in
   EXPECT_EQ(waiter.result(), 0);
   EXPECT_EQ(counters().open_rejected, 0u);
