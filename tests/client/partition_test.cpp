@@ -269,6 +269,25 @@ TEST_F(PartitionTest, AReloadMovesNoPermitAndAGonePartitionAdmitsAsDefault) {
   EXPECT_EQ(held_total("db"), 0u);
 }
 
+TEST_F(PartitionTest, APartitionThatLeftTheConfigAdmitsAsDefaultThoughItsNameStays) {
+  start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"));
+  Dependency batch = client_->dependency("db").partition("batch");
+  ASSERT_TRUE(batch.try_acquire());  // resolved to its field, then released
+  // Batch leaves and nothing takes its field: the segment keeps its name
+  // there (the field drains), but not active.
+  reload(dependency("db", 10, "critical = 0.5\n"));
+  const auto& line = segment_->dependency(slot_of("db")).partitions;
+  std::uint32_t field = 0;
+  for (std::uint32_t p = 1; p < shm::kMaxPartitions; ++p) {
+    if (shm::load_partition_name(line, p) == shm::pack_partition_name("batch")) field = p;
+  }
+  ASSERT_NE(field, 0u);
+  ASSERT_EQ(shm::shape_active(line.shape.load()) >> field & 1u, 0u);
+  Permit p = batch.try_acquire();
+  ASSERT_TRUE(p);
+  EXPECT_EQ(word("db").load(), word_of(1, 0, 0));  // a call of "default", in no field
+}
+
 TEST_F(PartitionTest, PermitsOfAKilledProcessAreGivenBackPerPartition) {
   start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"));
   Dependency db = client_->dependency("db");

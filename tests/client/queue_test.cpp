@@ -208,6 +208,42 @@ TEST_F(QueueTest, UnderLifoTheExpectedWaitCountsNoOneAhead) {
   EXPECT_EQ(counters().deadline_rejected, 0u);
 }
 
+TEST_F(QueueTest, FreePermitsThatCoverTheQueueNeedNoExpectedWait) {
+  // A stale hint sends the call to the queue (the sleepers bit, left by a
+  // waiter gone since) with two permits free and no one ahead: it fits
+  // whatever the calls last, and gets one at once.
+  publish(3, 4);
+  control().service_ns.store(10'000'000'000);  // calls take 10 s
+  Permit held = dep_->try_acquire();
+  segment_->dependency(slot_).admission.futex.fetch_or(shm::kFutexSleepers);
+  Permit p = dep_->acquire(1s);
+  EXPECT_TRUE(p);
+  EXPECT_EQ(counters().deadline_rejected, 0u);
+  EXPECT_EQ(counters().waited, 1u);  // it did go through the queue
+  EXPECT_EQ(dep_->inflight(), 2);
+}
+
+TEST_F(QueueTest, AWaiterThatLeavesWithAPermitFreeWakesTheOthers) {
+  // One permit free, but an older record ahead (a waiter about to take
+  // it): this call may not, and leaves at its deadline. A permit is
+  // still free then, so it wakes the queue, for whoever is behind it to
+  // look: the wake clears the sleepers bit and counts one more wake-up.
+  publish(2, 4);
+  Permit held = dep_->try_acquire();
+  auto& admission = segment_->dependency(slot_).admission;
+  admission.tickets.store(10);
+  segment_->queue(slot_)[3].store(shm::queue_record(1, 7));  // ticket 1: ahead of 10
+  admission.futex.fetch_or(shm::kFutexSleepers);  // the other waiter may sleep
+  const std::uint32_t before = admission.futex.load();
+  bh_permit p;
+  EXPECT_EQ(bh_acquire(dep_->handle(), bh_now_ns() + 20'000'000, &p), BH_REJECT_DEADLINE);
+  const std::uint32_t after = admission.futex.load();
+  EXPECT_EQ(after & shm::kFutexSleepers, 0u);
+  EXPECT_GT(after >> 1, before >> 1);
+  EXPECT_EQ(waiting(), 1u);  // the other record stays
+  EXPECT_EQ(dep_->inflight(), 1);
+}
+
 TEST_F(QueueTest, AReleaseInAnotherProcessWakesTheWaiter) {
   publish(1, 4);
   Permit held = dep_->try_acquire();
@@ -318,6 +354,24 @@ TEST_F(QueueTest, AWaiterWithATrialPermitStaysWhileTheBreakerIsHalfOpen) {
   EXPECT_EQ(waiter.result(), 0);
   EXPECT_EQ(shm::trials_left(control().trials.load()), 0u);
   EXPECT_EQ(counters().open_rejected, 0u);
+}
+
+TEST_F(QueueTest, ATrialPermitOfAPastEpisodeIsNotGivenToTheNext) {
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  control().trials.store(shm::trials_word(1, 1));
+  control().breaker.store(shm::kBreakerHalfOpen);
+  auto& tickets = segment_->dependency(slot_).admission.tickets;
+  const std::uint64_t before = tickets.load();
+  // It takes episode 1's one trial, meets the limit and queues; the
+  // breaker half-opens again meanwhile, with three trials of episode 2.
+  testing::BackgroundWaiter waiter(*dep_, 500ms);
+  while (tickets.load() == before) std::this_thread::yield();
+  control().trials.store(shm::trials_word(2, 3));
+  // Refused at its deadline, it gives back nothing: its trial was
+  // episode 1's, and episode 2 counts its own.
+  EXPECT_EQ(waiter.result(), BH_REJECT_DEADLINE);
+  EXPECT_EQ(control().trials.load(), shm::trials_word(2, 3));
 }
 
 TEST_F(QueueTest, RemainingBudgetOfEachKindOfPermit) {

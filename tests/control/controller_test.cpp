@@ -71,6 +71,19 @@ TEST(Controller, WindowCarriesTheTenthPercentile) {
   EXPECT_NEAR(static_cast<double>(w.rtt_p50_ns), 8e6, 8e6 / 16);
 }
 
+TEST(Controller, AMinimumNoTickCarriedIsZeroNotTheNeutralValue) {
+  // A call's count and its latency's extremes are read at different
+  // moments of a tick, so a window can hold calls with no minimum (still
+  // the neutral UINT64_MAX): the policy sees 0, "not known", and never a
+  // minimum of 584 years.
+  TickObservation o = tick_of(10, 4'000'000, 0, 5);
+  o.extremes.rtt_min_ns = UINT64_MAX;
+  Controller c(aimd(), 0, 0);
+  ASSERT_TRUE(c.observe(o, kTickNs));
+  EXPECT_EQ(c.last_window().rtt_min_ns, 0u);
+  EXPECT_EQ(c.last_window().rtt_max_ns, 4'000'000u);
+}
+
 TEST(Controller, AWindowSpansItsTicks) {
   LimitSettings s = aimd();
   s.window_min_samples = 20;
