@@ -548,6 +548,68 @@ TEST(BalancePolicy, ADrainAtTheKneeCallsNoEarlyDrain) {
   EXPECT_TRUE(b.probing());
 }
 
+TEST(BalancePolicy, ADrainThatDropsCalledConfirmsNoKnee) {
+  // The dependency of DrainsToTheKneeThatLittlesLawGives (1800/s at 10 ms:
+  // a knee of 18), then two windows whose calls all time out: the limit
+  // 21 -> 18.9 -> 17.01, the baseline and the mean latency cut to 8.1 ms.
+  BalancePolicy b(Bounds{1, 1000, 20}, hand());
+  b.update(first_window(10));
+  Window w = make_window(WindowSpec{.ok = 1800, .rtt_ms = 11, .max_inflight = 20});
+  w.rejected = 1;
+  b.update(w);
+  for (int i = 0; i < 2; ++i) b.update(outage_window(static_cast<std::uint32_t>(b.limit())));
+  ASSERT_DOUBLE_EQ(b.baseline_ns(), 8.1e6);
+  // It answers in 10 ms again: the drain the drops called runs at the knee
+  // from before them, floor(0.85 x 21 / 1.2) = 14, serves 1400 calls a
+  // second at 10 ms, and finds the dependency as it was.
+  b.update(used_window(10, 17));
+  ASSERT_TRUE(b.probing());
+  ASSERT_DOUBLE_EQ(b.limit(), 14);
+  for (int i = 0; i < 3; ++i) b.update(make_window(WindowSpec{.ok = 1400, .rtt_ms = 10, .max_inflight = 14}));
+  ASSERT_FALSE(b.probing());
+  ASSERT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+  // Yet its limit was the drops', not one under a knee it measured: the
+  // next drain, five used seconds later, runs at 0.85 of the knee of 18,
+  // floor(15.3) = 15, as from a knee in doubt, not at 0.95 of it (17).
+  for (int i = 0; i < 5 && !b.probing(); ++i) b.update(used_window(11, 200));
+  ASSERT_TRUE(b.probing());
+  EXPECT_DOUBLE_EQ(b.limit(), 15);
+}
+
+// After a drain under the knee (a knee of 18 it confirmed, limit back at
+// 25.5), one window whose calls all time out (limit 22.97, baseline and
+// mean latency 9 ms: a knee of 16.2), then answers in 10 ms again: the
+// drain the drops called starts at once, at the knee from before the
+// drops, floor(0.85 x 25.5 / 1.2) = 18 (over 0.85 or 0.95 of 16.2). It
+// measures 7 ms at 1800 calls a second. Returns the used seconds after it
+// until the next drain.
+int seconds_to_the_drain_after_a_drops_drain() {
+  BalancePolicy b = after_a_drain_under_the_knee();
+  b.update(outage_window(static_cast<std::uint32_t>(b.limit())));
+  b.update(used_window(10, 22));
+  EXPECT_TRUE(b.probing());
+  EXPECT_DOUBLE_EQ(b.limit(), 18);
+  for (int i = 0; i < 3; ++i) b.update(make_window(WindowSpec{.ok = 1800, .rtt_ms = 7, .max_inflight = 18}));
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 7e6);
+  int seconds = 0;
+  while (!b.probing() && seconds < 10) {
+    b.update(used_window(7, 200));
+    ++seconds;
+  }
+  return seconds;
+}
+
+TEST(BalancePolicy, ADrainTheDropsCalledIsNotOneAtTheKnee) {
+  // Its latency fell from 10 to 7 ms, ln(10 / 7) = 0.36, more than 0.85 of
+  // the limit's fall from 24 to 18 (0.29), and the rate held: it started
+  // above the knee, and the next drain comes 2 s of use later. Only a
+  // drain that ran at a confirmed knee by schedule is excused that (its
+  // latency falls by the whole queue while the limit falls less): this one
+  // the drops called, from their own knee.
+  EXPECT_EQ(seconds_to_the_drain_after_a_drops_drain(), 2);
+}
+
 TEST(BalancePolicy, AHealPutsTheKneeInDoubt) {
   BalancePolicy b = after_a_drain_under_the_knee();
   // The dependency heals: 8 ms is under 10 / 1.2. The baseline drops to it
@@ -1054,6 +1116,34 @@ TEST(BalancePolicy, WithOtherHostsAnUnusedLimitFollowsOnlyWhatTheSpreadExplains)
   // A spread twice as wide is a slower dependency: it follows, to 12.
   shared.update(spread_window(20, 4, 1));
   EXPECT_DOUBLE_EQ(shared.baseline_ns(), 12e6);
+}
+
+TEST(BalancePolicy, WithOtherHostsAnUnusedLimitsMeanLatencyFollowsOnlyWhatTheSpreadExplains) {
+  // As above, other hosts' callers queue the dependency below this limit
+  // (p50 20 ms, spread 8 ms: the shape 1.25 explains 10 ms of it) for five
+  // windows: the baseline holds at 10 ms, and the no-load mean latency
+  // that Little's law multiplies for the knee holds with it, at the 10 ms
+  // the first drain measured (following the windows' mean of 20 ms, it
+  // would be 10 + (1 - 0.8^5) x 10 = 16.7 ms).
+  BalancePolicy b = drained_at_ten(1);
+  for (int i = 0; i < 5; ++i) b.update(spread_window(20, 12, 1));
+  ASSERT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+  // Four used seconds at r = 1.1 (growth 5% each, 127.6 -> 155.1); the
+  // fifth saturates the limit, its 7,756 calls of 20 ms on average (p50
+  // 11 ms) keeping 155.1 in flight, and the drain is due. The first drain
+  // confirmed the knee, so this one runs just under it: 7,756/s x 10 ms =
+  // 77.6, and floor(0.95 x 77.6) = 73 (with 16.7 ms, 123).
+  for (int i = 0; i < 4; ++i) {
+    b.update(spread_window(11, 2.2, static_cast<std::uint32_t>(b.limit())));
+    ASSERT_FALSE(b.probing());
+  }
+  ASSERT_NEAR(b.limit(), 155.13, 0.01);
+  Window w = spread_window(11, 2.2, 155);
+  w.ok = 7756;
+  w.rtt_sum_ns = w.ok * 20'000'000;
+  w.rejected = 1;
+  EXPECT_DOUBLE_EQ(b.update(w), 73);
+  EXPECT_TRUE(b.probing());
 }
 
 TEST(BalancePolicy, RefusesOutOfRangeParameters) {
