@@ -136,6 +136,39 @@ TEST_F(BreakerTest, HalfOpenWithEveryTrialOutAndNoVerdictReopensAfterTheSleepWin
   EXPECT_EQ(feed(0, 0), BreakerState::kOpen);
 }
 
+TEST_F(BreakerTest, ATrialGivenBackRestartsTheWaitForAVerdict) {
+  make({});
+  open_it();
+  advance(5000ms);
+  ASSERT_EQ(breaker_->state(), BreakerState::kHalfOpen);
+  trials_left_ = 0;  // every trial out for 3 s
+  advance(3000ms);
+  // One comes back (the limit refused its call, and the client gave the
+  // permit back), and is taken again a tick later: the wait for a verdict
+  // counts from then, a full sleep window, not from the first 3 s.
+  trials_left_ = 1;
+  feed(0, 0);
+  trials_left_ = 0;
+  EXPECT_EQ(advance(5000ms), BreakerState::kHalfOpen);
+  EXPECT_EQ(feed(0, 0), BreakerState::kOpen);
+  ASSERT_TRUE(last_);
+  EXPECT_EQ(last_->reason, "trial calls gave no verdict within the sleep window");
+}
+
+TEST_F(BreakerTest, ForcingOpenWhatIsOpenTakesItOverTheOperatorsWay) {
+  // Open on its own 1 s ago, then forced open: the force holds it, and
+  // its release hands it to trial calls at once, as any force open's
+  // does, rather than to what is left of the sleep window it opened with.
+  make({});
+  open_it();
+  advance(1000ms);
+  EXPECT_EQ(feed(0, 0, 0, BreakerForce::kOpen), BreakerState::kOpen);
+  EXPECT_TRUE(breaker_->forced());
+  EXPECT_EQ(feed(0, 0), BreakerState::kHalfOpen);
+  ASSERT_TRUE(last_);
+  EXPECT_EQ(last_->reason, "force released: trial calls decide");
+}
+
 TEST_F(BreakerTest, SlowCallRateOpensItWhenOn) {
   BreakerSettings s;
   s.slow_call_duration = 200ms;
