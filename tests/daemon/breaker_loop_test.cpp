@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 
 #include "bulkhead/client.hpp"
 #include "daemon/control_loop.hpp"
+#include "daemon/metrics.hpp"
 #include "shm/wait_queue.hpp"
 #include "tests/support/children.hpp"
 #include "tests/support/temp_segment.hpp"
@@ -32,10 +34,14 @@ constexpr const char* kBreakerConfig =
 
 class BreakerLoopTest : public ::testing::Test {
  protected:
-  void start(const std::string& toml) {
+  // `before` runs on the new segment before the loop starts on it: what a
+  // previous daemon left behind.
+  void start(const std::string& toml, const std::function<void(shm::Segment&)>& before = {},
+             Metrics* metrics = nullptr) {
     config_ = parse_config(daemon_table() + toml, "test.toml");
     segment_.emplace(shm::Segment::create(name_, testing::small_segment(16, 16, 2)));
-    loop_.emplace(*segment_, config_, nullptr);
+    if (before) before(*segment_);
+    loop_.emplace(*segment_, config_, metrics);
     client_.emplace(name_.str());
   }
   std::string daemon_table() const {
@@ -89,6 +95,24 @@ class BreakerLoopTest : public ::testing::Test {
     report_from_processes(4, 10, Outcome::kFailed);
     advance_ticks(1);
     ASSERT_EQ(view_of("pay").breaker, BreakerState::kOpen);
+  }
+
+  // The loop starts on a segment where a previous daemon left the breaker
+  // of "pay" in state `left`.
+  void expect_open_for_a_sleep_window_after_a_restart(std::uint32_t left) {
+    start(kBreakerConfig, [&](shm::Segment& s) {
+      const auto claim = shm::find_or_claim_dependency(s, "pay", 50, 0);
+      s.dependency(claim.index).control.breaker.store(left);
+    });
+    Dependency pay = client_->dependency("pay");
+    advance_ticks(1);
+    EXPECT_EQ(pay.breaker(), ClientState::kOpen);
+    EXPECT_EQ(pay.try_acquire().reason(), BH_REJECT_OPEN_CIRCUIT);
+    advance(900ms);
+    EXPECT_EQ(pay.breaker(), ClientState::kOpen);
+    advance_ticks(1);
+    EXPECT_EQ(pay.breaker(), ClientState::kHalfOpen);
+    EXPECT_EQ(shm::trials_left(control("pay").trials.load()), 3u);
   }
 
   TempSegmentName name_{"brk"};
@@ -350,6 +374,55 @@ TEST_F(BreakerLoopTest, AWaiterLeavesWhenTheBreakerOpens) {
   EXPECT_EQ(pay.breaker(), ClientState::kOpen);
   EXPECT_EQ(waiter.result(), BH_REJECT_OPEN_CIRCUIT);
   held.success();
+}
+
+// A daemon that restarts while its breaker is open, or half open, does not
+// let the traffic back in at once: the breaker stays open for a sleep
+// window, then tries.
+TEST_F(BreakerLoopTest, ABreakerAPreviousDaemonLeftOpenStaysOpenForASleepWindow) {
+  expect_open_for_a_sleep_window_after_a_restart(shm::kBreakerOpen);
+}
+
+TEST_F(BreakerLoopTest, ABreakerAPreviousDaemonLeftHalfOpenIsOpenForASleepWindow) {
+  expect_open_for_a_sleep_window_after_a_restart(shm::kBreakerHalfOpen);
+}
+
+// More trial permits than half_open_calls can only be a client's junk:
+// the daemon puts the bound back.
+TEST_F(BreakerLoopTest, TrialPermitsOverTheBoundAreReset) {
+  start(kBreakerConfig);
+  client_->dependency("pay");
+  advance_ticks(1);
+  open_it();
+  advance(1000ms);
+  ASSERT_EQ(view_of("pay").breaker, BreakerState::kHalfOpen);
+  const std::uint64_t trials = control("pay").trials.load();
+  control("pay").trials.store(shm::trials_word(shm::trials_episode(trials), 100));
+  advance_ticks(1);
+  EXPECT_EQ(control("pay").trials.load(), trials);
+}
+
+// The breaker_state gauge and the transitions counter, through a whole
+// episode: closed, open, half open, closed.
+TEST_F(BreakerLoopTest, TheMetricsFollowTheBreakerThroughAnEpisode) {
+  Metrics metrics("127.0.0.1:0");
+  start(kBreakerConfig, {}, &metrics);
+  Dependency pay = client_->dependency("pay");
+  advance_ticks(1);
+  const Metrics::Dependency& m = metrics.dependency("pay");
+  EXPECT_EQ(m.breaker_state, 0);
+  open_it();
+  EXPECT_EQ(m.breaker_state, 1);
+  advance(1000ms);
+  EXPECT_EQ(m.breaker_state, 2);
+  for (int i = 0; i < 3; ++i) {
+    Permit trial = pay.try_acquire();
+    ASSERT_TRUE(trial);
+    trial.success();
+  }
+  advance_ticks(1);
+  EXPECT_EQ(m.breaker_state, 0);
+  EXPECT_EQ(m.transitions, (std::array<double, 3>{1, 1, 1}));  // closed, open, half open
 }
 
 TEST_F(BreakerLoopTest, DisabledByDefault) {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <thread>
 
+#include "daemon/metrics.hpp"
 #include "shm/wait_queue.hpp"
 
 #include "bulkhead/client.hpp"
@@ -364,13 +365,29 @@ TEST_F(ControlLoopTest, AWaiterKilledInTheQueueGivesItsPlaceBack) {
   EXPECT_EQ(dep.inflight(), 0);
 }
 
-TEST_F(ControlLoopTest, StuckClaimsAreAbandoned) {
+// A claim is abandoned once it has been seen unfinished for 2 s (20
+// ticks of 100 ms), not before: clients give up on one after 1 s.
+TEST_F(ControlLoopTest, StuckClaimsAreAbandonedAfterTwoSeconds) {
   start("");
   const std::uint64_t hash = shm::dependency_name_hash("stuck");
   auto& tag = segment_->dependency(3).identity.tag;
   tag.store((hash << 8) | shm::kSlotClaiming);
-  advance_ticks(25);  // over 2 s of 100 ms ticks
+  advance_ticks(20);  // first seen at the first tick: 1.9 s since
+  EXPECT_EQ(tag.load() & 0xff, shm::kSlotClaiming);
+  advance_ticks(1);
   EXPECT_EQ(tag.load() & 0xff, shm::kSlotAbandoned);
+}
+
+// The same for a process slot a client died claiming: nothing is held in
+// it yet, and it is freed for the next process.
+TEST_F(ControlLoopTest, AProcessSlotLeftHalfClaimedIsFreedAfterTwoSeconds) {
+  start("");
+  auto& state = segment_->process(7).identity.state;
+  state.store(shm::kSlotClaiming);
+  advance_ticks(20);
+  EXPECT_EQ(state.load(), shm::kSlotClaiming);
+  advance_ticks(1);
+  EXPECT_EQ(state.load(), shm::kSlotFree);
 }
 
 TEST_F(ControlLoopTest, AConfiguredNameAClientLeftHalfClaimedGetsItsSlotOnceAbandoned) {
@@ -419,6 +436,52 @@ TEST_F(ControlLoopTest, ASlotWhoseNameIsJunkIsIgnored) {
   (void)c;
 }
 
+// A length past the longest name, over a buffer of valid characters: the
+// first 47 would make a good name, but not the one the slot claims.
+TEST_F(ControlLoopTest, ASlotWhoseLengthOverrunsItsNameIsIgnored) {
+  start("");
+  const auto a = shm::find_or_claim_dependency(*segment_, "a", 5, 0);
+  auto& identity = segment_->dependency(a.index).identity;
+  std::fill_n(identity.name, shm::kMaxNameLength, 'a');
+  identity.name_length = shm::kMaxNameLength + 1;
+  advance_ticks(2);
+  EXPECT_TRUE(loop_->view().empty());
+}
+
+// bulkheadctl shows which config last set a dependency's settings: a name
+// first seen after two reloads was set by the third config.
+TEST_F(ControlLoopTest, ANewDependencyCarriesTheConfigGenerationThatSetIt) {
+  start("");
+  loop_->apply(config_);
+  loop_->apply(config_);
+  client_->dependency("late");
+  advance_ticks(1);
+  const std::uint64_t generation = segment_->header().config_generation.load();
+  EXPECT_EQ(generation, 3u);
+  EXPECT_EQ(segment_->dependency(*shm::find_dependency(*segment_, "late")).control.generation.load(), generation);
+}
+
+// A daemon that let more callers wait (a larger max_queue) left records
+// past today's max_queue: they are counted until they are gone.
+TEST_F(ControlLoopTest, WaitersPastTheQueueBoundAPreviousDaemonLetInAreCounted) {
+  std::uint32_t slot = 0;
+  start("[defaults]\nmax_queue = 2\n", [&](shm::Segment& s) {
+    slot = shm::find_or_claim_dependency(s, "orders", 5, 0).index;
+    s.queue(slot)[5].store(shm::queue_record(1, 3));
+  });
+  Metrics metrics("127.0.0.1:0");
+  loop_.emplace(*segment_, config_, &metrics);
+  advance_ticks(1);
+  EXPECT_EQ(metrics.dependency("orders").waiters, 1);
+  segment_->queue(slot)[0].store(shm::queue_record(2, 3));
+  advance_ticks(1);
+  EXPECT_EQ(metrics.dependency("orders").waiters, 2);
+  segment_->queue(slot)[5].store(0);  // it left by its deadline
+  segment_->queue(slot)[0].store(0);
+  advance_ticks(1);
+  EXPECT_EQ(metrics.dependency("orders").waiters, 0);
+}
+
 TEST_F(ControlLoopTest, APermitLostBetweenTheTwoUpdatesIsGivenBackAfterThreeTicks) {
   start("");
   Dependency dep = client_->dependency("orders");
@@ -436,6 +499,52 @@ TEST_F(ControlLoopTest, APermitLostBetweenTheTwoUpdatesIsGivenBackAfterThreeTick
   a.success();
   b.success();
   EXPECT_EQ(dep.inflight(), 0);
+}
+
+// Each tick's gap must be of the same sign as the last ticks' for the
+// count to go on: gaps both ways are calls in progress, not a lost permit.
+TEST_F(ControlLoopTest, AGapThatChangesSignStartsTheCountAgain) {
+  start("");
+  Dependency dep = client_->dependency("orders");
+  Permit a = dep.try_acquire(), b = dep.try_acquire();
+  advance_ticks(1);
+  auto& word = admission_word("orders");
+  word.fetch_add(shm::kAdmissionAcquire);  // one over what is held
+  advance_ticks(1);
+  for (int i = 0; i < 2; ++i) word.fetch_add(shm::kAdmissionRelease);  // one under
+  advance_ticks(1);
+  for (int i = 0; i < 3; ++i) word.fetch_add(shm::kAdmissionAcquire);  // two over
+  advance_ticks(1);
+  EXPECT_EQ(dep.inflight(), 4);  // three ticks with a gap, but not one way
+  EXPECT_EQ(loop_->permits_reclaimed(), 0u);
+  advance_ticks(2);
+  EXPECT_EQ(dep.inflight(), 2);  // three ticks two over in a row
+  EXPECT_EQ(loop_->permits_reclaimed(), 2u);
+  a.success();
+  b.success();
+}
+
+// Only the smallest gap of the three ticks is corrected: a larger one may
+// have been calls in progress on top of a lost permit.
+TEST_F(ControlLoopTest, TheSmallestGapOfTheTicksIsWhatIsCorrected) {
+  start("");
+  Dependency dep = client_->dependency("orders");
+  Permit a = dep.try_acquire(), b = dep.try_acquire();
+  advance_ticks(1);
+  auto& word = admission_word("orders");
+  for (int i = 0; i < 2; ++i) word.fetch_add(shm::kAdmissionAcquire);  // two over
+  advance_ticks(1);
+  word.fetch_add(shm::kAdmissionRelease);  // one over
+  advance_ticks(1);
+  word.fetch_add(shm::kAdmissionAcquire);  // two over
+  advance_ticks(1);
+  EXPECT_EQ(dep.inflight(), 3);
+  EXPECT_EQ(loop_->permits_reclaimed(), 1u);
+  advance_ticks(3);  // the other one, three ticks in a row since
+  EXPECT_EQ(dep.inflight(), 2);
+  EXPECT_EQ(loop_->permits_reclaimed(), 2u);
+  a.success();
+  b.success();
 }
 
 // Past its budget of held counts a tick (2^18: here 64 processes x 4160
