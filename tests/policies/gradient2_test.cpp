@@ -116,6 +116,15 @@ TEST(Gradient2Policy, CutsBaselineWhenLatencyFallsFarBelowIt) {
   EXPECT_NEAR(policy.long_rtt_ns(), 0.95 * (100 - 60.0 * 2 / 601) * kNsPerMs, 1e-3);
 }
 
+TEST(Gradient2Policy, ALongRttJustTwiceTheShortIsNotCut) {
+  // Netflix cuts when longRtt / shortRtt > 2, not at 2: windows at 300 and
+  // 100 ms make the warm-up mean 200 ms, exactly twice the last.
+  Gradient2Policy policy(kBounds);
+  policy.update(at_rtt(300));
+  policy.update(at_rtt(100));
+  EXPECT_EQ(policy.long_rtt_ns(), 200 * kNsPerMs);
+}
+
 TEST(Gradient2Policy, HoldsAndLearnsNothingFromWindowWithoutOkCalls) {
   Gradient2Policy policy(kBounds);
   policy.update(at_rtt(10));  // long = 10 ms (mean of 1), L = 20.8

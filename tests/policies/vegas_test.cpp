@@ -231,25 +231,33 @@ TEST(VegasPolicy, EachProbeDrawsItsOwnJitter) {
   // The windows from one probe to the next, for the second probe of seeds
   // 0 to 31 (probe_multiplier 1, L = 20: 10 to 20 windows; app-limited at
   // 30 ms, but for a first window at 10 ms that puts the baseline back).
+  // Drawn again at each probe, not once: the second interval is another
+  // draw than the first, so the two differ on most seeds.
   std::set<int> second;
+  int differ = 0;
   for (int seed = 0; seed < 32; ++seed) {
     VegasPolicy policy(kBounds, {.probe_multiplier = 1, .probe_seed = static_cast<double>(seed)});
     policy.update(at_rtt(10));
     int windows = 1, probes = 0;  // the probe counts every window since the last
+    int first = 0;
     while (probes < 2 && windows < 100) {
       ++windows;
       policy.update(at_rtt(30, 0));
       if (policy.rtt_noload_ns() != 30 * kNsPerMs) continue;
-      if (++probes == 2) {
+      if (++probes == 1) first = windows;
+      if (probes == 2) {
         EXPECT_GE(windows, 10) << "seed " << seed;
         EXPECT_LE(windows, 20) << "seed " << seed;
         second.insert(windows);
+        if (windows != first) ++differ;
       }
       windows = 1;
       policy.update(at_rtt(10));  // lower: the baseline again, and holds
     }
+    EXPECT_EQ(probes, 2) << "seed " << seed;
   }
   EXPECT_GE(second.size(), 3u);
+  EXPECT_GE(differ, 16);
 }
 
 TEST(VegasPolicy, TheProbeWindowHolds) {
