@@ -264,7 +264,6 @@ class Simulation {
     const double mean_ns = timeline_.mean_service_s(static_cast<double>(now_) / kNsPerS) * kNsPerS;
     const double size = draw_service_size(service_sizes_, s_);
     const auto service_ns = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(size * mean_ns)));
-    result_.service_ns_sum += static_cast<double>(service_ns);
     push(now_ + service_ns, EventType::kServiceDone, id);
   }
 

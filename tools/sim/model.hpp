@@ -94,12 +94,11 @@ struct RunResult {
   std::uint64_t wasted = 0;     // served after their caller gave up
   std::uint64_t retries = 0;
   // Little's law inputs: integrals over time of busy workers and of calls
-  // at the dependency (queued + in service), in call-nanoseconds; service
-  // completions and their total service time.
+  // at the dependency (queued + in service), in call-nanoseconds, and
+  // service completions.
   double busy_integral = 0;
   double in_system_integral = 0;
   std::uint64_t served = 0;
-  double service_ns_sum = 0;
   std::uint64_t duration_ns = 0;
 };
 

@@ -182,10 +182,6 @@ Summary summarize(const Timeline& timeline, const RunResult& run) {
   m.errors = run.errors;
   m.wasted = run.wasted;
   m.retries = run.retries;
-  const double duration_ns = static_cast<double>(run.duration_ns);
-  m.mean_busy = run.busy_integral / duration_ns;
-  m.mean_in_system = run.in_system_integral / duration_ns;
-  m.served_per_s = static_cast<double>(run.served) / duration_s;
   if (run.initial_limit != kNoLimit) {
     double previous = run.initial_limit;
     double moves = 0, sum = 0;

@@ -47,11 +47,6 @@ struct Summary {
   std::vector<std::optional<double>> settle_s;
   std::optional<double> oscillation;  // mean |tick-to-tick change| / mean limit
   std::optional<double> mean_limit;
-  // Little's law in the model: time-average busy workers, and completions
-  // per second times the scenario's mean service time.
-  double mean_busy = 0;
-  double mean_in_system = 0;
-  double served_per_s = 0;
 };
 
 struct SweepPoint {
