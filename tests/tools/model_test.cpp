@@ -70,21 +70,91 @@ TEST(SimModel, StaticLimitAtTheWorkersKeepsGoodputNearCapacity) {
 }
 
 TEST(SimModel, LittlesLawHolds) {
-  // 70% load, no limiter, a timeout no call reaches.
-  const Scenario s = overload(560, "", 60000);
+  // 70% and 90% load, no limiter, a timeout no call reaches. At 90% the
+  // queue holds about a fifth of the calls at the dependency.
+  for (const double load : {0.7, 0.9}) {
+    const Scenario s = overload(800 * load, "", 60000);
+    const Simulated r = run(s, no_limit());
+    const double duration_s = r.timeline.duration_s();
+    // In service: mean busy workers = completions/s x mean service time.
+    const double busy = r.result.busy_integral / static_cast<double>(r.result.duration_ns);
+    const double throughput = static_cast<double>(r.result.served) / duration_s;
+    EXPECT_NEAR(busy, throughput * 0.020, 0.03 * busy) << load;
+    EXPECT_NEAR(busy, load * 16, 0.03 * 16) << load;
+    // In the system (queue + service): L = lambda W with W the measured latency.
+    const double in_system = r.result.in_system_integral / static_cast<double>(r.result.duration_ns);
+    const double mean_latency_s =
+        std::accumulate(r.result.latencies_ns.begin(), r.result.latencies_ns.end(), 0.0) /
+        static_cast<double>(r.result.latencies_ns.size()) / kNsPerS;
+    EXPECT_NEAR(in_system, static_cast<double>(r.result.ok) / duration_s * mean_latency_s, 0.03 * in_system)
+        << load;
+  }
+}
+
+// A caller gives up at its timeout even when the answer comes the same
+// nanosecond: constant 20 ms calls with a 20 ms timeout all time out, and
+// the dependency's work on them is wasted.
+TEST(SimModel, TheTimeoutWinsATieWithTheAnswer) {
+  const Scenario s = parse_scenario(
+      "duration_s = 10\nseed = 5\n[dependency]\nworkers = 16\nbase_latency_ms = 20\nservice = \"constant\"\n"
+      "[clients]\nrate = 1200\ntimeout_ms = 20\n",
+      "tie.toml");
   const Simulated r = run(s, no_limit());
-  const double duration_s = r.timeline.duration_s();
-  // In service: mean busy workers = completions/s x mean service time.
-  const double busy = r.result.busy_integral / static_cast<double>(r.result.duration_ns);
-  const double throughput = static_cast<double>(r.result.served) / duration_s;
-  EXPECT_NEAR(busy, throughput * 0.020, 0.03 * busy);
-  EXPECT_NEAR(busy, 0.7 * 16, 0.03 * 16);
-  // In the system (queue + service): L = lambda W with W the measured latency.
-  const double in_system = r.result.in_system_integral / static_cast<double>(r.result.duration_ns);
-  const double mean_latency_s =
-      std::accumulate(r.result.latencies_ns.begin(), r.result.latencies_ns.end(), 0.0) /
-      static_cast<double>(r.result.latencies_ns.size()) / kNsPerS;
-  EXPECT_NEAR(in_system, static_cast<double>(r.result.ok) / duration_s * mean_latency_s, 0.03 * in_system);
+  EXPECT_GT(r.result.timed_out, 10'000u);
+  EXPECT_EQ(r.result.ok, 0u);
+  EXPECT_EQ(r.result.wasted, r.result.served);
+}
+
+// A ramp from no traffic at all: 0 to 1000 calls/s from 10 s to 20 s, so a
+// quarter of the ramp's 5000 calls in its first half.
+TEST(SimModel, ArrivalsFollowARampFromZero) {
+  const Scenario s = parse_scenario(
+      "duration_s = 20\n[dependency]\nworkers = 1\nbase_latency_ms = 1\n[clients]\nrate = 0\n"
+      "[[clients.change]]\nat_s = 10\nrate = 1000\nramp_s = 10\n",
+      "r.toml");
+  const Timeline t(s);
+  const Workload w = make_workload(s, t);
+  const auto count_between = [&](double a, double b) {
+    std::size_t n = 0;
+    for (std::uint64_t at : w.arrival_ns) n += at >= to_ns(a) && at < to_ns(b);
+    return static_cast<double>(n);
+  };
+  EXPECT_EQ(count_between(0, 10), 0);
+  EXPECT_NEAR(count_between(10, 15), 1250, 3 * 36);  // 3 sigma of Poisson
+  EXPECT_NEAR(count_between(15, 20), 3750, 3 * 62);
+}
+
+// Workers added while calls wait take them at once, not at the next
+// completion (nor at the next arrival: none comes after 0.3 s): one worker
+// of constant 1 s calls, ten from 0.5 s, and a queue long before then.
+// From 0.5 s to 2 s all ten are busy.
+TEST(SimModel, AddedWorkersTakeQueuedCallsAtOnce) {
+  const Scenario s = parse_scenario(
+      "duration_s = 2\nseed = 2\n[dependency]\nworkers = 1\nbase_latency_ms = 1000\nservice = \"constant\"\n"
+      "[[dependency.change]]\nat_s = 0.5\nworkers = 10\n[clients]\nrate = 100\ntimeout_ms = 60000\n"
+      "[[clients.change]]\nat_s = 0.3\nrate = 0\n",
+      "w.toml");
+  const Simulated r = run(s, no_limit());
+  const double worker_s = r.result.busy_integral / kNsPerS;
+  EXPECT_GT(worker_s, 15.0);  // 1.5 s x 10, plus the first worker's half second
+  EXPECT_LT(worker_s, 15.5);
+}
+
+// Each sum of a tick's rates over the run is the run's count.
+TEST(SimModel, TheTicksAddUpToTheRun) {
+  const Scenario s = overload(2400, "", 60);
+  const Simulated r = run(s, fixed(s, 40));
+  ASSERT_GT(r.result.timed_out, 0u);
+  ASSERT_GT(r.result.rejected, 0u);
+  double ok = 0, rejected = 0, timeouts = 0;
+  for (const TickRow& row : r.result.series) {
+    ok += row.goodput_per_s * 0.1;
+    rejected += row.rejected_per_s * 0.1;
+    timeouts += row.timeouts_per_s * 0.1;
+  }
+  EXPECT_NEAR(ok, static_cast<double>(r.result.ok), 1e-6 * ok);
+  EXPECT_NEAR(rejected, static_cast<double>(r.result.rejected), 1e-6 * rejected);
+  EXPECT_NEAR(timeouts, static_cast<double>(r.result.timed_out), 1e-6 * timeouts);
 }
 
 // The share of time the W workers of an M/M/W/L queue are busy: Poisson
@@ -212,12 +282,52 @@ TEST(SimModel, RetriesAreNewAttemptsAfterTheDelay) {
   EXPECT_LE(r.result.retries, r.result.rejected + r.result.timed_out);
 }
 
+// A call is tried at most 1 + retries times: with one retry and a limit
+// of 1 at 3x overload, nearly every call is refused twice.
+TEST(SimModel, ACallIsRetriedAtMostRetriesTimes) {
+  const Scenario s = overload(2400, "retries = 1\nretry_delay_ms = 10\n");
+  const Simulated r = run(s, fixed(s, 1));
+  EXPECT_LE(r.result.retries, r.result.arrivals);
+  EXPECT_GT(r.result.retries, r.result.arrivals * 9 / 10);
+}
+
+// Timeouts and calls the dependency's full queue fails are retried too,
+// not only the limiter's rejections.
+TEST(SimModel, TimeoutsAndFailuresAreRetried) {
+  const Simulated timeouts = run(overload(2400, "retries = 1\n"), no_limit());
+  EXPECT_EQ(timeouts.result.rejected, 0u);
+  EXPECT_GT(timeouts.result.retries, timeouts.result.timed_out / 2);
+  const Scenario full = parse_scenario(
+      "duration_s = 20\n[dependency]\nworkers = 4\nbase_latency_ms = 10\nqueue_limit = 0\n[clients]\nrate = 1000\n"
+      "retries = 1\n",
+      "q.toml");
+  const Simulated failures = run(full, no_limit());
+  EXPECT_EQ(failures.result.timed_out, 0u);
+  EXPECT_GT(failures.result.retries, failures.result.errors / 3);
+}
+
 TEST(SimModel, PerProcessLimitersAddUp) {
   const Scenario s = overload(2400, "processes = 4\nlimiter = \"per-process\"\n");
   const Simulated r = run(s, fixed(s, 3));
   EXPECT_EQ(r.result.initial_limit, 12);
-  for (const TickRow& row : r.result.series) ASSERT_LE(row.inflight, 12u);
+  // Each process's calls count against its own limit of 3: together 12 in
+  // flight at 3x overload.
+  std::uint32_t most = 0;
+  for (const TickRow& row : r.result.series) most = std::max(most, row.inflight);
+  EXPECT_EQ(most, 12u);
   EXPECT_EQ(r.result.series.front().limit, 12);
+}
+
+// The baseline of per-process limiters is their mean: 20 ms of constant
+// service at low load, whichever process measured it.
+TEST(SimModel, TheBaselineOfSeveralLimitersIsTheirMean) {
+  const Scenario s = parse_scenario(
+      "duration_s = 10\nseed = 4\n[dependency]\nworkers = 16\nbase_latency_ms = 20\nservice = \"constant\"\n"
+      "[clients]\nprocesses = 4\nlimiter = \"per-process\"\nrate = 200\ntimeout_ms = 500\n",
+      "b.toml");
+  const Simulated r = run(s, {"balance", true, s.settings_for("balance")});
+  // A histogram bucket is at most 12.5% wide.
+  EXPECT_NEAR(r.result.series.back().baseline_ms, 20, 2.5);
 }
 
 TEST(SimModel, EveryRunMeetsTheSameCalls) {
