@@ -106,6 +106,70 @@ TEST(SimReport, SweepHasTheGridAndTheWorkerCounts) {
   EXPECT_TRUE(std::is_sorted(limits.begin(), limits.end()));
 }
 
+// Per limiter: in per-process mode each worker count the scenario names
+// is divided by the processes, rounded both ways (20 workers over 4 is 5;
+// 26 is 6 or 7, and 7 is no grid point).
+TEST(SimReport, SweepHasEveryWorkerCountPerLimiter) {
+  const auto limits_of = [](const char* limiter) {
+    const Scenario s = parse_scenario(
+        std::string("duration_s = 10\n[dependency]\nworkers = 20\nbase_latency_ms = 10\n"
+                    "[[dependency.change]]\nat_s = 5\nworkers = 26\n[clients]\nprocesses = 4\nlimiter = \"") +
+            limiter + "\"\nrate = 3000\n",
+        "w.toml");
+    return sweep_limits(s, Timeline(s));
+  };
+  const auto has = [](const std::vector<std::uint32_t>& limits, std::uint32_t want) {
+    return std::find(limits.begin(), limits.end(), want) != limits.end();
+  };
+  const std::vector<std::uint32_t> per_process = limits_of("per-process");
+  for (std::uint32_t want : {5u, 6u, 7u}) EXPECT_TRUE(has(per_process, want)) << want;
+  EXPECT_FALSE(has(per_process, 20u));
+  EXPECT_EQ(per_process.back(), 45u);  // the grid up to 8 x 26 / 4 = 52
+  const std::vector<std::uint32_t> host = limits_of("host");
+  for (std::uint32_t want : {20u, 26u}) EXPECT_TRUE(has(host, want)) << want;
+}
+
+// The best static limit: of the limits within 1% of the most goodput, the
+// one with the lowest p99, and of equal p99s the lowest limit. At half
+// load of constant 20 ms calls every limit over the calls ever in flight
+// runs the very same run, p99 exactly 20 ms.
+TEST(SimReport, TheBestStaticLimitIsTheLowestOfEqualP99s) {
+  const Scenario s = parse_scenario(
+      "duration_s = 10\nseed = 3\n[dependency]\nworkers = 16\nbase_latency_ms = 20\nservice = \"constant\"\n"
+      "[clients]\nrate = 400\ntimeout_ms = 500\n",
+      "tie.toml");
+  RunOptions options;
+  options.policies = {"aimd"};
+  const ScenarioReport r = run_scenario(s, options);
+  const Summary& best = r.summaries.back();
+  ASSERT_EQ(best.kind, "static-best");
+  double most = 0;
+  for (const SweepPoint& p : r.sweep) most = std::max(most, p.goodput_per_s);
+  for (const SweepPoint& p : r.sweep) {
+    if (p.limit < *best.static_limit) {
+      EXPECT_TRUE(p.goodput_per_s < 0.99 * most || p.p99_ms > best.p99_ms) << p.limit;
+    }
+  }
+  EXPECT_LT(*best.static_limit, 32u);
+  EXPECT_EQ(best.p99_ms, 20);
+}
+
+// Between the grid's neighbours of its best, the sweep tries finer limits:
+// constant 20 ms calls with 30 ms of network take 40 in flight to keep 16
+// workers busy, which the grid (32, 45) misses and the finer steps find.
+TEST(SimReport, TheSweepRefinesAroundTheGridsBest) {
+  const Scenario s = parse_scenario(
+      "duration_s = 10\nseed = 3\n[dependency]\nworkers = 16\nbase_latency_ms = 20\nservice = \"constant\"\n"
+      "network_ms = 30\n[clients]\nrate = 2400\ntimeout_ms = 500\n",
+      "fine.toml");
+  RunOptions options;
+  options.policies = {"aimd"};
+  const ScenarioReport r = run_scenario(s, options);
+  const std::uint32_t best = *r.summaries.back().static_limit;
+  EXPECT_GE(best, 40u);
+  EXPECT_LT(best, 45u);
+}
+
 // A hand-made run of a scenario with 16 workers at 3x overload and a drop
 // to 4 workers at 5 s: the ideal concurrency is 16, then 4.
 struct SimSettle : ::testing::Test {
@@ -152,6 +216,81 @@ TEST_F(SimSettle, InBandForLessThanASecondIsNotSettled) {
   const Summary m = summarize(timeline, run);
   EXPECT_FALSE(m.settle_s[0].has_value());
   EXPECT_FALSE(m.settle_s[1].has_value());
+}
+
+TEST_F(SimSettle, TheLimitInForceAtAChangeCounts) {
+  // 16 from before the start; 4 published by the tick at the drop itself.
+  run.initial_limit = 16;
+  publish([](int k) { return k < 50 ? 16.0 : 4.0; });
+  const Summary m = summarize(timeline, run);
+  ASSERT_TRUE(m.settle_s[0].has_value());
+  EXPECT_EQ(*m.settle_s[0], 0);
+  ASSERT_TRUE(m.settle_s[1].has_value());
+  EXPECT_EQ(*m.settle_s[1], 0);
+}
+
+TEST_F(SimSettle, ASecondInBandExactlyIsSettled) {
+  // In band (4) from the drop at 5 s through the tick at 6 s, then out.
+  publish([](int k) { return k < 50 ? 30.0 : k <= 60 ? 4.0 : 30.0; });
+  const Summary m = summarize(timeline, run);
+  ASSERT_TRUE(m.settle_s[1].has_value());
+  EXPECT_EQ(*m.settle_s[1], 0);
+}
+
+TEST_F(SimSettle, ATickAtTheNextChangeBelongsToTheNextPhase) {
+  // 16 from 4 s through the tick at 5 s, the instant of the drop: in the
+  // first phase only 0.9 s of it.
+  publish([](int k) { return k < 40 ? 30.0 : k <= 50 ? 16.0 : 30.0; });
+  const Summary m = summarize(timeline, run);
+  EXPECT_FALSE(m.settle_s[0].has_value());
+}
+
+TEST(SimSettleBand, TheBandsEdgeIsInIt) {
+  // 10 workers of 125 ms at 2x: an ideal of exactly 10, a band of [8, 12].
+  const Scenario s = parse_scenario(
+      "duration_s = 5\n[dependency]\nworkers = 10\nbase_latency_ms = 125\n[clients]\nrate = 160\n", "b.toml");
+  const Timeline timeline(s);
+  ASSERT_EQ(timeline.ideal_concurrency(0), 10);
+  for (const double limit : {8.0, 12.0}) {
+    RunResult run;
+    run.initial_limit = limit;
+    run.duration_ns = timeline.duration_ns();
+    for (int k = 1; k <= 50; ++k) run.series.push_back({.t_ns = k * 100'000'000ull, .limit = limit});
+    const Summary m = summarize(timeline, run);
+    ASSERT_TRUE(m.settle_s[0].has_value()) << limit;
+    EXPECT_EQ(*m.settle_s[0], 0);
+  }
+}
+
+TEST(SimSummary, QuantilesAreTheSamplesAtTheirRank) {
+  // Three calls of 1, 2 and 3 ms: the p50 is the second (rank ceil(1.5)),
+  // the p99 and p999 the third.
+  const Scenario s = parse_scenario(
+      "duration_s = 1\n[dependency]\nworkers = 1\nbase_latency_ms = 1\n[clients]\nrate = 10\n", "q.toml");
+  RunResult run;
+  run.duration_ns = Timeline(s).duration_ns();
+  run.latencies_ns = {1'000'000, 2'000'000, 3'000'000};
+  const Summary m = summarize(Timeline(s), run);
+  EXPECT_EQ(m.p50_ms, 2);
+  EXPECT_EQ(m.p99_ms, 3);
+  EXPECT_EQ(m.p999_ms, 3);
+}
+
+TEST(SimSummary, GoodputIsAShareOfWhatCouldBeServed) {
+  // Capacity 800/s, 400/s offered: serving all 400 is 100%, not 50%.
+  const Scenario s = parse_scenario(
+      "duration_s = 10\n[dependency]\nworkers = 16\nbase_latency_ms = 20\n[clients]\nrate = 400\n", "g.toml");
+  const Timeline timeline(s);
+  RunResult run;
+  run.duration_ns = timeline.duration_ns();
+  run.ok = 4000;
+  EXPECT_NEAR(summarize(timeline, run).goodput_pct, 100, 1e-9);
+}
+
+TEST_F(SimSettle, OscillationCountsTheMoveFromTheInitialLimit) {
+  publish([](int) { return 10.0; });  // 20 before the first tick
+  const Summary m = summarize(timeline, run);
+  EXPECT_NEAR(*m.oscillation, (10.0 / 100) / 10, 1e-12);
 }
 
 TEST_F(SimSettle, OscillationIsMeanMoveOverMeanLimit) {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 namespace bulkhead::sim {
 namespace {
@@ -54,6 +55,19 @@ TEST(SimTimeline, IdealConcurrencyIsLittlesLawAtNoLoad) {
   EXPECT_NEAR(t.mean_achievable(), (500 * 50 + 1000 * 50) / 100.0, 1e-6);
   ASSERT_EQ(t.change_times_s().size(), 2u);
   EXPECT_EQ(t.change_times_s()[1], 50);
+}
+
+TEST(SimTimeline, ChangesAtTheSameInstantAreOneChange) {
+  const Timeline t(scenario("[[dependency.change]]\nat_s = 50\nworkers = 20\n",
+                            "[[clients.change]]\nat_s = 50\nrate = 2000\n"));
+  EXPECT_EQ(t.change_times_s(), (std::vector<double>{0, 50}));
+}
+
+TEST(SimTimeline, DemandAtCapacityIsSaturated) {
+  // 10 workers of 10 ms: 1000 calls/s, offered exactly.
+  const Timeline t(scenario("", "[[clients.change]]\nat_s = 50\nrate = 1000\n"));
+  EXPECT_EQ(t.capacity(to_ns(60)), 1000);
+  EXPECT_TRUE(t.saturated(to_ns(60)));
 }
 
 TEST(SimTimeline, LatencyCreepKeepsTheIdealAtTheWorkers) {
