@@ -423,6 +423,46 @@ TEST(ParseConfig, MetricsCanBeTurnedOff) {
             "0.0.0.0:0");
 }
 
+// Every range includes its ends: each value below is the edge of its rule.
+TEST(ParseConfig, TheEdgesOfEachRangeAreAccepted) {
+  // A pinned limit (min = initial = max), as a static bulkhead is; an
+  // initial limit at the minimum; the most a partitioned limit may be.
+  const Config limits = parse_config(
+      "[dependency.pinned]\npolicy = \"fixed\"\nmin_limit = 12\ninitial_limit = 12\nmax_limit = 12\n"
+      "[dependency.low]\nmin_limit = 3\ninitial_limit = 3\n"
+      "[dependency.split]\nmax_limit = 65535\n[dependency.split.partitions]\ncritical = 0.5\n",
+      "t.toml");
+  EXPECT_EQ(limits.find("pinned")->bounds.min, 12);
+  EXPECT_EQ(limits.find("pinned")->bounds.max, 12);
+  EXPECT_EQ(limits.find("low")->bounds.initial, 3);
+  EXPECT_EQ(limits.find("split")->bounds.max, 65535);
+  // A five-digit port, a 256-byte group name.
+  const Config daemon = parse_config("[daemon]\nmetrics_listen = \"127.0.0.1:65535\"\n"
+                                     "segment_group = \"" + std::string(256, 'g') + "\"\n",
+                                     "t.toml");
+  EXPECT_EQ(daemon.daemon.metrics_listen, "127.0.0.1:65535");
+  EXPECT_EQ(daemon.daemon.segment_group.size(), 256u);
+  EXPECT_EQ(error_of([] { parse_config("[daemon]\nsegment_group = \"" + std::string(257, 'g') + "\"\n", "t.toml"); }),
+            "t.toml:2: daemon.segment_group: is longer than 256 bytes");
+  // As many dependencies as the segment has slots.
+  std::string full = "[daemon]\nmax_dependencies = 3\n";
+  for (const char* name : {"a", "b", "c"}) full += std::string("[dependency.") + name + "]\n";
+  EXPECT_EQ(parse_config(full, "t.toml").dependencies.size(), 3u);
+}
+
+TEST_F(ConfigFileTest, AFileOfTheLargestSizeIsRead) {
+  // 16 MiB exactly: a table and then comment lines.
+  std::string text = "[daemon]\ntick_ms = 200\n";
+  const std::string line = "# " + std::string(1021, '-') + "\n";  // 1 KiB
+  while (text.size() + line.size() <= (16u << 20)) text += line;
+  text += std::string((16u << 20) - text.size() - 1, '#') + "\n";
+  ASSERT_EQ(text.size(), 16u << 20);
+  EXPECT_EQ(load_config_file(write_file("big.toml", text)).daemon.tick.count(), 200);
+  text += "\n";
+  EXPECT_NE(error_of([&] { load_config_file(write_file("bigger.toml", text)); }).find("larger than 16 MiB"),
+            std::string::npos);
+}
+
 TEST(ParseConfig, ErrorsNameTheGivenSource) {
   EXPECT_EQ(error_of([] { parse_config("[daemon]\ntick_ms = 1\n", "<stdin>"); }),
             "<stdin>:2: daemon.tick_ms: must be in [10, 60000]");
@@ -478,6 +518,8 @@ const BadConfig kBadConfigs[] = {
     {"StrictNotABoolean", "[daemon]\nstrict = \"yes\"\n",
      "bad.toml:2: daemon.strict: must be a boolean (true or false)"},
     {"SegmentNotAString", "[daemon]\nsegment = 5\n", "bad.toml:2: daemon.segment: must be a string"},
+    {"MetricsHostWithASpace", "[daemon]\nmetrics_listen = \"local host:9477\"\n",
+     "bad.toml:2: daemon.metrics_listen: host must not contain spaces"},
     {"ModeNotAnInteger", "[daemon]\nsegment_mode = \"0660\"\n",
      "bad.toml:2: daemon.segment_mode: must be an integer, e.g. 0o660"},
     {"MinLimitFraction", "[defaults]\nmin_limit = 1.5\n",
@@ -523,6 +565,8 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:2: defaults.min_limit: must be in [1, 1000000]"},
     {"MaxLimitHuge", "[defaults]\nmax_limit = 2000000\n",
      "bad.toml:2: defaults.max_limit: must be in [1, 1000000]"},
+    {"ModeNone", "[daemon]\nsegment_mode = 0o000\n",
+     "bad.toml:2: daemon.segment_mode: must give the owner read and write (0o600), got 0o000"},
     {"ModeWorldWritable", "[daemon]\nsegment_mode = 0o666\n",
      "bad.toml:2: daemon.segment_mode: must not give others any access (o+rwx), got 0o666: the "
      "segment is never world-accessible"},
