@@ -143,10 +143,19 @@ TEST(SimScenario, ErrorsNameFileLineKeyAndReason) {
       {"[policy.aimd]\nbackoff = \"big\"\n",
        "s.toml:2: policy.aimd.backoff: must be a number (policy parameters are numbers)"},
       {"duration_s = 10\n= 3\n", "s.toml:2:1: syntax error"},
+      {"duration_s = inf\n", "s.toml:1: duration_s: must be a finite number"},
+      {"duration_s = 10\n[clients]\nrate = nan\n", "s.toml:3: clients.rate: must be a finite number"},
+      {"description = \"two\\nlines\"\n", "s.toml:1: description: must be one line"},
+      {"[policy]\naimd = 3\n", "s.toml:2: policy.aimd: must be a table: [policy.NAME]"},
       // Pass two: what needs the whole file.
       {"[dependency]\nworkers = 4\n", "s.toml: duration_s: is required"},
       {"duration_s = 10\n[dependency]\nworkers = 4\n[clients]\nrate = 1\n",
        "s.toml:2: dependency.base_latency_ms: is required"},
+      {"duration_s = 10\n[dependency]\nbase_latency_ms = 1\n[clients]\nrate = 1\n",
+       "s.toml:2: dependency.workers: is required"},
+      {base + "[[clients.change]]\nat_s = 5\n", "s.toml:7: clients.change#1: needs rate"},
+      {base + "[[dependency.change]]\nat_s = 10\nworkers = 2\n",
+       "s.toml:8: dependency.change#1.at_s: must be < duration_s (10), got 10"},
       {"duration_s = 10\n[dependency]\nworkers = 4\nbase_latency_ms = 1\n",
        "s.toml: clients.rate: is required"},
       {"duration_s = 10\n[dependency]\nworkers = 4\nbase_latency_ms = 1\nsigma = 1\n[clients]\nrate = 1\n",
@@ -178,6 +187,37 @@ TEST(SimScenario, ErrorsNameFileLineKeyAndReason) {
     const std::string error = error_of(c.text);
     EXPECT_EQ(error.substr(0, c.error.size()), c.error) << "for:\n" << c.text;
   }
+}
+
+// Without a name key the file's name names the scenario, and must be one.
+TEST(SimScenario, AFileNameThatIsNoScenarioNameNeedsANameKey) {
+  try {
+    parse_scenario(kMinimal, "dir/my scenario.toml");
+    ADD_FAILURE() << "no error";
+  } catch (const ScenarioError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("dir/my scenario.toml: name: the file's name may hold only", 0), 0u)
+        << e.what();
+  }
+  EXPECT_EQ(parse_scenario(std::string("name = \"mine\"\n") + kMinimal, "dir/my scenario.toml").name, "mine");
+}
+
+// Every range includes its ends: each value below is the edge of its rule.
+TEST(SimScenario, TheEdgesOfEachRangeAreAccepted) {
+  const Scenario s = parse_scenario(
+      "name = \"" + std::string(64, 'n') + "\"\nduration_s = 3600\n[dependency]\nworkers = 4\nbase_latency_ms = 10\n"
+      "[[dependency.change]]\nat_s = 5\nworkers = 2\nramp_s = 2\n"
+      "[[dependency.change]]\nat_s = 7\nworkers = 3\n"  // where the ramp before it ends
+      "[clients]\nrate = 100\nretries = 10\n"
+      "[limits]\nmin_limit = 12\ninitial_limit = 12\nmax_limit = 12\n",
+      "s.toml");
+  EXPECT_EQ(s.name.size(), 64u);
+  EXPECT_EQ(s.duration_s, 3600);
+  EXPECT_EQ(s.retries, 10u);
+  ASSERT_EQ(s.dependency_changes.size(), 2u);
+  EXPECT_EQ(s.dependency_changes[1].at_s, 7);
+  EXPECT_EQ(s.limits.bounds.min, 12);
+  EXPECT_EQ(s.limits.bounds.max, 12);
+  EXPECT_EQ(error_of("name = \"" + std::string(65, 'n') + "\"\n"), "s.toml:1: name: must be at most 64 characters");
 }
 
 TEST(SimScenario, EveryShippedScenarioParses) {
