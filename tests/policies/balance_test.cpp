@@ -459,6 +459,21 @@ TEST(BalancePolicy, ADrainMeasuresOnlyOnceInFlightFellToItsLimit) {
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 12e6);
 }
 
+// Calls that hang until they time out never bring in-flight down to the
+// drained limit: after 50 windows the drain ends, measuring nothing, and
+// the limit and the baseline are as they were.
+TEST(BalancePolicy, ADrainWhoseCallsNeverLeaveEndsMeasuringNothing) {
+  BalancePolicy b(kBounds, hand());
+  b.update(first_window(10));
+  for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
+  EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 90);  // the drain, as above
+  for (int i = 1; i < 50; ++i) ASSERT_DOUBLE_EQ(b.update(used_window(40, 150)), 90) << i;
+  EXPECT_TRUE(b.probing());
+  EXPECT_DOUBLE_EQ(b.update(used_window(40, 150)), 127.62815625);
+  EXPECT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+}
+
 TEST(BalancePolicy, AScheduledDrainWaitsForCalm) {
   BalancePolicy b(kBounds, hand());
   b.update(first_window(10));
