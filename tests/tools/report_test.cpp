@@ -2,6 +2,8 @@
 // metrics mean what docs/simulator.md says.
 #include "tools/sim/report.hpp"
 
+#include "policies/policy.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -340,6 +342,47 @@ TEST(SimReport, JsonAndCsvShapes) {
   EXPECT_NE(json.find("\"name\": \"busy\""), std::string::npos);
   EXPECT_NE(json.find("\"kind\": \"static-best\""), std::string::npos);
   EXPECT_EQ(format_json({}), "{\n  \"scenarios\": []\n}\n");
+}
+
+TEST(SimReport, JsonStringsEscapeQuotesBackslashesAndControlsOnly) {
+  Scenario s = busy_scenario(9);
+  s.description = "a \"quoted\" path\\to\tend";
+  RunOptions options;
+  options.policies = {"aimd"};
+  options.references = false;
+  const std::string json = format_json({run_scenario(s, options)});
+  EXPECT_NE(json.find("\"description\": \"a \\\"quoted\\\" path\\\\to\\u0009end\""), std::string::npos) << json;
+}
+
+// Without --policy, every registered policy but "fixed" (which the static
+// references are).
+TEST(SimReport, TheDefaultPoliciesAreEveryOneButFixed) {
+  const std::vector<std::string> names = default_policies();
+  EXPECT_EQ(names.size(), policies::builtin_registry().names().size() - 1);
+  for (const char* name : {"balance", "aimd", "gradient2", "vegas", "gradient"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  }
+  EXPECT_EQ(std::find(names.begin(), names.end(), "fixed"), names.end());
+}
+
+// The plot: no limiter has no limit to draw, but its in-flight and latency
+// lines are there.
+TEST(SimReport, ThePlotDrawsNoLimitForNoLimiter) {
+  RunOptions options;
+  options.policies = {"aimd"};
+  const ScenarioReport r = run_scenario(busy_scenario(9), options);
+  const std::string script = gnuplot_script(r, "out.png");
+  std::size_t none = 0, aimd = 0;
+  for (std::size_t at = script.find("title 'none'"); at != std::string::npos;
+       at = script.find("title 'none'", at + 1)) {
+    ++none;
+  }
+  for (std::size_t at = script.find("title 'aimd'"); at != std::string::npos;
+       at = script.find("title 'aimd'", at + 1)) {
+    ++aimd;
+  }
+  EXPECT_EQ(aimd, 3u);  // limit, in flight, latency
+  EXPECT_EQ(none, 2u);
 }
 
 }  // namespace
