@@ -269,6 +269,26 @@ TEST_F(PartitionTest, AReloadMovesNoPermitAndAGonePartitionAdmitsAsDefault) {
   EXPECT_EQ(held_total("db"), 0u);
 }
 
+// A reload that lists the partitions in another order moves none of them:
+// each name keeps its field, and so the permits in flight on it and the
+// handles that resolved it.
+TEST_F(PartitionTest, AReloadInAnotherOrderKeepsEachPartitionOnItsField) {
+  start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"));
+  Dependency batch = client_->dependency("db").partition("batch");
+  Permit before = batch.try_acquire();
+  ASSERT_TRUE(before);
+  EXPECT_EQ(word("db").load(), word_of(1, 0, 1));  // batch has field 2
+  const std::uint64_t shape = segment_->dependency(slot_of("db")).partitions.shape.load();
+  reload(dependency("db", 10, "batch = 0.2\ncritical = 0.5\n"));
+  EXPECT_EQ(segment_->dependency(slot_of("db")).partitions.shape.load(), shape);
+  Permit after = batch.try_acquire();
+  ASSERT_TRUE(after);
+  EXPECT_EQ(word("db").load(), word_of(2, 0, 2));
+  before.success();
+  after.success();
+  EXPECT_EQ(word("db").load(), 0u);
+}
+
 TEST_F(PartitionTest, APartitionThatLeftTheConfigAdmitsAsDefaultThoughItsNameStays) {
   start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"));
   Dependency batch = client_->dependency("db").partition("batch");
