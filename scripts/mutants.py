@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Whether the tests would notice: mutation testing of one source file.
+
+Each mutant is one small edit of FILE: a comparison in an if or while
+condition turned into its neighbour (< and <=, > and >=, == and !=), or a
+one-line error report (a call of fail(...) or a throw) deleted; or, with
+--list, the edits a Python file gives as M = [(old, new), ...], each old
+text occurring exactly once in FILE. For each mutant the script rebuilds
+the ninja TARGETs in the build directory and runs the TESTs (paths under
+it); a mutant is killed when a test fails, and survives when every test
+passes. A survivor is a rule no test can fail:
+it wants a test, or it is equivalent (no input tells the two apart). A
+mutant that does not build counts apart. The file is put back as it was
+however the run ends.
+
+  scripts/mutants.py daemon/config.cpp --target config_test --test tests/daemon/config_test
+  scripts/mutants.py tools/sim/model.cpp --list my_mutants.py --target sim_test --test tests/tools/sim_test
+
+It takes one build and test run per mutant (seconds to a minute each):
+a run over a whole file is minutes, so it is a tool to run by hand on the
+file a change is about, not part of scripts/test.sh. It uses the build
+directory scripts/build.sh made (--build to name another) and leaves it
+built from the unchanged file.
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLIPS = [(" <= ", " < "), (" >= ", " > "), (" < ", " <= "), (" > ", " >= "), (" == ", " != "), (" != ", " == ")]
+
+
+def generated_mutants(src):
+    """Operator flips in conditions and deletions of one-line error reports."""
+    mutants = []
+    lines = src.split("\n")
+    for i, line in enumerate(lines):
+        s = line.strip()
+        if s.startswith("//"):
+            continue
+        if i > 0 and (re.search(r"\bfail\(", s) or s.startswith("throw ")) and s.endswith(";"):
+            old = lines[i - 1] + "\n" + line  # the line before, to make it unique
+            mutants.append((old, lines[i - 1]))
+        if re.match(r"(\}\s*else if|else if|if|while)\s*\(", s):
+            for a, b in FLIPS:
+                if a in line:
+                    mutants.append((line, line.replace(a, b, 1)))
+                    break
+    return [(old, new) for old, new in mutants if src.count(old) == 1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("file", help="the source file to mutate, relative to the repository")
+    parser.add_argument("--target", action="append", required=True, help="ninja target to rebuild (repeat)")
+    parser.add_argument("--test", action="append", required=True, help="test binary under the build dir (repeat)")
+    parser.add_argument("--list", help="a Python file defining M = [(old, new), ...] instead of the generated ones")
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory (default: build)")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds a test binary may take (default 300)")
+    args = parser.parse_args()
+
+    path = os.path.join(ROOT, args.file)
+    with open(path) as f:
+        original = f.read()
+    if args.list:
+        scope = {}
+        with open(args.list) as f:
+            exec(f.read(), scope)
+        mutants = scope["M"]
+    else:
+        mutants = generated_mutants(original)
+
+    def build():
+        return subprocess.run(["ninja", "-C", args.build] + args.target, capture_output=True, text=True).returncode == 0
+
+    def restore(*_):
+        with open(path, "w") as f:
+            f.write(original)
+        build()
+        if _:
+            sys.exit(130)
+
+    signal.signal(signal.SIGINT, restore)
+    signal.signal(signal.SIGTERM, restore)
+    counts = {"killed": 0, "SURVIVED": 0, "skipped": 0, "does not build": 0}
+    try:
+        for i, (old, new) in enumerate(mutants):
+            # The line the mutant changes (a deletion keeps the line before it).
+            old_lines, new_lines = old.split("\n"), new.split("\n")
+            if len(new_lines) < len(old_lines):
+                label = f"#{i} {old_lines[-1].strip()[:70]!r} deleted"
+            else:
+                o, n = next(((o, n) for o, n in zip(old_lines, new_lines) if o != n), (old, new))
+                label = f"#{i} {o.strip()[:70]!r} -> {n.strip()[:70]!r}"
+            if original.count(old) != 1:
+                counts["skipped"] += 1
+                print(f"{label}: skipped (the old text occurs {original.count(old)} times)", flush=True)
+                continue
+            with open(path, "w") as f:
+                f.write(original.replace(old, new))
+            if not build():
+                verdict = "does not build"
+            else:
+                verdict = "SURVIVED"
+                for test in args.test:
+                    run = subprocess.run(["timeout", str(args.timeout), os.path.join(args.build, test)],
+                                         capture_output=True, text=True)
+                    if run.returncode != 0:
+                        verdict = "killed"
+                        break
+            counts[verdict] += 1
+            print(f"{label}: {verdict}", flush=True)
+    finally:
+        restore()
+    print(f"{len(mutants)} mutants of {args.file}: {counts['killed']} killed, {counts['SURVIVED']} survived, "
+          f"{counts['does not build']} did not build, {counts['skipped']} skipped")
+
+
+if __name__ == "__main__":
+    main()
