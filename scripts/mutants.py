@@ -60,6 +60,7 @@ def main():
     parser.add_argument("--list", help="a Python file defining M = [(old, new), ...] instead of the generated ones")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory (default: build)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds a test binary may take (default 300)")
+    parser.add_argument("--first", type=int, help="run only the first N mutants")
     args = parser.parse_args()
 
     path = os.path.join(ROOT, args.file)
@@ -72,19 +73,14 @@ def main():
         mutants = scope["M"]
     else:
         mutants = generated_mutants(original)
+    mutants = mutants[:args.first]
 
     def build():
         return subprocess.run(["ninja", "-C", args.build] + args.target, capture_output=True, text=True).returncode == 0
 
-    def restore(*_):
-        with open(path, "w") as f:
-            f.write(original)
-        build()
-        if _:
-            sys.exit(130)
-
-    signal.signal(signal.SIGINT, restore)
-    signal.signal(signal.SIGTERM, restore)
+    # An interrupt ends the loop through the finally below, which restores.
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     counts = {"killed": 0, "SURVIVED": 0, "skipped": 0, "does not build": 0}
     try:
         for i, (old, new) in enumerate(mutants):
@@ -114,7 +110,9 @@ def main():
             counts[verdict] += 1
             print(f"{label}: {verdict}", flush=True)
     finally:
-        restore()
+        with open(path, "w") as f:
+            f.write(original)
+        build()
     print(f"{len(mutants)} mutants of {args.file}: {counts['killed']} killed, {counts['SURVIVED']} survived, "
           f"{counts['does not build']} did not build, {counts['skipped']} skipped")
 

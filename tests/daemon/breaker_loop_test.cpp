@@ -37,11 +37,13 @@ class BreakerLoopTest : public ::testing::Test {
   // `before` runs on the new segment before the loop starts on it: what a
   // previous daemon left behind.
   void start(const std::string& toml, const std::function<void(shm::Segment&)>& before = {},
-             Metrics* metrics = nullptr) {
+             bool with_metrics = false) {
     config_ = parse_config(daemon_table() + toml, "test.toml");
     segment_.emplace(shm::Segment::create(name_, testing::small_segment(16, 16, 2)));
     if (before) before(*segment_);
-    loop_.emplace(*segment_, config_, metrics);
+    // On a free port of loopback; outlives the loop (declared before it).
+    if (with_metrics) metrics_.emplace("127.0.0.1:0");
+    loop_.emplace(*segment_, config_, with_metrics ? &*metrics_ : nullptr);
     client_.emplace(name_.str());
   }
   std::string daemon_table() const {
@@ -108,6 +110,11 @@ class BreakerLoopTest : public ::testing::Test {
     advance_ticks(1);
     EXPECT_EQ(pay.breaker(), ClientState::kOpen);
     EXPECT_EQ(pay.try_acquire().reason(), BH_REJECT_OPEN_CIRCUIT);
+    expect_half_open_after_the_sleep_window(pay);
+  }
+  // Open through the last tick of kBreakerConfig's 1 s sleep window, half
+  // open with its 3 trial permits at the next.
+  void expect_half_open_after_the_sleep_window(Dependency& pay) {
     advance(900ms);
     EXPECT_EQ(pay.breaker(), ClientState::kOpen);
     advance_ticks(1);
@@ -118,6 +125,7 @@ class BreakerLoopTest : public ::testing::Test {
   TempSegmentName name_{"brk"};
   Config config_;
   std::optional<shm::Segment> segment_;
+  std::optional<Metrics> metrics_;
   std::optional<ControlLoop> loop_;
   std::optional<Client> client_;
   std::uint64_t now_ns_ = 1'000'000'000;
@@ -169,11 +177,7 @@ TEST_F(BreakerLoopTest, HalfOpensAfterTheSleepWindowAndClosesOnTrialSuccess) {
   Dependency pay = client_->dependency("pay");
   advance_ticks(1);
   open_it();
-  advance(900ms);
-  EXPECT_EQ(pay.breaker(), ClientState::kOpen);
-  advance_ticks(1);
-  EXPECT_EQ(pay.breaker(), ClientState::kHalfOpen);
-  EXPECT_EQ(shm::trials_left(control("pay").trials.load()), 3u);
+  expect_half_open_after_the_sleep_window(pay);
 
   std::vector<Permit> trials;
   for (int i = 0; i < 3; ++i) trials.push_back(pay.try_acquire());
@@ -203,11 +207,7 @@ TEST_F(BreakerLoopTest, ATrialFailureReopensForAnotherSleepWindow) {
   EXPECT_EQ(pay.breaker(), ClientState::kOpen);
   EXPECT_EQ(shm::trials_left(control("pay").trials.load()), 0u);  // the episode's last permit is void
   EXPECT_EQ(pay.try_acquire().reason(), BH_REJECT_OPEN_CIRCUIT);
-  advance(900ms);
-  EXPECT_EQ(pay.breaker(), ClientState::kOpen);
-  advance_ticks(1);
-  EXPECT_EQ(pay.breaker(), ClientState::kHalfOpen);
-  EXPECT_EQ(shm::trials_left(control("pay").trials.load()), 3u);
+  expect_half_open_after_the_sleep_window(pay);
 }
 
 // Many processes race for the trial permits, each keeping what it gets:
@@ -405,11 +405,10 @@ TEST_F(BreakerLoopTest, TrialPermitsOverTheBoundAreReset) {
 // The breaker_state gauge and the transitions counter, through a whole
 // episode: closed, open, half open, closed.
 TEST_F(BreakerLoopTest, TheMetricsFollowTheBreakerThroughAnEpisode) {
-  Metrics metrics("127.0.0.1:0");
-  start(kBreakerConfig, {}, &metrics);
+  start(kBreakerConfig, {}, /*with_metrics=*/true);
   Dependency pay = client_->dependency("pay");
   advance_ticks(1);
-  const Metrics::Dependency& m = metrics.dependency("pay");
+  const Metrics::Dependency& m = metrics_->dependency("pay");
   EXPECT_EQ(m.breaker_state, 0);
   open_it();
   EXPECT_EQ(m.breaker_state, 1);

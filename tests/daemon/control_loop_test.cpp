@@ -32,13 +32,16 @@ class ControlLoopTest : public ::testing::Test {
  protected:
   // `before` runs on the new segment before the loop starts on it: what
   // clients did (or left behind) before the daemon came.
-  void start(const std::string& toml, const std::function<void(shm::Segment&)>& before = {}) {
+  void start(const std::string& toml, const std::function<void(shm::Segment&)>& before = {},
+             bool with_metrics = false) {
     config_ = parse_config("[daemon]\nsegment = \"" + name_.str() +
                                "\"\nmax_dependencies = 16\nmax_processes = 8\nstats_stripes = 2\n" + toml,
                            "test.toml");
     segment_.emplace(shm::Segment::create(name_, testing::small_segment(16, 8, 2)));
     if (before) before(*segment_);
-    loop_.emplace(*segment_, config_, nullptr);
+    // On a free port of loopback; outlives the loop (declared before it).
+    if (with_metrics) metrics_.emplace("127.0.0.1:0");
+    loop_.emplace(*segment_, config_, with_metrics ? &*metrics_ : nullptr);
     client_.emplace(name_.str());
   }
   void advance_ticks(int n) {
@@ -80,6 +83,7 @@ class ControlLoopTest : public ::testing::Test {
   TempSegmentName name_{"loop"};
   Config config_;
   std::optional<shm::Segment> segment_;
+  std::optional<Metrics> metrics_;
   std::optional<ControlLoop> loop_;
   std::optional<Client> client_;
   std::uint64_t now_ns_ = 1'000'000'000;
@@ -465,21 +469,22 @@ TEST_F(ControlLoopTest, ANewDependencyCarriesTheConfigGenerationThatSetIt) {
 // past today's max_queue: they are counted until they are gone.
 TEST_F(ControlLoopTest, WaitersPastTheQueueBoundAPreviousDaemonLetInAreCounted) {
   std::uint32_t slot = 0;
-  start("[defaults]\nmax_queue = 2\n", [&](shm::Segment& s) {
-    slot = shm::find_or_claim_dependency(s, "orders", 5, 0).index;
-    s.queue(slot)[5].store(shm::queue_record(1, 3));
-  });
-  Metrics metrics("127.0.0.1:0");
-  loop_.emplace(*segment_, config_, &metrics);
+  start(
+      "[defaults]\nmax_queue = 2\n",
+      [&](shm::Segment& s) {
+        slot = shm::find_or_claim_dependency(s, "orders", 5, 0).index;
+        s.queue(slot)[5].store(shm::queue_record(1, 3));
+      },
+      /*with_metrics=*/true);
   advance_ticks(1);
-  EXPECT_EQ(metrics.dependency("orders").waiters, 1);
+  EXPECT_EQ(metrics_->dependency("orders").waiters, 1);
   segment_->queue(slot)[0].store(shm::queue_record(2, 3));
   advance_ticks(1);
-  EXPECT_EQ(metrics.dependency("orders").waiters, 2);
+  EXPECT_EQ(metrics_->dependency("orders").waiters, 2);
   segment_->queue(slot)[5].store(0);  // it left by its deadline
   segment_->queue(slot)[0].store(0);
   advance_ticks(1);
-  EXPECT_EQ(metrics.dependency("orders").waiters, 0);
+  EXPECT_EQ(metrics_->dependency("orders").waiters, 0);
 }
 
 TEST_F(ControlLoopTest, APermitLostBetweenTheTwoUpdatesIsGivenBackAfterThreeTicks) {

@@ -44,6 +44,13 @@ Simulated run(const Scenario& s, const RunSpec& spec) {
   return {s, t, std::move(w), std::move(r)};
 }
 
+// The workload's arrivals in [a, b) seconds.
+double arrivals_between(const Workload& w, double a, double b) {
+  std::size_t n = 0;
+  for (std::uint64_t at : w.arrival_ns) n += at >= to_ns(a) && at < to_ns(b);
+  return static_cast<double>(n);
+}
+
 double per_s(std::uint64_t count, const Simulated& r) { return static_cast<double>(count) / r.timeline.duration_s(); }
 
 TEST(SimModel, NoLimiterAtThreeTimesOverloadCollapses) {
@@ -114,11 +121,7 @@ TEST(SimModel, ArrivalsFollowARampFromZero) {
       "r.toml");
   const Timeline t(s);
   const Workload w = make_workload(s, t);
-  const auto count_between = [&](double a, double b) {
-    std::size_t n = 0;
-    for (std::uint64_t at : w.arrival_ns) n += at >= to_ns(a) && at < to_ns(b);
-    return static_cast<double>(n);
-  };
+  const auto count_between = [&](double a, double b) { return arrivals_between(w, a, b); };
   EXPECT_EQ(count_between(0, 10), 0);
   EXPECT_NEAR(count_between(10, 15), 1250, 3 * 36);  // 3 sigma of Poisson
   EXPECT_NEAR(count_between(15, 20), 3750, 3 * 62);
@@ -221,11 +224,7 @@ TEST(SimModel, ArrivalsFollowTheRateProfile) {
       "a.toml");
   const Timeline t(s);
   const Workload w = make_workload(s, t);
-  const auto count_between = [&](double a, double b) {
-    std::size_t n = 0;
-    for (std::uint64_t at : w.arrival_ns) n += at >= to_ns(a) && at < to_ns(b);
-    return static_cast<double>(n);
-  };
+  const auto count_between = [&](double a, double b) { return arrivals_between(w, a, b); };
   EXPECT_NEAR(count_between(0, 40), 40'000, 3 * 200);          // 3 sigma of Poisson
   EXPECT_NEAR(count_between(40, 60), 2'000, 3 * 45);
   EXPECT_NEAR(count_between(60, 80), 20 * (100 + 3000) / 2.0, 3 * 180);  // the ramp's mean
