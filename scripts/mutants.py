@@ -52,6 +52,26 @@ def generated_mutants(src):
     return [(old, new) for old, new in mutants if src.count(old) == 1]
 
 
+def run_test(binary, timeout):
+    """The test's exit status, or -9 when it ran past `timeout` seconds.
+
+    The test runs in a session of its own, ended whole once its leader has
+    exited: a child the test forked (a process that dies mid-call, say)
+    outlives a parent the mutant made fail or hang, and would hold on to
+    whatever the next run needs."""
+    test = subprocess.Popen([binary], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        return test.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return -9
+    finally:  # a signal that ends the script ends the test too
+        try:
+            os.killpg(test.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        test.wait()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("file", help="the source file to mutate, relative to the repository")
@@ -60,7 +80,8 @@ def main():
     parser.add_argument("--list", help="a Python file defining M = [(old, new), ...] instead of the generated ones")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory (default: build)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds a test binary may take (default 300)")
-    parser.add_argument("--first", type=int, help="run only the first N mutants")
+    parser.add_argument("--first", type=int, help="run only the mutants numbered under N")
+    parser.add_argument("--from", dest="start", type=int, default=0, help="start at mutant #N (default 0)")
     args = parser.parse_args()
 
     path = os.path.join(ROOT, args.file)
@@ -73,7 +94,7 @@ def main():
         mutants = scope["M"]
     else:
         mutants = generated_mutants(original)
-    mutants = mutants[:args.first]
+    numbered = list(enumerate(mutants))[args.start:args.first]
 
     def build():
         return subprocess.run(["ninja", "-C", args.build] + args.target, capture_output=True, text=True).returncode == 0
@@ -83,7 +104,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     counts = {"killed": 0, "SURVIVED": 0, "skipped": 0, "does not build": 0}
     try:
-        for i, (old, new) in enumerate(mutants):
+        for i, (old, new) in numbered:
             # The line the mutant changes (a deletion keeps the line before it).
             old_lines, new_lines = old.split("\n"), new.split("\n")
             if len(new_lines) < len(old_lines):
@@ -102,9 +123,7 @@ def main():
             else:
                 verdict = "SURVIVED"
                 for test in args.test:
-                    run = subprocess.run(["timeout", str(args.timeout), os.path.join(args.build, test)],
-                                         capture_output=True, text=True)
-                    if run.returncode != 0:
+                    if run_test(os.path.join(args.build, test), args.timeout) != 0:
                         verdict = "killed"
                         break
             counts[verdict] += 1
@@ -113,7 +132,7 @@ def main():
         with open(path, "w") as f:
             f.write(original)
         build()
-    print(f"{len(mutants)} mutants of {args.file}: {counts['killed']} killed, {counts['SURVIVED']} survived, "
+    print(f"{len(numbered)} mutants of {args.file}: {counts['killed']} killed, {counts['SURVIVED']} survived, "
           f"{counts['does not build']} did not build, {counts['skipped']} skipped")
 
 
