@@ -336,6 +336,38 @@ TEST_F(ControlLoopTest, TheServiceTimeIsPublishedForTheExpectedWait) {
   EXPECT_EQ(service_ns.load(), 5'000'000u);  // kept through an idle tick
 }
 
+// Each tick adds its own calls to the metrics' latency and wait histograms,
+// and a tick without any adds nothing.
+TEST_F(ControlLoopTest, TheMetricsHistogramsTakeEachTicksCallsOnce) {
+  start("", {}, /*with_metrics=*/true);
+  Dependency dep = client_->dependency("orders");
+  const std::uint32_t index = *shm::find_dependency(*segment_, "orders");
+  advance_ticks(1);
+  const auto count = [](const Metrics::Histogram& h) {
+    std::uint64_t n = 0;
+    for (const std::uint64_t c : h.counts) n += c;
+    return n;
+  };
+  const Metrics::Dependency& m = metrics_->dependency("orders");
+  feed_calls(dep, 5, 3ms);
+  // Two calls that waited 2 ms for their permit, as the library counts them:
+  // the bucket, then the sum that tells the daemon to read the buckets.
+  segment_->wait_histogram(index).bucket[shm::histogram_bucket(2'000'000)].fetch_add(2);
+  segment_->dependency(index).waits.wait_sum_ns.fetch_add(4'000'000);
+  advance_ticks(1);
+  EXPECT_EQ(count(m.latency), 5u);
+  EXPECT_NEAR(m.latency.sum_s, 0.015, 1e-9);
+  EXPECT_EQ(count(m.wait), 2u);
+  EXPECT_NEAR(m.wait.sum_s, 0.004, 1e-9);
+  advance_ticks(1);
+  EXPECT_EQ(count(m.latency), 5u);
+  EXPECT_EQ(count(m.wait), 2u);
+  feed_calls(dep, 1, 3ms);
+  advance_ticks(1);
+  EXPECT_EQ(count(m.latency), 6u);
+  EXPECT_EQ(count(m.wait), 2u);
+}
+
 // A waiter killed in the queue keeps its place only until the next tick,
 // and the waiter behind it then gets the permit.
 TEST_F(ControlLoopTest, AWaiterKilledInTheQueueGivesItsPlaceBack) {

@@ -506,6 +506,30 @@ TEST(BalancePolicy, DrainsToTheKneeThatLittlesLawGives) {
   EXPECT_TRUE(b.probing());
 }
 
+TEST(BalancePolicy, TheKneesRateIsSmoothedOverSaturatedWindows) {
+  BalancePolicy b(Bounds{1, 1000, 20}, hand());
+  b.update(first_window(10));  // baseline 10
+  // DrainsToTheKneeThatLittlesLawGives's first saturated window (1800/s;
+  // the limit grows to 21), then one of 2000 calls of 11 ms: 22 in flight
+  // on average, saturated too. 200 calls over 1800 is under five Poisson
+  // deviations (5 x 42), no jump: the rate moves 0.3 of the way, to
+  // 1860/s, and the limit grows 5%, to 22.05.
+  Window w = make_window(WindowSpec{.ok = 1800, .rtt_ms = 11, .max_inflight = 20});
+  w.rejected = 1;
+  EXPECT_DOUBLE_EQ(b.update(w), 21);
+  w.ok = 2000;
+  w.rtt_sum_ns = 2000 * 11'000'000ULL;
+  w.max_inflight = w.inflight = 22;
+  EXPECT_DOUBLE_EQ(b.update(w), 22.05);
+  // Three more used seconds, the last one due: 22.05 x 1.05^3 = 25.5, L / T
+  // = 21.3 over the knee of 1860/s x 10 ms = 18.6. The drain goes to
+  // floor(0.85 x 18.6) = 15 (to 17 if the second window had replaced the
+  // rate, 20 calls).
+  for (int i = 0; i < 2; ++i) b.update(used_window(11, 200));
+  EXPECT_DOUBLE_EQ(b.update(used_window(11, 200)), 15);
+  EXPECT_TRUE(b.probing());
+}
+
 // The drain of DrainsToTheKneeThatLittlesLawGives (a dependency that serves
 // 1800/s at 10 ms: a knee of 18), at `drained` under a maximum of `max`
 // calls, measured: 10 ms. It measured under the knee (latency fell from 11
