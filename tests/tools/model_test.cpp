@@ -160,6 +160,27 @@ TEST(SimModel, TheTicksAddUpToTheRun) {
   EXPECT_NEAR(timeouts, static_cast<double>(r.result.timed_out), 1e-6 * timeouts);
 }
 
+// A tick's p50 and p99 (the CSV's) are nearest ranks of the latencies of
+// the calls that succeeded in it: with one tick as long as the run, those
+// of every success.
+TEST(SimModel, ATicksPercentilesAreNearestRanksOfItsCalls) {
+  const Scenario s = parse_scenario(
+      "duration_s = 2\ntick_ms = 2000\nseed = 5\n[dependency]\nworkers = 16\nbase_latency_ms = 20\n"
+      "[clients]\nrate = 400\ntimeout_ms = 500\n",
+      "r.toml");
+  const Simulated r = run(s, no_limit());
+  ASSERT_EQ(r.result.series.size(), 1u);
+  const std::vector<std::uint64_t>& sorted = r.result.latencies_ns;
+  ASSERT_GT(sorted.size(), 700u);
+  const auto nearest_rank_ms = [&](double q) {
+    const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(sorted.size())));
+    return static_cast<double>(sorted[rank - 1]) / 1e6;
+  };
+  EXPECT_DOUBLE_EQ(r.result.series[0].p50_ms, nearest_rank_ms(0.50));
+  EXPECT_DOUBLE_EQ(r.result.series[0].p99_ms, nearest_rank_ms(0.99));
+  EXPECT_NE(nearest_rank_ms(0.99), nearest_rank_ms(0.98));
+}
+
 // The share of time the W workers of an M/M/W/L queue are busy: Poisson
 // arrivals of `load` erlangs (rate x mean service time), exponential
 // service, at most L calls in the system and the rest turned away. A
