@@ -14,6 +14,7 @@
 #include "daemon/metrics.hpp"
 #include "shm/wait_queue.hpp"
 #include "tests/support/children.hpp"
+#include "tests/support/log_capture.hpp"
 #include "tests/support/temp_segment.hpp"
 #include "tests/support/waiter.hpp"
 
@@ -388,7 +389,8 @@ TEST_F(BreakerLoopTest, ABreakerAPreviousDaemonLeftHalfOpenIsOpenForASleepWindow
 }
 
 // More trial permits than half_open_calls can only be a client's junk:
-// the daemon puts the bound back.
+// the daemon puts the bound back, and says so; all of them, none taken yet,
+// is no junk.
 TEST_F(BreakerLoopTest, TrialPermitsOverTheBoundAreReset) {
   start(kBreakerConfig);
   client_->dependency("pay");
@@ -396,10 +398,35 @@ TEST_F(BreakerLoopTest, TrialPermitsOverTheBoundAreReset) {
   open_it();
   advance(1000ms);
   ASSERT_EQ(view_of("pay").breaker, BreakerState::kHalfOpen);
+  const testing::LogCapture log;
+  advance_ticks(1);
+  EXPECT_EQ(log.count("trial permits left"), 0u) << log.text();
   const std::uint64_t trials = control("pay").trials.load();
   control("pay").trials.store(shm::trials_word(shm::trials_episode(trials), 100));
   advance_ticks(1);
   EXPECT_EQ(control("pay").trials.load(), trials);
+  EXPECT_EQ(log.count("warning dependency pay: 100 trial permits left, more than half_open_calls (3): reset"), 1u)
+      << log.text();
+}
+
+// An override bulkheadctl does not write counts as none, and is worth one
+// warning per value, not one a tick.
+TEST_F(BreakerLoopTest, AJunkOverrideIsWarnedAboutOnce) {
+  start(kBreakerConfig);
+  client_->dependency("pay");
+  advance_ticks(1);
+  const testing::LogCapture log;
+  control("pay").breaker_override.store(shm::kOverrideAuto);
+  advance_ticks(1);
+  EXPECT_EQ(log.count("breaker override"), 0u) << log.text();
+  control("pay").breaker_override.store(77);
+  advance_ticks(3);
+  EXPECT_EQ(log.count("warning dependency pay: breaker override 77 is not one bulkheadctl writes; ignored"), 1u)
+      << log.text();
+  EXPECT_EQ(control("pay").breaker.load(), shm::kBreakerClosed);
+  control("pay").breaker_override.store(78);
+  advance_ticks(1);
+  EXPECT_EQ(log.count("breaker override"), 2u) << log.text();
 }
 
 // The breaker_state gauge and the transitions counter, through a whole
