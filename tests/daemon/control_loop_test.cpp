@@ -17,6 +17,7 @@
 
 #include "bulkhead/client.hpp"
 #include "tests/support/children.hpp"
+#include "tests/support/log_capture.hpp"
 #include "tests/support/temp_segment.hpp"
 #include "tests/support/waiter.hpp"
 
@@ -165,6 +166,7 @@ TEST_F(ControlLoopTest, PublishedLimitIsClampedToTheBounds) {
         "window_min_samples = 1\n");
   Dependency dep = client_->dependency("bounded");
   advance_ticks(1);
+  const testing::LogCapture log;
   for (int i = 0; i < 20; ++i) {
     feed_calls(dep, 1, 1ms, Outcome::kDropped);
     advance_ticks(1);
@@ -175,6 +177,10 @@ TEST_F(ControlLoopTest, PublishedLimitIsClampedToTheBounds) {
     advance_ticks(1);
   }
   EXPECT_EQ(dep.limit(), 12);
+  // Every change logged at debug, once: 9, 8, then 9 to 12; not the 34
+  // windows that left it where it was.
+  EXPECT_EQ(log.count("debug dependency bounded: limit "), 6u) << log.text();
+  EXPECT_EQ(log.count("debug dependency bounded: limit 8"), 1u) << log.text();
 }
 
 TEST_F(ControlLoopTest, ReloadContinuesFromThePublishedLimit) {
