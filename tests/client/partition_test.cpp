@@ -19,6 +19,7 @@
 #include "daemon/control_loop.hpp"
 #include "shm/partitions.hpp"
 #include "tests/support/children.hpp"
+#include "tests/support/log_capture.hpp"
 #include "tests/support/temp_segment.hpp"
 
 namespace bulkhead {
@@ -344,6 +345,35 @@ TEST_F(PartitionTest, TheDriftScanCorrectsAPartitionsFieldOnItsOwn) {
   word("db").fetch_add(shm::admission_unit(1));
   advance_ticks(5);
   EXPECT_EQ(word("db").load(), word_of(1, 0, 1));  // the live batch permit stays
+  held.success();
+  EXPECT_EQ(word("db").load(), 0u);
+}
+
+// A field off while the total is right is the field's correction alone,
+// and says so. A total short of what is held just after, found right by
+// every scan until then, is restored three ticks later like any gap.
+TEST_F(PartitionTest, TheDriftScanCorrectsAndReportsEachCountOnItsOwn) {
+  start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"));
+  Dependency db = client_->dependency("db");
+  Permit held = db.partition("batch").try_acquire();
+  ASSERT_TRUE(held);
+  const testing::LogCapture log;
+  word("db").fetch_add(std::uint64_t{1} << 32);  // the critical field one high, the total right
+  advance_ticks(2);
+  EXPECT_EQ(word("db").load(), word_of(1, 1, 1));
+  advance_ticks(1);  // the third tick with that gap
+  EXPECT_EQ(word("db").load(), word_of(1, 0, 1));
+  EXPECT_EQ(log.count("warning dependency db: partition field 1 off what processes hold by 1: corrected"), 1u)
+      << log.text();
+  EXPECT_EQ(log.count("warning dependency db:"), 1u) << log.text();
+  EXPECT_EQ(loop_->permits_reclaimed(), 0u);
+  word("db").fetch_add(shm::kAdmissionRelease);  // the total one short
+  advance_ticks(2);
+  EXPECT_EQ(word("db").load(), word_of(0, 0, 1));
+  advance_ticks(1);
+  EXPECT_EQ(word("db").load(), word_of(1, 0, 1));
+  EXPECT_EQ(log.count("warning dependency db: in-flight count 1 short of what processes hold: restored"), 1u)
+      << log.text();
   held.success();
   EXPECT_EQ(word("db").load(), 0u);
 }

@@ -583,7 +583,9 @@ TEST_F(ControlLoopTest, TheSmallestGapOfTheTicksIsWhatIsCorrected) {
   advance_ticks(1);
   EXPECT_EQ(dep.inflight(), 3);
   EXPECT_EQ(loop_->permits_reclaimed(), 1u);
-  advance_ticks(3);  // the other one, three ticks in a row since
+  advance_ticks(2);
+  EXPECT_EQ(dep.inflight(), 3);  // the count starts again after a correction
+  advance_ticks(1);  // the other one, three ticks in a row since
   EXPECT_EQ(dep.inflight(), 2);
   EXPECT_EQ(loop_->permits_reclaimed(), 2u);
   a.success();
