@@ -23,6 +23,7 @@ directory scripts/build.sh made (--build to name another) and leaves it
 built from the unchanged file.
 """
 import argparse
+import glob
 import os
 import re
 import signal
@@ -58,7 +59,8 @@ def run_test(binary, timeout):
     The test runs in a session of its own, ended whole once its leader has
     exited: a child the test forked (a process that dies mid-call, say)
     outlives a parent the mutant made fail or hang, and would hold on to
-    whatever the next run needs."""
+    whatever the next run needs. The segments a killed test could not
+    remove (tests/support/temp_segment.hpp names them by its pid) go too."""
     test = subprocess.Popen([binary], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         return test.wait(timeout=timeout)
@@ -70,6 +72,8 @@ def run_test(binary, timeout):
         except ProcessLookupError:
             pass
         test.wait()
+        for left in glob.glob(f"/dev/shm/bhtest-*-{test.pid}-*"):
+            os.unlink(left)
 
 
 def main():

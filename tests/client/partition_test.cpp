@@ -378,6 +378,30 @@ TEST_F(PartitionTest, TheDriftScanCorrectsAndReportsEachCountOnItsOwn) {
   EXPECT_EQ(word("db").load(), 0u);
 }
 
+// A correction wakes the queue only when it gave a permit back: a field
+// restored (the word short of what is held) frees nothing.
+TEST_F(PartitionTest, TheDriftScanWakesTheQueueOnlyForPermitsGivenBack) {
+  start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"));
+  Dependency db = client_->dependency("db");
+  Permit critical = db.partition("critical").try_acquire();
+  Permit batch = db.partition("batch").try_acquire();
+  ASSERT_TRUE(critical && batch);
+  auto& futex = segment_->dependency(slot_of("db")).admission.futex;
+  futex.store(shm::kFutexSleepers);  // a waiter may be asleep
+  for (const std::uint32_t shift : {32, 48}) {
+    word("db").fetch_sub(std::uint64_t{1} << shift);  // one field one short, the total right
+    advance_ticks(3);
+    ASSERT_EQ(word("db").load(), word_of(2, 1, 1));
+    EXPECT_EQ(futex.load(), shm::kFutexSleepers) << "field at bit " << shift;
+  }
+  word("db").fetch_add(shm::kAdmissionAcquire);  // one permit no process holds
+  advance_ticks(3);
+  ASSERT_EQ(word("db").load(), word_of(2, 1, 1));
+  EXPECT_EQ(futex.load(), shm::kFutexSleepers + 1);
+  critical.success();
+  batch.success();
+}
+
 // Occupancy the sampler saw, in memory shared across fork.
 struct Seen {
   std::atomic<std::uint32_t> max_total{0};

@@ -183,6 +183,33 @@ TEST_F(ControlLoopTest, PublishedLimitIsClampedToTheBounds) {
   EXPECT_EQ(log.count("debug dependency bounded: limit 8"), 1u) << log.text();
 }
 
+// A waiter that may sleep sets kFutexSleepers in the dependency's futex
+// word; a wake clears it and counts one. A higher limit wakes the queue at
+// once (not at the waiters' next look); a lower one has nothing to offer.
+// (The bit is set after the calls: a release wakes the queue too.)
+TEST_F(ControlLoopTest, AHigherLimitWakesTheQueueAndALowerOrTheSameOneDoesNot) {
+  start("[defaults]\npolicy = \"aimd\"\nmin_limit = 1\nmax_limit = 10\ninitial_limit = 10\n"
+        "window_min_samples = 1\n");
+  Dependency dep = client_->dependency("orders");
+  advance_ticks(1);
+  auto& futex = segment_->dependency(*shm::find_dependency(*segment_, "orders")).admission.futex;
+  feed_calls(dep, 1, 1ms, Outcome::kDropped);
+  futex.store(shm::kFutexSleepers);
+  advance_ticks(1);
+  ASSERT_EQ(dep.limit(), 9);
+  EXPECT_EQ(futex.load(), shm::kFutexSleepers);
+  feed_concurrent_calls(dep, 9, 1ms);  // the limit is used
+  futex.store(shm::kFutexSleepers);
+  advance_ticks(1);
+  ASSERT_EQ(dep.limit(), 10);
+  EXPECT_EQ(futex.load(), shm::kFutexSleepers + 1);  // woken: the bit clear, one wake counted
+  feed_concurrent_calls(dep, 10, 1ms);
+  futex.store(shm::kFutexSleepers);
+  advance_ticks(1);
+  ASSERT_EQ(dep.limit(), 10);  // at its maximum
+  EXPECT_EQ(futex.load(), shm::kFutexSleepers);
+}
+
 TEST_F(ControlLoopTest, ReloadContinuesFromThePublishedLimit) {
   start("[defaults]\npolicy = \"aimd\"\nmin_limit = 1\ninitial_limit = 40\nwindow_min_samples = 1\n");
   Dependency dep = client_->dependency("svc");
