@@ -738,9 +738,26 @@ void ControlLoop::scan_drift() {
 std::vector<ControlLoop::View> ControlLoop::view() const {
   std::vector<View> out;
   for (const auto& [index, d] : dependencies_) {
-    const std::uint64_t word = segment_.dependency(index).admission.word.load(std::memory_order_relaxed);
-    out.push_back({d.name, d.controller->settings().policy, d.controller->limit(), shm::admission_inflight(word),
-                   d.controller->windows(), d.breaker->state(), d.breaker->forced(), index});
+    const shm::DependencySlot& slot = segment_.dependency(index);
+    const std::uint64_t word = slot.admission.word.load(std::memory_order_relaxed);
+    View v{d.name,
+           d.controller->settings().policy,
+           d.controller->limit(),
+           shm::admission_inflight(word),
+           d.controller->windows(),
+           d.breaker->state(),
+           d.breaker->forced(),
+           index,
+           {}};
+    if (const PartitionPlan* plan = plan_of(index)) {
+      const std::uint64_t rule = slot.partitions.rule.load(std::memory_order_relaxed);
+      for (std::uint32_t p = 0; p < shm::kMaxPartitions; ++p) {
+        if (p != 0 && plan->names[p].empty()) continue;
+        v.partitions.push_back({plan->names[p], shm::rule_guarantee(rule, p), shm::partition_inflight(word, p),
+                                (plan->caps >> p & 1u) != 0});
+      }
+    }
+    out.push_back(std::move(v));
   }
   return out;
 }

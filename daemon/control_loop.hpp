@@ -65,6 +65,14 @@ class ControlLoop {
     BreakerState breaker;
     bool breaker_forced;
     std::uint32_t index;  // slot
+    // Partitions (empty without): name, guaranteed count, in flight.
+    struct Partition {
+      std::string name;
+      std::uint32_t guaranteed;
+      std::uint32_t inflight;
+      bool hard_cap;
+    };
+    std::vector<Partition> partitions;
   };
   std::vector<View> view() const;
 
