@@ -197,6 +197,27 @@ TEST_F(PartitionTest, AHardCapHoldsWithCapacityIdle) {
   EXPECT_EQ(reason, BH_REJECT_PARTITION);
 }
 
+// The loop's view (what the segment fuzzer checks the republished rule
+// with) lists "default" and the named partitions only, each with its
+// guarantee, its calls in flight and whether it is capped.
+TEST_F(PartitionTest, TheViewListsTheConfiguredPartitions) {
+  start(dependency("db", 10, "batch = { share = 0.2, hard_cap = true }\n"));
+  Permit p = client_->dependency("db").partition("batch").try_acquire();
+  ASSERT_TRUE(p);
+  advance_ticks(1);
+  const auto view = loop_->view();
+  ASSERT_EQ(view.size(), 1u);
+  const auto& parts = view[0].partitions;
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].name, "default");
+  EXPECT_EQ(parts[0].inflight, 0u);
+  EXPECT_FALSE(parts[0].hard_cap);
+  EXPECT_EQ(parts[1].name, "batch");
+  EXPECT_EQ(parts[1].guaranteed, 2u);
+  EXPECT_EQ(parts[1].inflight, 1u);
+  EXPECT_TRUE(parts[1].hard_cap);
+}
+
 TEST_F(PartitionTest, InShadowModeOnlyAFullCountRefuses) {
   start("[defaults]\nenforce = false\n" + dependency("db", 4, "batch = { share = 0.25, hard_cap = true }\n"));
   Dependency batch = client_->dependency("db").partition("batch");
