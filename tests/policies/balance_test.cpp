@@ -487,6 +487,17 @@ TEST(BalancePolicy, AScheduledDrainWaitsForCalm) {
   EXPECT_TRUE(b.probing());
 }
 
+// A saturated one-second window at limit L: every call admitted takes
+// rtt_ms, so ok = L / rtt by Little's law, or `ok` when given (a dependency
+// that serves no more than that, queueing the rest).
+Window saturated(double limit, double rtt_ms, std::uint64_t ok = 0) {
+  Window w = make_window(WindowSpec{.ok = ok > 0 ? ok : static_cast<std::uint64_t>(limit / (rtt_ms / 1e3)),
+                                    .rtt_ms = rtt_ms,
+                                    .max_inflight = static_cast<std::uint32_t>(limit)});
+  w.rejected = 1;
+  return w;
+}
+
 TEST(BalancePolicy, DrainsToTheKneeThatLittlesLawGives) {
   BalancePolicy b(Bounds{1, 1000, 20}, hand());
   b.update(first_window(10));  // baseline 10
@@ -494,9 +505,7 @@ TEST(BalancePolicy, DrainsToTheKneeThatLittlesLawGives) {
   // average, nearly all of the limit. The dependency serves 1800/s, at
   // 10 ms without a queue: its knee is 18 calls. (r = 1.1, room 0.5: the
   // limit grows by 1, to 21.)
-  Window w = make_window(WindowSpec{.ok = 1800, .rtt_ms = 11, .max_inflight = 20});
-  w.rejected = 1;
-  EXPECT_DOUBLE_EQ(b.update(w), 21);
+  EXPECT_DOUBLE_EQ(b.update(saturated(20, 11, 1800)), 21);
   // Four more used seconds at r = 1.1, + 5% each, the last one due:
   // 21 * 1.05^4 = 25.5, and L / T = 21.3 is over the knee of 18.
   for (int i = 0; i < 3; ++i) b.update(used_window(11, 200));
@@ -514,13 +523,8 @@ TEST(BalancePolicy, TheKneesRateIsSmoothedOverSaturatedWindows) {
   // on average, saturated too. 200 calls over 1800 is under five Poisson
   // deviations (5 x 42), no jump: the rate moves 0.3 of the way, to
   // 1860/s, and the limit grows 5%, to 22.05.
-  Window w = make_window(WindowSpec{.ok = 1800, .rtt_ms = 11, .max_inflight = 20});
-  w.rejected = 1;
-  EXPECT_DOUBLE_EQ(b.update(w), 21);
-  w.ok = 2000;
-  w.rtt_sum_ns = 2000 * 11'000'000ULL;
-  w.max_inflight = w.inflight = 22;
-  EXPECT_DOUBLE_EQ(b.update(w), 22.05);
+  EXPECT_DOUBLE_EQ(b.update(saturated(20, 11, 1800)), 21);
+  EXPECT_DOUBLE_EQ(b.update(saturated(22, 11, 2000)), 22.05);
   // Three more used seconds, the last one due: 22.05 x 1.05^3 = 25.5, L / T
   // = 21.3 over the knee of 1860/s x 10 ms = 18.6. The drain goes to
   // floor(0.85 x 18.6) = 15 (to 17 if the second window had replaced the
@@ -538,9 +542,7 @@ TEST(BalancePolicy, TheKneesRateIsSmoothedOverSaturatedWindows) {
 BalancePolicy after_a_drain_under_the_knee(double max = 1000, double drained = 15) {
   BalancePolicy b(Bounds{1, max, 20}, hand());
   b.update(first_window(10));
-  Window w = make_window(WindowSpec{.ok = 1800, .rtt_ms = 11, .max_inflight = 20});
-  w.rejected = 1;
-  b.update(w);
+  b.update(saturated(20, 11, 1800));
   for (int i = 0; i < 4; ++i) b.update(used_window(11, 200));
   EXPECT_DOUBLE_EQ(b.limit(), drained);
   EXPECT_TRUE(b.probing());
@@ -593,9 +595,7 @@ TEST(BalancePolicy, ADrainThatDropsCalledConfirmsNoKnee) {
   // 21 -> 18.9 -> 17.01, the baseline and the mean latency cut to 8.1 ms.
   BalancePolicy b(Bounds{1, 1000, 20}, hand());
   b.update(first_window(10));
-  Window w = make_window(WindowSpec{.ok = 1800, .rtt_ms = 11, .max_inflight = 20});
-  w.rejected = 1;
-  b.update(w);
+  b.update(saturated(20, 11, 1800));
   for (int i = 0; i < 2; ++i) b.update(outage_window(static_cast<std::uint32_t>(b.limit())));
   ASSERT_DOUBLE_EQ(b.baseline_ns(), 8.1e6);
   // It answers in 10 ms again: the drain the drops called runs at the knee
@@ -750,17 +750,6 @@ TEST(BalancePolicy, ADrainLastsTwiceTheLatency) {
   b.update(used_window(2500, drained));
   EXPECT_FALSE(b.probing());
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 2500e6);
-}
-
-// A saturated one-second window at limit L: every call admitted takes
-// rtt_ms, so ok = L / rtt by Little's law, or `ok` when given (a dependency
-// that serves no more than that, queueing the rest).
-Window saturated(double limit, double rtt_ms, std::uint64_t ok = 0) {
-  Window w = make_window(WindowSpec{.ok = ok > 0 ? ok : static_cast<std::uint64_t>(limit / (rtt_ms / 1e3)),
-                                    .rtt_ms = rtt_ms,
-                                    .max_inflight = static_cast<std::uint32_t>(limit)});
-  w.rejected = 1;
-  return w;
 }
 
 // Whether a drain starts in the calm after the limit was cut: a 10 ms
