@@ -1,6 +1,7 @@
 #include "daemon/control_loop.hpp"
 
 #include <algorithm>
+#include <bit>
 
 #include <spdlog/spdlog.h>
 
@@ -44,6 +45,23 @@ constexpr std::int64_t kCountMax[kCounts] = {UINT32_MAX, shm::kPartitionFieldMax
 constexpr unsigned kCountShift[kCounts] = {0, 32, 48};
 std::int64_t count_of(std::uint64_t word, std::uint32_t k) {
   return static_cast<std::int64_t>((word >> kCountShift[k]) & static_cast<std::uint64_t>(kCountMax[k]));
+}
+
+// The signed gaps that `diff`, an admission word less held words (mod
+// 2^64), stands for: each count read as a two's-complement number of its
+// field's width, after what the fields below it borrowed or carried. A
+// release that takes a count below zero (after a correction a stalled
+// thread proved wrong) borrows from the fields above it; read field by
+// field, the word would be 2^32 - 1 calls over what is held. Exact while
+// every gap is under half its field's range (a gap is a few calls).
+std::array<std::int64_t, kCounts> gaps_of(std::uint64_t diff) {
+  std::array<std::int64_t, kCounts> gap{};
+  for (std::uint32_t k = 0; k < kCounts; ++k) {
+    const auto field = static_cast<std::int64_t>(diff & static_cast<std::uint64_t>(kCountMax[k]));
+    gap[k] = field > kCountMax[k] / 2 ? field - kCountMax[k] - 1 : field;
+    diff = (diff - static_cast<std::uint64_t>(gap[k])) >> std::bit_width(static_cast<std::uint64_t>(kCountMax[k]));
+  }
+  return gap;
 }
 
 // Moves the counts of a dependency's admission word by `change` (negative:
@@ -641,17 +659,16 @@ void ControlLoop::scan_drift() {
   const auto last = dependencies_.begin() + static_cast<std::ptrdiff_t>(to);
   const std::uint32_t lo = first->first;  // slots [lo, hi): each process's held counts there are one run
   const std::uint32_t hi = (last - 1)->first + 1;
-  std::vector<std::array<std::int64_t, kCounts>>& first_gap = drift_first_gap_;
-  first_gap.assign(hi - lo, {});
+  std::vector<std::uint64_t>& first_gap = drift_first_gap_;
+  first_gap.assign(hi - lo, 0);
   for (auto it = first; it != last; ++it) {
-    const std::uint64_t w = segment_.dependency(it->first).admission.word.load(std::memory_order_acquire);
-    for (std::uint32_t k = 0; k < kCounts; ++k) first_gap[it->first - lo][k] = count_of(w, k);
+    first_gap[it->first - lo] = segment_.dependency(it->first).admission.word.load(std::memory_order_acquire);
   }
   for (std::uint32_t p : ready) {
     const std::atomic<std::uint64_t>* held = &segment_.held(p, lo);
     for (std::uint32_t i = 0; i < hi - lo; ++i) {
       const std::uint64_t h = held[i].load(std::memory_order_acquire);
-      for (std::uint32_t k = 0; k < kCounts; ++k) first_gap[i][k] -= count_of(h, k);
+      first_gap[i] -= h;
     }
   }
   bool checked_stopped = false;
@@ -661,21 +678,19 @@ void ControlLoop::scan_drift() {
     auto& word = segment_.dependency(index).admission.word;
     std::array<std::int64_t, kCounts> gap{};
     std::array<bool, kCounts> steady{};
+    const auto first_look = gaps_of(first_gap[index - lo]);
     for (std::uint32_t k = 0; k < kCounts; ++k) {
-      steady[k] = first_gap[index - lo][k] != 0;
+      steady[k] = first_look[k] != 0;
       if (!steady[k]) d.drift_ticks[k] = 0;
     }
     if (!steady[0] && !steady[1] && !steady[2]) continue;
     for (int sample = 0; sample < kDriftSamples; ++sample) {
-      const std::uint64_t w = word.load(std::memory_order_acquire);
-      std::array<std::int64_t, kCounts> held{};
-      for (std::uint32_t p : ready) {
-        const std::uint64_t h = segment_.held(p, index).load(std::memory_order_acquire);
-        for (std::uint32_t k = 0; k < kCounts; ++k) held[k] += count_of(h, k);
-      }
+      std::uint64_t diff = word.load(std::memory_order_acquire);
+      for (std::uint32_t p : ready) diff -= segment_.held(p, index).load(std::memory_order_acquire);
+      const auto look = gaps_of(diff);
       for (std::uint32_t k = 0; k < kCounts; ++k) {
         if (!steady[k]) continue;
-        const std::int64_t g = count_of(w, k) - held[k];
+        const std::int64_t g = look[k];
         if (g == 0 || (sample > 0 && (g > 0) != (gap[k] > 0))) {
           steady[k] = false;  // no gap, or gaps both ways: calls in progress
           gap[k] = 0;
@@ -713,23 +728,29 @@ void ControlLoop::scan_drift() {
     for (std::uint32_t k = 0; k < kCounts; ++k) {
       if (change[k] != 0) d.drift_ticks[k] = 0;
     }
-    const auto made = move_counts(word, change);
-    if (made[0] < 0 || made[1] < 0 || made[2] < 0) {
+    // Added mod 2^64, as the gaps were read: a count that a release took
+    // below zero gets back what it borrowed from the fields above it.
+    std::uint64_t delta = 0;
+    for (std::uint32_t k = 0; k < kCounts; ++k) delta += static_cast<std::uint64_t>(change[k]) << kCountShift[k];
+    // seq_cst, as a release in the client's give_back(): the store side of
+    // the pair with a waiter's announce, for the wake below.
+    word.fetch_add(delta, std::memory_order_seq_cst);
+    if (change[0] < 0 || change[1] < 0 || change[2] < 0) {
       // Permits came back: a waiter may take them now.
       shm::wake_waiters(segment_.dependency(index).admission.futex);
     }
-    if (made[0] < 0) {
-      permits_reclaimed_ += static_cast<std::uint64_t>(-made[0]);
+    if (change[0] < 0) {
+      permits_reclaimed_ += static_cast<std::uint64_t>(-change[0]);
       spdlog::warn("dependency {}: {} permit(s) in flight that no process holds (a thread killed mid-call): "
-                   "given back", d.name, -made[0]);
-      if (metrics_ != nullptr) metrics_->count_reclaimed(d.name, static_cast<std::uint64_t>(-made[0]));
-    } else if (made[0] > 0) {
-      spdlog::warn("dependency {}: in-flight count {} short of what processes hold: restored", d.name, made[0]);
+                   "given back", d.name, -change[0]);
+      if (metrics_ != nullptr) metrics_->count_reclaimed(d.name, static_cast<std::uint64_t>(-change[0]));
+    } else if (change[0] > 0) {
+      spdlog::warn("dependency {}: in-flight count {} short of what processes hold: restored", d.name, change[0]);
     }
     for (std::uint32_t k = 1; k < kCounts; ++k) {
-      if (made[k] != 0) {
+      if (change[k] != 0) {
         spdlog::warn("dependency {}: partition field {} off what processes hold by {}: corrected", d.name, k,
-                     -made[k]);
+                     -change[k]);
       }
     }
   }

@@ -157,9 +157,9 @@ class ControlLoop {
   };
   Dependencies dependencies_;
   std::vector<bool> tracked_;                         // by slot index: in dependencies_
-  // scan_drift()'s first look, by slot index (from its slice's first) and
-  // count, kept to reuse its memory.
-  std::vector<std::array<std::int64_t, 3>> drift_first_gap_;
+  // scan_drift()'s first look, by slot index (from its slice's first): the
+  // admission word less the held words (mod 2^64), kept to reuse its memory.
+  std::vector<std::uint64_t> drift_first_gap_;
   std::size_t drift_next_ = 0;  // the drift scan's next slice starts at this tracked dependency
   // Slots seen mid-claim, with the heartbeat at which they were first seen.
   std::map<std::uint32_t, std::uint64_t> claiming_since_;

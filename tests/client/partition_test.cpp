@@ -399,6 +399,36 @@ TEST_F(PartitionTest, TheDriftScanCorrectsAndReportsEachCountOnItsOwn) {
   EXPECT_EQ(word("db").load(), 0u);
 }
 
+// A release after a correction that a stalled thread proved wrong takes
+// the total below zero, and the word borrows across its fields: read field
+// by field it is 2^32 - 1 calls over what is held, which would refuse every
+// call until "given back", 4294967295 permits counted as reclaimed. Read
+// modulo, as the client's arithmetic is, it is one call short in the total
+// and in the batch field, restored three ticks later.
+TEST_F(PartitionTest, ACountTakenBelowZeroIsRestoredWithWhatItBorrowed) {
+  start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"));
+  Dependency db = client_->dependency("db");
+  Permit held = db.partition("batch").try_acquire();
+  ASSERT_TRUE(held);
+  const testing::LogCapture log;
+  word("db").fetch_sub(shm::admission_unit(2));  // the wrong correction
+  held.success();                               // and the release that proves it wrong
+  ASSERT_EQ(word("db").load(), word_of(0, 0, 0) - shm::admission_unit(2));
+  EXPECT_FALSE(db.partition("critical").try_acquire());  // the total reads 2^32 - 1
+  advance_ticks(3);
+  EXPECT_EQ(word("db").load(), 0u);
+  EXPECT_EQ(loop_->permits_reclaimed(), 0u);
+  EXPECT_EQ(log.count("warning dependency db: in-flight count 1 short of what processes hold: restored"), 1u)
+      << log.text();
+  EXPECT_EQ(log.count("warning dependency db: partition field 2 off what processes hold by -1: corrected"), 1u)
+      << log.text();
+  EXPECT_EQ(log.count("warning dependency db:"), 2u) << log.text();
+  Permit critical = db.partition("critical").try_acquire();
+  EXPECT_TRUE(critical);
+  critical.success();
+  EXPECT_EQ(word("db").load(), 0u);
+}
+
 // A correction wakes the queue only when it gave a permit back: a field
 // restored (the word short of what is held) frees nothing.
 TEST_F(PartitionTest, TheDriftScanWakesTheQueueOnlyForPermitsGivenBack) {

@@ -684,10 +684,16 @@ TEST_F(ControlLoopTest, AnInFlightCountShortOfWhatIsHeldIsRestored) {
   advance_ticks(1);
   // A correction that a thread stalled mid-call later proved wrong, or a
   // count that wrapped below zero: the word is short of what is held.
+  const testing::LogCapture log;
   for (int i = 0; i < 3; ++i) admission_word("orders").fetch_add(shm::kAdmissionRelease);  // 2 - 3: wrapped
   EXPECT_GT(dep.inflight(), 1000);  // everything would be rejected
   advance_ticks(3);
   EXPECT_EQ(dep.inflight(), 2);
+  // Read modulo 2^64, the wrapped word is three short, not 2^32 - 3 over.
+  EXPECT_EQ(loop_->permits_reclaimed(), 0u);
+  EXPECT_EQ(log.count("warning dependency orders: in-flight count 3 short of what processes hold: restored"), 1u)
+      << log.text();
+  EXPECT_EQ(log.count("warning"), 1u) << log.text();
   a.success();
   b.success();
   EXPECT_EQ(dep.inflight(), 0);
