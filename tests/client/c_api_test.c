@@ -70,7 +70,16 @@ int main(void) {
   CHECK(bh_dependency(client, "bad name", &dep) == -EINVAL);
   CHECK(strlen(bh_last_error()) > 0);
   CHECK(bh_try_acquire(NULL, &a) == -EINVAL);
+  CHECK(bh_try_acquire(dep, NULL) == -EINVAL);
+  CHECK(bh_try_acquire_untimed(NULL, &a) == -EINVAL);
+  CHECK(bh_try_acquire_untimed(dep, NULL) == -EINVAL);
+  CHECK(strstr(bh_last_error(), "bh_try_acquire_untimed") != NULL);
   CHECK(bh_limit(NULL) == -EINVAL);
+  CHECK(bh_inflight(NULL) == -EINVAL);
+  CHECK(bh_client_mode(NULL) == -EINVAL);
+  CHECK(strstr(bh_last_error(), "bh_client_mode") != NULL);
+  CHECK(bh_client_open(options.segment, NULL) == -EINVAL);
+  CHECK(strstr(bh_last_error(), "bh_client_open") != NULL);
   bh_client_close(client);
   bh_client_close(NULL);
 

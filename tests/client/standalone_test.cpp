@@ -53,6 +53,20 @@ TEST(Standalone, StaticLimitFromTheEnvironment) {
   EXPECT_EQ(client.dependency("x").limit(), 7);
 }
 
+// A value that is no positive whole number is ignored, not taken as a
+// limit of 0 that would refuse every call.
+TEST(Standalone, AStaticLimitFromTheEnvironmentThatIsNoPositiveNumberIsIgnored) {
+  TempSegmentName name{"none"};
+  for (const char* junk : {"0", "-3", "7x", "x"}) {
+    ::setenv("BULKHEAD_STATIC_LIMIT", junk, 1);
+    Client client(name.str());
+    ::unsetenv("BULKHEAD_STATIC_LIMIT");
+    Dependency dep = client.dependency("x");
+    EXPECT_EQ(dep.limit(), static_cast<long>(UINT32_MAX)) << junk;
+    EXPECT_TRUE(dep.try_acquire()) << junk;
+  }
+}
+
 TEST(Standalone, SegmentNameFromTheEnvironment) {
   TempSegmentName name{"env"};
   shm::Segment s = shm::Segment::create(name, testing::small_segment());
