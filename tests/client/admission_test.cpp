@@ -409,6 +409,26 @@ TEST_F(AdmissionTest, BadNamesAreEINVAL) {
   bh_client_close(c);
 }
 
+TEST_F(AdmissionTest, AFullDependencyTableIsENOSPCAndTheNamesTakenStillWork) {
+  bh_client* c = nullptr;
+  ASSERT_EQ(bh_client_open(name_.c_str(), &c), 0);
+  bh_dep* first = nullptr;
+  ASSERT_EQ(bh_dependency(c, "first", &first), 0);
+  for (std::uint32_t i = 1; i < segment_->header().max_dependencies; ++i) {
+    shm::find_or_claim_dependency(*segment_, "other-" + std::to_string(i), 20, 0);
+  }
+  bh_dep* d = first;
+  EXPECT_EQ(bh_dependency(c, "one-more", &d), -ENOSPC);
+  EXPECT_EQ(d, nullptr);
+  EXPECT_NE(std::string(bh_last_error()).find("dependency table full"), std::string::npos) << bh_last_error();
+  EXPECT_EQ(bh_dependency(c, "first", &d), 0);
+  EXPECT_EQ(d, first);
+  bh_permit p;
+  EXPECT_EQ(bh_try_acquire(d, &p), 0);
+  bh_release(&p, BH_SUCCESS);
+  bh_client_close(c);
+}
+
 TEST_F(AdmissionTest, ACorruptSegmentIsRefusedWithTheReason) {
   segment_->header().abi_major = shm::kAbiMajor + 1;
   bh_client* c = nullptr;
