@@ -79,6 +79,25 @@ TEST(Segment, CreateOverAnExistingOneFails) {
   }
 }
 
+TEST(Segment, ANameThatIsNoDependencyNameIsRefusedSayingWhy) {
+  for (const char* bad : {"a/b", "no spaces", ""}) {
+    for (const bool create : {true, false}) {
+      try {
+        if (create) {
+          Segment::create(bad, small_segment());
+        } else {
+          Segment::attach(bad, Access::kReadOnly);
+        }
+        ADD_FAILURE() << "'" << bad << "'" << (create ? " created" : " attached");
+      } catch (const SegmentError& e) {
+        EXPECT_EQ(e.code(), EINVAL) << bad;
+        EXPECT_NE(std::string(e.what()).find("segment name '" + std::string(bad) + "'"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
 TEST(Segment, ADotNameIsRefused) {
   for (const char* dots : {".", ".."}) {
     try {
