@@ -182,6 +182,46 @@ TEST_F(StatsReaderTest, AgreesWithSummingEveryStripe) {
   }
 }
 
+// The daemon reuses one DependencyCounters tick after tick: clear() leaves
+// nothing of a window in the next, the waits included, though it writes
+// only where the window had counts.
+TEST_F(StatsReaderTest, ClearedCountersTakeTheNextWindowAlone) {
+  StatsReader reader(segment_, index_);
+  DependencyCounters d;
+  d.clear();
+  const std::uint32_t fast = histogram_bucket(5'000'000), slow = histogram_bucket(300'000'000);
+  // A call, as the client records it: its maximum too (one call a window).
+  auto record = [&](std::uint64_t ns) {
+    record_success(segment_, index_, 1, ns);
+    std::uint64_t zero = 0;
+    ASSERT_TRUE(segment_.stripe(index_, 1).rtt_max_ns.compare_exchange_strong(zero, ns));
+  };
+  record(300'000'000);
+  segment_.wait_histogram(index_).bucket[slow].fetch_add(1);
+  segment_.dependency(index_).waits.wait_sum_ns.fetch_add(300'000'000, std::memory_order_release);
+  WindowExtremes first;
+  reader.take(segment_, index_, d, first);
+  ASSERT_EQ(d.histogram[slow], 1u);
+  ASSERT_EQ(d.wait_histogram[slow], 1u);
+  ASSERT_EQ(d.waited, 1u);
+  ASSERT_EQ(first.rtt_max_ns, 300'000'000u);
+  d.clear();
+  EXPECT_EQ(d.histogram, decltype(d.histogram){});
+  EXPECT_EQ(d.wait_histogram, decltype(d.wait_histogram){});
+  EXPECT_TRUE(d.histogram_used().empty());
+  record(5'000'000);
+  WindowExtremes second;
+  reader.take(segment_, index_, d, second);
+  EXPECT_EQ(d.ok, 1u);
+  EXPECT_EQ(d.histogram[slow], 0u);
+  EXPECT_EQ(d.histogram[fast], 1u);
+  EXPECT_EQ(d.waited, 0u);
+  EXPECT_EQ(d.wait_histogram, decltype(d.wait_histogram){});
+  // The first window's extremes were reset when it was taken.
+  EXPECT_EQ(second.rtt_max_ns, 5'000'000u);
+  EXPECT_EQ(second.rtt_min_ns, 5'000'000u);
+}
+
 // The reader keeps the buckets that ever held a count: new ones below and
 // above them are counted in full, the kept ones by difference.
 TEST_F(StatsReaderTest, BucketsOutsideTheKeptRangeAreCountedWhenTheyFirstHoldCounts) {
