@@ -212,11 +212,21 @@ TEST_F(CtlSegment, DaemonIsRunningStaleOrNone) {
   EXPECT_NE(status_text(st).find("daemon: none (stopped)"), std::string::npos) << status_text(st);
 }
 
+TEST_F(CtlSegment, ADaemonWithoutAMetricsEndpointShowsNoPort) {
+  segment_.header().metrics_port.store(0);
+  const Status st = standard_status();
+  const std::string text = status_text(st);
+  EXPECT_NE(text.find("tick 42, config generation 3\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("metrics port"), std::string::npos) << text;
+  EXPECT_TRUE(JsonParser::parse(status_json(st))["daemon"]["metrics_port"].is_null());
+}
+
 TEST_F(CtlSegment, StatusTextIsATableWithOneRowPerDependency) {
   const std::string text = status_text(standard_status());
   SCOPED_TRACE(text);
   EXPECT_NE(text.find("segment /dev/shm/" + name_.str() + ": ABI "), std::string::npos);
-  EXPECT_NE(text.find("daemon: pid " + std::to_string(::getpid()) + ", running, heartbeat 0.50 s ago, tick 42"),
+  EXPECT_NE(text.find("daemon: pid " + std::to_string(::getpid()) +
+                      ", running, heartbeat 0.50 s ago, tick 42, config generation 3, metrics port 9477\n"),
             std::string::npos);
   EXPECT_NE(text.find("processes: 1 attached, 1 alive"), std::string::npos);
   EXPECT_NE(text.find("over the last 2.00 s"), std::string::npos);
@@ -431,12 +441,14 @@ TEST_F(CtlSegment, ProcessesListPidStartStateAndPermits) {
 
 TEST(JsonWriter, EscapesStringsAndWritesNullForMissingNumbers) {
   JsonWriter j;
-  j.begin_object().key("s").value("a\"b\\c\n\x01").key("n").value(std::optional<double>{});
+  j.begin_object().key("s").value("a\"b\\c\n\x01\x1f ~").key("n").value(std::optional<double>{});
   j.key("d").value(1.5).key("i").value(std::int64_t{-3}).key("a").begin_array().value(true).null().end_array();
   j.end_object();
-  EXPECT_EQ(j.str(), "{\"s\":\"a\\\"b\\\\c\\n\\u0001\",\"n\":null,\"d\":1.5,\"i\":-3,\"a\":[true,null]}\n");
+  // Controls escaped, printable characters (the space first) as they are.
+  EXPECT_EQ(j.str(),
+            "{\"s\":\"a\\\"b\\\\c\\n\\u0001\\u001f ~\",\"n\":null,\"d\":1.5,\"i\":-3,\"a\":[true,null]}\n");
   const Json parsed = JsonParser::parse(j.str());
-  EXPECT_EQ(parsed["s"].string, "a\"b\\c\n\x01");
+  EXPECT_EQ(parsed["s"].string, "a\"b\\c\n\x01\x1f ~");
 }
 
 // --- Read-only -------------------------------------------------------------
@@ -570,6 +582,14 @@ TEST(CtlErrors, TruncatedSegmentIsRefusedWithItsSize) {
   ASSERT_EQ(::ftruncate(fd, 4096), 0);
   ::close(fd);
   expect_refused(name, EBADMSG, "refused: size 4096 bytes");
+}
+
+TEST(CtlErrors, ASegmentTheDaemonIsStillCreatingSaysToTryAgain) {
+  TempSegmentName name{"ctl-new"};
+  const int fd = ::shm_open(("/" + name.str()).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);  // created, not yet sized: what a reader sees for an instant
+  ::close(fd);
+  expect_refused(name, EAGAIN, "refused: empty (the daemon is creating it) (try again in a moment)");
 }
 
 TEST(CtlErrors, WrongMagicIsRefused) {
