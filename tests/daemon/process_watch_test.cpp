@@ -22,42 +22,47 @@ std::size_t open_fds() {
   return n;
 }
 
-TEST(ProcessWatch, ALiveProcessIsWatchedByOnePidfdThatTellsWhenItExits) {
-  testing::PausedChild child([] { return true; });
-  ASSERT_TRUE(child.ok());
-  const auto start = shm::process_start_time(child.pid());
-  ASSERT_TRUE(start);
-  ProcessWatch watch(4);
-  const std::size_t base = open_fds();
-  EXPECT_EQ(watch.check(1, child.pid(), *start), shm::Liveness::kAlive);
-  EXPECT_EQ(open_fds(), base + 1);  // its pidfd
-  watch.poll();
-  EXPECT_EQ(watch.check(1, child.pid(), *start), shm::Liveness::kAlive);
-  EXPECT_EQ(open_fds(), base + 1);
-  ::kill(child.pid(), SIGKILL);
-  ASSERT_TRUE(testing::wait_until_exited(child.pid()));  // a zombie, not reaped
-  watch.poll();
-  EXPECT_EQ(watch.check(1, child.pid(), *start), shm::Liveness::kDead);
-  EXPECT_EQ(open_fds(), base + 1);  // the pidfd told, kept until the slot is forgotten
-  watch.forget(1);
-  EXPECT_EQ(open_fds(), base);
+// A live child to watch, a watch of four slots, and the descriptors open
+// before the watch opened any.
+class ProcessWatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(child_.ok());
+    const auto start = shm::process_start_time(child_.pid());
+    ASSERT_TRUE(start);
+    start_ = *start;
+    base_ = open_fds();
+  }
+  testing::PausedChild child_{[] { return true; }};
+  std::uint64_t start_ = 0;
+  ProcessWatch watch_{4};
+  std::size_t base_ = 0;
+};
+
+TEST_F(ProcessWatchTest, ALiveProcessIsWatchedByOnePidfdThatTellsWhenItExits) {
+  EXPECT_EQ(watch_.check(1, child_.pid(), start_), shm::Liveness::kAlive);
+  EXPECT_EQ(open_fds(), base_ + 1);  // its pidfd
+  watch_.poll();
+  EXPECT_EQ(watch_.check(1, child_.pid(), start_), shm::Liveness::kAlive);
+  EXPECT_EQ(open_fds(), base_ + 1);
+  ::kill(child_.pid(), SIGKILL);
+  ASSERT_TRUE(testing::wait_until_exited(child_.pid()));  // a zombie, not reaped
+  watch_.poll();
+  EXPECT_EQ(watch_.check(1, child_.pid(), start_), shm::Liveness::kDead);
+  EXPECT_EQ(open_fds(), base_ + 1);  // the pidfd told, kept until the slot is forgotten
+  watch_.forget(1);
+  EXPECT_EQ(open_fds(), base_);
 }
 
-TEST(ProcessWatch, ASlotThatNamesAnotherProcessIsReadFromProcAgain) {
-  testing::PausedChild child([] { return true; });
-  ASSERT_TRUE(child.ok());
-  const auto start = shm::process_start_time(child.pid());
-  ASSERT_TRUE(start);
-  ProcessWatch watch(4);
-  const std::size_t base = open_fds();
-  EXPECT_EQ(watch.check(2, child.pid(), *start), shm::Liveness::kAlive);
+TEST_F(ProcessWatchTest, ASlotThatNamesAnotherProcessIsReadFromProcAgain) {
+  EXPECT_EQ(watch_.check(2, child_.pid(), start_), shm::Liveness::kAlive);
   // The same pid with another start time: the pid was reused, and the
   // process the slot names is gone. Its pidfd is closed, none opened.
-  EXPECT_EQ(watch.check(2, child.pid(), *start + 1), shm::Liveness::kDead);
-  EXPECT_EQ(open_fds(), base);
+  EXPECT_EQ(watch_.check(2, child_.pid(), start_ + 1), shm::Liveness::kDead);
+  EXPECT_EQ(open_fds(), base_);
   // A slot without a start time is read from /proc every time.
-  EXPECT_EQ(watch.check(3, child.pid(), 0), shm::Liveness::kAlive);
-  EXPECT_EQ(open_fds(), base);
+  EXPECT_EQ(watch_.check(3, child_.pid(), 0), shm::Liveness::kAlive);
+  EXPECT_EQ(open_fds(), base_);
 }
 
 }  // namespace
