@@ -65,7 +65,7 @@ class ControlLoop {
     BreakerState breaker;
     bool breaker_forced;
     std::uint32_t index;  // slot
-    // Partitions (empty without): name, guaranteed count, in flight.
+    // Partitions (empty without): name, guaranteed count, in flight, capped.
     struct Partition {
       std::string name;
       std::uint32_t guaranteed;
