@@ -83,11 +83,7 @@ TEST(Segment, ANameThatIsNoDependencyNameIsRefusedSayingWhy) {
   for (const char* bad : {"a/b", "no spaces", ""}) {
     for (const bool create : {true, false}) {
       try {
-        if (create) {
-          Segment::create(bad, small_segment());
-        } else {
-          Segment::attach(bad, Access::kReadOnly);
-        }
+        (void)(create ? Segment::create(bad, small_segment()) : Segment::attach(bad, Access::kReadOnly));
         ADD_FAILURE() << "'" << bad << "'" << (create ? " created" : " attached");
       } catch (const SegmentError& e) {
         EXPECT_EQ(e.code(), EINVAL) << bad;
