@@ -8,11 +8,13 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <fstream>
 #include <sstream>
@@ -423,6 +425,11 @@ TEST_F(CtlSegment, ProcessesListPidStartStateAndPermits) {
   EXPECT_EQ(me["start_time_ticks"].number, shm::process_start_time(::getpid()).value());
   EXPECT_EQ(me["started_utc"].string, start_time_utc(s, shm::process_start_time(::getpid()).value()));
   EXPECT_EQ(me["started_utc"].string.size(), std::string("2026-11-30T06:40:12Z").size());
+  // This test's process started moments ago: dated from the boot time, its
+  // start is within a day of now (from a wrong boot time, years off).
+  std::tm started{};
+  ASSERT_NE(::strptime(me["started_utc"].string.c_str(), "%Y-%m-%dT%H:%M:%SZ", &started), nullptr);
+  EXPECT_LT(std::abs(::timegm(&started) - std::time(nullptr)), 86'400) << me["started_utc"].string;
   ASSERT_EQ(me["held"].array.size(), 2u);
   EXPECT_EQ(me["held"][0]["dependency"].string, payments_ < recs_ ? "payments" : "recs");
   const Json& gone = j["processes"][1];
