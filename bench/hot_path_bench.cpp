@@ -240,7 +240,7 @@ inline int cas_pair(std::atomic<std::uint64_t>& word, const std::atomic<std::uin
   const std::uint32_t l = limit.load(std::memory_order_relaxed);
   std::uint64_t seen = word.load(std::memory_order_relaxed);
   do {
-    if (shm::admission_inflight(seen) >= l) return 1;
+    if (shm::admission_at_limit(seen, l)) return 1;
   } while (!word.compare_exchange_weak(seen, seen + shm::kAdmissionAcquire, std::memory_order_relaxed));
   word.fetch_add(shm::kAdmissionRelease, std::memory_order_relaxed);
   return 0;

@@ -118,7 +118,7 @@ inline bool cas_pair(std::atomic<std::uint64_t>& word, const std::atomic<std::ui
   const std::uint32_t l = limit.load(std::memory_order_relaxed);
   std::uint64_t seen = word.load(std::memory_order_relaxed);
   do {
-    if (shm::admission_inflight(seen) >= l) return false;
+    if (shm::admission_at_limit(seen, l)) return false;
   } while (!word.compare_exchange_weak(seen, seen + shm::kAdmissionAcquire, std::memory_order_relaxed));
   word.fetch_add(shm::kAdmissionRelease, std::memory_order_relaxed);
   return true;

@@ -830,7 +830,7 @@ namespace {
 // handle, or a dependency with partitions): only on the way to a
 // rejection, so an admitted call pays nothing for partitions. The permit's
 // dep_ and times are the caller's to fill.
-inline int admit(bh_dep* d, bool count_rejection) {
+[[gnu::always_inline]] inline int admit(bh_dep* d, bool count_rejection) {
   // Relaxed: the limit is a lone value; a stale one for an instant after
   // the daemon changes it is harmless (the next call sees the new one).
   const std::uint32_t limit = d->admit_limit->load(std::memory_order_relaxed);
@@ -839,7 +839,7 @@ inline int admit(bh_dep* d, bool count_rejection) {
   std::uint64_t word = d->admission->load(std::memory_order_relaxed);
   bool over = false;
   do {
-    over = shm::admission_inflight(word) >= limit;
+    over = shm::admission_at_limit(word, limit);
     if (over) {
       // Shadow mode admits past the limit: read only on the way to a
       // rejection, so the admitted path pays nothing for it. Relaxed: a

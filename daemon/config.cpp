@@ -527,7 +527,7 @@ void check_partitions(const Reporter& report, const RawTable& raw, const Depende
   if (dep.partitions.empty()) return;
   if (dep.bounds.max > shm::kPartitionFieldMax) {
     std::string reason = "must be <= " + std::to_string(shm::kPartitionFieldMax) +
-                         " for a dependency with partitions (their counts are 16 bits)";
+                         " for a dependency with partitions (their counts are signed 16-bit numbers)";
     if (!raw.sets("max_limit")) reason += " (" + std::string(inherited) + ")";
     report.fail(raw.line_of("max_limit"), key_path(raw.path, "max_limit"), reason);
   }

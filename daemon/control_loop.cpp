@@ -1,7 +1,6 @@
 #include "daemon/control_loop.hpp"
 
 #include <algorithm>
-#include <bit>
 
 #include <spdlog/spdlog.h>
 
@@ -39,33 +38,21 @@ std::uint64_t abandon_after_ticks(const Config& config) {
   return std::max<std::uint64_t>(2, kAbandonAfterNs / std::max<std::uint64_t>(tick_ns, 1));
 }
 // The three counts of an admission word (or a held word): the total and
-// partitions 1 and 2.
-constexpr std::uint32_t kCounts = 3;
-constexpr std::int64_t kCountMax[kCounts] = {UINT32_MAX, shm::kPartitionFieldMax, shm::kPartitionFieldMax};
+// partitions 1 and 2 (shm::admission_counts()), and the most each counts.
+constexpr std::uint32_t kCounts = shm::kMaxPartitions;
+constexpr std::int64_t kCountMax[kCounts] = {INT32_MAX, shm::kPartitionFieldMax, shm::kPartitionFieldMax};
 constexpr unsigned kCountShift[kCounts] = {0, 32, 48};
-std::int64_t count_of(std::uint64_t word, std::uint32_t k) {
-  return static_cast<std::int64_t>((word >> kCountShift[k]) & static_cast<std::uint64_t>(kCountMax[k]));
-}
 
-// The signed gaps that `diff`, an admission word less held words (mod
-// 2^64), stands for: each count read as a two's-complement number of its
-// field's width, after what the fields below it borrowed or carried. A
-// release that takes a count below zero (after a correction a stalled
-// thread proved wrong) borrows from the fields above it; read field by
-// field, the word would be 2^32 - 1 calls over what is held. Exact while
-// every gap is under half its field's range (a gap is a few calls).
-std::array<std::int64_t, kCounts> gaps_of(std::uint64_t diff) {
-  std::array<std::int64_t, kCounts> gap{};
-  for (std::uint32_t k = 0; k < kCounts; ++k) {
-    const auto field = static_cast<std::int64_t>(diff & static_cast<std::uint64_t>(kCountMax[k]));
-    gap[k] = field > kCountMax[k] / 2 ? field - kCountMax[k] - 1 : field;
-    diff = (diff - static_cast<std::uint64_t>(gap[k])) >> std::bit_width(static_cast<std::uint64_t>(kCountMax[k]));
-  }
-  return gap;
+// The counts a dead process's held word gives back: none below zero (a
+// client may have written garbage into it).
+std::array<std::int64_t, kCounts> held_counts(std::uint64_t held_word) {
+  auto counts = shm::admission_counts(held_word);
+  for (auto& c : counts) c = std::max<std::int64_t>(c, 0);
+  return counts;
 }
 
 // Moves the counts of a dependency's admission word by `change` (negative:
-// permits given back), each never below zero nor past its width (a client
+// permits given back), each never below zero nor past its most (a client
 // may have written garbage into a held count), so that no count borrows
 // from or carries into another; returns the change made. seq_cst, as a
 // release in the client's give_back(): the store side of the pair with a
@@ -77,9 +64,9 @@ std::array<std::int64_t, kCounts> move_counts(std::atomic<std::uint64_t>& word,
   std::uint64_t next;
   do {
     next = w;
+    const auto now = shm::admission_counts(w);
     for (std::uint32_t k = 0; k < kCounts; ++k) {
-      const std::int64_t now = count_of(w, k);
-      made[k] = std::clamp<std::int64_t>(change[k], -now, kCountMax[k] - now);
+      made[k] = std::clamp<std::int64_t>(change[k], -std::max<std::int64_t>(now[k], 0), kCountMax[k] - now[k]);
       next += static_cast<std::uint64_t>(made[k]) << kCountShift[k];
     }
   } while (!word.compare_exchange_weak(w, next, std::memory_order_seq_cst));
@@ -588,8 +575,8 @@ void ControlLoop::reclaim_dead_processes() {
       // Acquire pairs with the release adds of held in bh_try_acquire() and
       // give_back(): the shared word's matching update is visible.
       const std::uint64_t held_word = segment_.held(p, d).exchange(0, std::memory_order_acquire);
-      const auto held = static_cast<std::uint32_t>(count_of(held_word, 0));
-      if (held == 0 && waited == 0) continue;
+      const auto held = held_counts(held_word);
+      if (held[0] == 0 && waited == 0) continue;
       const Dependency* tracked = dependencies_.find(d);
       const std::string name = tracked != nullptr ? tracked->name : std::to_string(d);
       if (waited != 0) {
@@ -597,11 +584,11 @@ void ControlLoop::reclaim_dead_processes() {
         waiters_reclaimed_ += waited;
         if (metrics_ != nullptr) metrics_->count_reclaimed_waiters(name, waited);
       }
-      if (held != 0) {
+      if (held[0] != 0) {
         auto& word = segment_.dependency(d).admission.word;
         // The partitions' counts with the total: the held word has the
         // admission word's encoding.
-        const auto made = move_counts(word, {-count_of(held_word, 0), -count_of(held_word, 1), -count_of(held_word, 2)});
+        const auto made = move_counts(word, {-held[0], -held[1], -held[2]});
         const auto take = static_cast<std::uint64_t>(-made[0]);
         total += take;
         spdlog::warn("process {} died holding {} permit(s) of {}: given back", pid, take, name);
@@ -634,7 +621,11 @@ void ControlLoop::scan_drift() {
   }
   // The same for each count of the word: the total, and the fields of
   // partitions 1 and 2 (a thread killed mid-call of a partition leaves its
-  // field one high too), each on its own.
+  // field one high too), each on its own. The gap is the word less the
+  // held words, modulo 2^64 as the clients' arithmetic is, read as signed
+  // counts (shm::admission_counts()): a release after a correction that a
+  // stalled thread proved wrong takes a count below zero, which borrows
+  // from the fields above it, and reads as one call short, not 2^32 - 1 over.
   //
   // A first look at every dependency at once: all the in-flight counts,
   // then the held counts process by process, each process's a contiguous
@@ -678,7 +669,7 @@ void ControlLoop::scan_drift() {
     auto& word = segment_.dependency(index).admission.word;
     std::array<std::int64_t, kCounts> gap{};
     std::array<bool, kCounts> steady{};
-    const auto first_look = gaps_of(first_gap[index - lo]);
+    const auto first_look = shm::admission_counts(first_gap[index - lo]);
     for (std::uint32_t k = 0; k < kCounts; ++k) {
       steady[k] = first_look[k] != 0;
       if (!steady[k]) d.drift_ticks[k] = 0;
@@ -687,7 +678,7 @@ void ControlLoop::scan_drift() {
     for (int sample = 0; sample < kDriftSamples; ++sample) {
       std::uint64_t diff = word.load(std::memory_order_acquire);
       for (std::uint32_t p : ready) diff -= segment_.held(p, index).load(std::memory_order_acquire);
-      const auto look = gaps_of(diff);
+      const auto look = shm::admission_counts(diff);
       for (std::uint32_t k = 0; k < kCounts; ++k) {
         if (!steady[k]) continue;
         const std::int64_t g = look[k];

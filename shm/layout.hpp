@@ -44,6 +44,7 @@
 // is what makes them valid across processes.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -203,8 +204,18 @@ struct alignas(kCacheLine) DependencyControl {
 // compare-and-swap, a release subtracts it in one add, so the word is
 // always one consistent view of every count. The same encoding counts a
 // process's held permits (ProcessSlot::held).
-inline constexpr std::uint32_t kMaxPartitions = 3;        // "default" and two named
-inline constexpr std::uint32_t kPartitionFieldMax = 0xffff;  // calls in flight per named partition
+//
+// The word is what every client added and took away, modulo 2^64, and each
+// count is a two's-complement number of its field's width: a count goes
+// below zero when the daemon's drift scan took a permit from a thread
+// stalled mid-call that later gives it back (docs/architecture.md,
+// "Permits that survive crashes"), and its release then borrows from the
+// fields above it. Read field by field, that word would be 2^32 - 1 calls
+// in flight, over every limit; read signed, it is one call short, which
+// the scan restores. So a field counts at most kPartitionFieldMax, half its
+// range.
+inline constexpr std::uint32_t kMaxPartitions = 3;           // "default" and two named
+inline constexpr std::uint32_t kPartitionFieldMax = 0x7fff;  // calls in flight per named partition
 constexpr std::uint32_t partition_shift(std::uint32_t p) { return 16 + 16 * p; }  // p = 1, 2
 constexpr std::uint64_t admission_unit(std::uint32_t p) {
   return p == 0 ? 1 : 1 + (std::uint64_t{1} << partition_shift(p));
@@ -212,16 +223,36 @@ constexpr std::uint64_t admission_unit(std::uint32_t p) {
 // A call that names no partition: + 1 on admission, - 1 (mod 2^64) on release.
 inline constexpr std::uint64_t kAdmissionAcquire = admission_unit(0);
 inline constexpr std::uint64_t kAdmissionRelease = ~std::uint64_t{0};
-constexpr std::uint32_t admission_inflight(std::uint64_t word) {
-  return static_cast<std::uint32_t>(word);
+// The signed counts of an admission word, or of a difference of such words
+// (the daemon's drift scan): T, then the fields of partitions 1 and 2, each
+// once what the fields below it borrowed is taken off. Exact while every
+// count is under half its field's range.
+constexpr std::array<std::int64_t, kMaxPartitions> admission_counts(std::uint64_t word) {
+  const std::int64_t total = static_cast<std::int32_t>(static_cast<std::uint32_t>(word));
+  word = (word - static_cast<std::uint64_t>(total)) >> 32;
+  const std::int64_t first = static_cast<std::int16_t>(static_cast<std::uint16_t>(word));
+  word = (word - static_cast<std::uint64_t>(first)) >> 16;
+  return {total, first, static_cast<std::int16_t>(static_cast<std::uint16_t>(word))};
 }
-// In-flight count of partition p: a field for 1 and 2; for 0 what T leaves
-// (never below 0, even if a client wrote junk into the fields).
+// T, or 0 while it reads below zero (the hot path: the low half alone).
+constexpr std::uint32_t admission_inflight(std::uint64_t word) {
+  const auto total = static_cast<std::int32_t>(static_cast<std::uint32_t>(word));
+  return total > 0 ? static_cast<std::uint32_t>(total) : 0;
+}
+// admission_inflight(word) >= limit, for the hot path: the usual answer,
+// under the limit, from one compare of the low half, as if T could not be
+// below zero. A T below zero reads as 2^31 or more and is sorted out on
+// the way to a rejection (a limit of 0 refuses it too).
+constexpr bool admission_at_limit(std::uint64_t word, std::uint32_t limit) {
+  const auto total = static_cast<std::uint32_t>(word);
+  return total >= limit && (limit == 0 || static_cast<std::int32_t>(total) >= 0);
+}
+// In-flight count of partition p: a field for 1 and 2; for 0 what T leaves.
+// Never below 0 (a count taken below zero, above, or junk a client wrote).
 constexpr std::uint32_t partition_inflight(std::uint64_t word, std::uint32_t p) {
-  if (p != 0) return static_cast<std::uint32_t>(word >> partition_shift(p)) & kPartitionFieldMax;
-  const std::uint64_t named = partition_inflight(word, 1) + std::uint64_t{partition_inflight(word, 2)};
-  const std::uint32_t total = admission_inflight(word);
-  return total > named ? static_cast<std::uint32_t>(total - named) : 0;
+  const auto counts = admission_counts(word);
+  const std::int64_t count = p != 0 ? counts[p] : counts[0] - counts[1] - counts[2];
+  return count > 0 ? static_cast<std::uint32_t>(count) : 0;
 }
 
 // DependencyAdmission::futex: bit 0 says "a waiter may sleep on this word"
@@ -272,7 +303,7 @@ struct alignas(kCacheLine) StatsStripe {
 //
 // rule: the limit L and each partition's guaranteed count g_p, packed so
 // that one load gives a consistent view: L | g0 << 16 | g1 << 32 | g2 << 48
-// (so a partitioned dependency's limit is at most 65535).
+// (so a partitioned dependency's limit is at most kPartitionFieldMax).
 // shape: version << 32 | active << 8 | caps. caps bit p: partition p is
 // hard-capped at g_p; active bit p (1, 2): field p has a name. The version
 // grows whenever names or caps change, so a client that resolved a name

@@ -430,12 +430,12 @@ TEST(ParseConfig, TheEdgesOfEachRangeAreAccepted) {
   const Config limits = parse_config(
       "[dependency.pinned]\npolicy = \"fixed\"\nmin_limit = 12\ninitial_limit = 12\nmax_limit = 12\n"
       "[dependency.low]\nmin_limit = 3\ninitial_limit = 3\n"
-      "[dependency.split]\nmax_limit = 65535\n[dependency.split.partitions]\ncritical = 0.5\n",
+      "[dependency.split]\nmax_limit = 32767\n[dependency.split.partitions]\ncritical = 0.5\n",
       "t.toml");
   EXPECT_EQ(limits.find("pinned")->bounds.min, 12);
   EXPECT_EQ(limits.find("pinned")->bounds.max, 12);
   EXPECT_EQ(limits.find("low")->bounds.initial, 3);
-  EXPECT_EQ(limits.find("split")->bounds.max, 65535);
+  EXPECT_EQ(limits.find("split")->bounds.max, 32767);
   // A five-digit port, a 256-byte group name.
   const Config daemon = parse_config("[daemon]\nmetrics_listen = \"127.0.0.1:65535\"\n"
                                      "segment_group = \"" + std::string(256, 'g') + "\"\n",
@@ -723,13 +723,13 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:3: dependency.db.partitions: must name at least one partition"},
     {"PartitionsInDefaults", "[defaults]\n[defaults.partitions]\na = 0.5\n",
      "bad.toml:2: defaults.partitions: partitions belong to one dependency: not allowed in [defaults]"},
-    {"PartitionedLimitAbove16Bits",
-     "[dependency.db]\nmax_limit = 70000\n[dependency.db.partitions]\na = 0.5\n",
-     "bad.toml:2: dependency.db.max_limit: must be <= 65535 for a dependency with partitions"},
-    {"PartitionedInheritedLimitAbove16Bits",
+    {"PartitionedLimitAbove15Bits",
+     "[dependency.db]\nmax_limit = 32768\n[dependency.db.partitions]\na = 0.5\n",
+     "bad.toml:2: dependency.db.max_limit: must be <= 32767 for a dependency with partitions"},
+    {"PartitionedInheritedLimitAbove15Bits",
      "[defaults]\nmax_limit = 70000\n[dependency.db]\n[dependency.db.partitions]\na = 0.5\n",
-     "bad.toml:3: dependency.db.max_limit: must be <= 65535 for a dependency with partitions (their counts are "
-     "16 bits) (from [defaults])"},
+     "bad.toml:3: dependency.db.max_limit: must be <= 32767 for a dependency with partitions (their counts are "
+     "signed 16-bit numbers) (from [defaults])"},
     {"PartitionedWithAQueue",
      "[defaults]\nmax_queue = 4\n[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = 0.5\n",
      "bad.toml:3: dependency.db.max_queue: must be 0 for a dependency with partitions (partitions have no wait "

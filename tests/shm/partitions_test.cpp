@@ -77,8 +77,56 @@ TEST(PartitionRule, TheLimitHoldsEvenForAGuarantee) {
 }
 
 TEST(PartitionRule, AFullFieldIsRefused) {
-  const std::uint64_t big = partition_rule(0xffff, 0, 0, 0);
-  EXPECT_EQ(partition_verdict(word_of(0, 0xffff, 0), big, 0, 1), V::kFieldFull);
+  const std::uint64_t big = partition_rule(kPartitionFieldMax + 1, 0, 0, 0);
+  EXPECT_EQ(partition_verdict(word_of(0, kPartitionFieldMax - 1, 0), big, 0, 1), V::kAdmit);
+  EXPECT_EQ(partition_verdict(word_of(0, kPartitionFieldMax, 0), big, 0, 1), V::kFieldFull);
+}
+
+// The word is the clients' adds and subtractions modulo 2^64: each count
+// reads signed, once what the fields below it borrowed is taken off.
+TEST(AdmissionWord, CountsReadSignedWithWhatTheFieldsBelowBorrowed) {
+  using Counts = std::array<std::int64_t, kMaxPartitions>;
+  EXPECT_EQ(admission_counts(word_of(3, 1, 2)), (Counts{6, 1, 2}));
+  EXPECT_EQ(admission_counts(word_of(0, kPartitionFieldMax, kPartitionFieldMax)),
+            (Counts{2 * kPartitionFieldMax, kPartitionFieldMax, kPartitionFieldMax}));
+  // A release with nothing in flight: all 64 bits set, one call short.
+  const std::uint64_t short_one = 0 + kAdmissionRelease;
+  EXPECT_EQ(admission_counts(short_one), (Counts{-1, 0, 0}));
+  EXPECT_EQ(admission_inflight(short_one), 0u);
+  EXPECT_FALSE(admission_at_limit(short_one, 1));  // the hot path's compare agrees
+  EXPECT_TRUE(admission_at_limit(short_one, 0));   // a limit of 0 refuses all
+  EXPECT_TRUE(admission_at_limit(word_of(5, 0, 0), 5));
+  EXPECT_FALSE(admission_at_limit(word_of(4, 0, 0), 5));
+  EXPECT_EQ(partition_inflight(short_one, 1), 0u);
+  EXPECT_EQ(partition_inflight(short_one, 2), 0u);
+  // One batch call short: the total and its field, each -1.
+  const std::uint64_t batch_short = 0 - admission_unit(2);
+  EXPECT_EQ(admission_counts(batch_short), (Counts{-1, 0, -1}));
+  // Two critical calls short with a default and a batch call in flight:
+  // default still counts its one.
+  const std::uint64_t critical_short = word_of(1, 0, 1) - 2 * admission_unit(1);
+  EXPECT_EQ(admission_counts(critical_short), (Counts{0, -2, 1}));
+  EXPECT_EQ(partition_inflight(critical_short, 0), 1u);
+  EXPECT_EQ(partition_inflight(critical_short, 1), 0u);
+  EXPECT_EQ(partition_inflight(critical_short, 2), 1u);
+  // Every mix of a few calls over or short in each count reads back.
+  for (std::int64_t t = -3; t <= 3; ++t) {
+    for (std::int64_t c1 = -3; c1 <= 3; ++c1) {
+      for (std::int64_t c2 = -3; c2 <= 3; ++c2) {
+        const std::uint64_t word = static_cast<std::uint64_t>(t) + (static_cast<std::uint64_t>(c1) << 32) +
+                                   (static_cast<std::uint64_t>(c2) << 48);
+        EXPECT_EQ(admission_counts(word), (Counts{t, c1, c2})) << t << " " << c1 << " " << c2;
+      }
+    }
+  }
+}
+
+// A count below zero is none in flight to the rule: the word holds one
+// call fewer than the host has, which the drift scan restores.
+TEST(PartitionRule, ACountBelowZeroIsNoneInFlight) {
+  EXPECT_EQ(partition_verdict(0 - admission_unit(2), kRule, 0, 2), V::kAdmit);
+  EXPECT_EQ(partition_verdict(0 - admission_unit(2), kRule, 0, 1), V::kAdmit);
+  EXPECT_EQ(partition_verdict(0 + kAdmissionRelease, partition_rule(0, 0, 0, 0), 0, 0), V::kAtLimit);
 }
 
 TEST(PartitionRule, TheUnnamedFastPathLimitNeverAdmitsWhatTheRuleRefuses) {
