@@ -4,6 +4,9 @@
 // last tests run the built binary for exit codes and messages.
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
+#include <pty.h>
+#include <termios.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -672,6 +675,55 @@ TEST_F(CtlBinary, UsageErrorsExitTwoAndUnknownDependencyThree) {
   EXPECT_NE(r.output.find("no dependency 'nope'"), std::string::npos) << r.output;
 }
 
+// `get` reads every dependency, and prints the one it was asked for.
+TEST_F(CtlBinary, GetPrintsTheNamedDependencyOfSeveral) {
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  shm::find_or_claim_dependency(s, "orders", 12, 0);
+  shm::find_or_claim_dependency(s, "payments", 20, 0);
+  const auto r = run({"--segment", name.str(), "get", "payments", "--interval", "0.05"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("dependency payments (slot "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  limit       20\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("orders"), std::string::npos) << r.output;
+}
+
+// Forcing a breaker writes to the segment: a user who may only read it is
+// told so, with the fix.
+TEST_F(CtlBinary, BreakerWithoutWriteAccessSaysWhatItNeeds) {
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  shm::find_or_claim_dependency(s, "payments", 12, 0);
+  const std::string path = "/dev/shm/" + name.str();
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(path.c_str(), 0, kNogroup), 0);
+  }
+  ASSERT_EQ(::chmod(path.c_str(), 0440), 0);  // its group may read it, no one write
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const int code = as_unprivileged_child([&] {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::execl(BULKHEADCTL_PATH, BULKHEADCTL_PATH, "--segment", name.str().c_str(), "breaker", "payments", "open",
+            static_cast<char*>(nullptr));
+    return 98;  // exec failed
+  });
+  ::close(fds[1]);
+  std::string out;
+  char buf[1024];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  EXPECT_EQ(code, 1) << "98: exec failed, 99: could not drop privileges\n" << out;
+  EXPECT_NE(out.find("Permission denied"), std::string::npos) << out;
+  EXPECT_NE(out.find("(forcing a breaker writes to the segment: run as a member of its group, as clients do)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(s.dependency(shm::find_dependency(s, "payments").value()).control.breaker_override.load(),
+            shm::kOverrideAuto);
+}
+
 TEST_F(CtlBinary, TopWithoutATerminalPrintsSuccessiveSnapshots) {
   TempSegmentName name{"ctl-bin"};
   shm::Segment s = shm::Segment::create(name, testing::small_segment());
@@ -683,6 +735,109 @@ TEST_F(CtlBinary, TopWithoutATerminalPrintsSuccessiveSnapshots) {
   for (std::size_t at = 0; (at = r.output.find("bulkheadctl top - ", at)) != std::string::npos; ++at) ++frames;
   EXPECT_EQ(frames, 2u) << r.output;
   EXPECT_NE(r.output.find("payments"), std::string::npos) << r.output;
+}
+
+// `top` on a terminal of `rows` x `columns` (a pseudo-terminal): waits for
+// its first frame, types q, and returns everything it wrote. The terminal's
+// modes after it quit go to `after`. A top that does not quit within 30 s
+// is killed, and the output says so.
+std::string top_on_a_terminal(const std::string& segment, unsigned short rows, unsigned short columns,
+                              termios* after, int* exit_code) {
+  winsize size{};
+  size.ws_row = rows;
+  size.ws_col = columns;
+  int master = -1;
+  const pid_t child = ::forkpty(&master, nullptr, nullptr, &size);
+  if (child == 0) {
+    ::execl(BULKHEADCTL_PATH, BULKHEADCTL_PATH, "--segment", segment.c_str(), "top", "--interval", "0.05",
+            static_cast<char*>(nullptr));
+    std::_Exit(98);
+  }
+  std::string out;
+  bool typed = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    pollfd fd{master, POLLIN, 0};
+    if (::poll(&fd, 1, 100) > 0) {
+      char buf[4096];
+      const ssize_t n = ::read(master, buf, sizeof buf);
+      if (n <= 0) break;  // EIO: the child closed its side
+      out.append(buf, static_cast<std::size_t>(n));
+    }
+    if (!typed && out.find("bulkheadctl top - ") != std::string::npos) {
+      typed = ::write(master, "q", 1) == 1;
+    }
+    if (std::chrono::steady_clock::now() > give_up) {
+      ::kill(child, SIGKILL);
+      out += "\n[the test killed top: it did not quit]";
+      break;
+    }
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  ::tcgetattr(master, after);
+  ::close(master);
+  return out;
+}
+
+// The frames `top` drew: what each "\x1b[H" (cursor home) ... "\x1b[J"
+// (erase below) pair holds, after the sampling notice, as top wrote them.
+std::vector<std::string> frames_of(const std::string& out) {
+  std::vector<std::string> frames;
+  for (std::size_t at = 0; (at = out.find("\x1b[H", at)) != std::string::npos;) {
+    const std::size_t end = out.find("\x1b[J", at);
+    if (end == std::string::npos) break;
+    std::string frame = out.substr(at + 3, end - at - 3);
+    std::erase(frame, '\r');  // the terminal's, before each line feed (ONLCR)
+    if (frame.find("bulkheadctl top - ") != std::string::npos) frames.push_back(frame);
+    at = end;
+  }
+  return frames;
+}
+
+// On a terminal, top takes keys without Enter, fits each frame to the
+// screen, quits on q, and gives the terminal back as it found it.
+TEST_F(CtlBinary, TopOnATerminalFitsTheScreenAndQuitsOnQ) {
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  shm::find_or_claim_dependency(s, "payments", 12, 0);
+  shm::find_or_claim_dependency(s, "orders", 20, 0);
+  termios after{};
+  int code = -1;
+  // Smaller than a frame: 4 rows of 30 columns.
+  const std::string out = top_on_a_terminal(name.str(), 4, 30, &after, &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(out.find("[the test killed top"), std::string::npos) << out;
+  EXPECT_NE(out.find("\x1b[?1049h"), std::string::npos) << "the alternate screen";
+  EXPECT_NE(out.find("\x1b[?1049l"), std::string::npos) << "and back";
+  EXPECT_NE(after.c_lflag & ICANON, 0u) << "line mode restored";
+  EXPECT_NE(after.c_lflag & ECHO, 0u) << "echo restored";
+  const auto frames = frames_of(out);
+  ASSERT_FALSE(frames.empty()) << out;
+  for (const std::string& frame : frames) {
+    // Four rows: three line feeds, none after the last (it would scroll).
+    EXPECT_EQ(std::count(frame.begin(), frame.end(), '\n'), 3) << frame;
+    std::istringstream lines(frame);
+    for (std::string line; std::getline(lines, line);) {
+      // A line is its text and "\x1b[K".
+      const std::size_t erase = line.find("\x1b[K");
+      ASSERT_NE(erase, std::string::npos) << line;
+      EXPECT_LE(erase, 30u) << line;
+    }
+  }
+  // Taller than a frame: every line of the status, and no empty one after
+  // its last.
+  const std::string tall = top_on_a_terminal(name.str(), 200, 200, &after, &code);
+  EXPECT_EQ(code, 0) << tall;
+  const auto whole = frames_of(tall);
+  ASSERT_FALSE(whole.empty()) << tall;
+  EXPECT_NE(whole[0].find("payments"), std::string::npos) << whole[0];
+  EXPECT_NE(whole[0].find("orders"), std::string::npos) << whole[0];
+  EXPECT_GE(std::count(whole[0].begin(), whole[0].end(), '\n'), 4) << whole[0];
+  const std::string last_two_lines = "\x1b[K\n\x1b[K\n";  // the last of them empty
+  EXPECT_NE(whole[0].compare(whole[0].size() - last_two_lines.size(), last_two_lines.size(), last_two_lines), 0)
+      << "an empty line after the status: " << whole[0];
 }
 
 }  // namespace
