@@ -41,7 +41,6 @@ std::uint64_t abandon_after_ticks(const Config& config) {
 // partitions 1 and 2 (shm::admission_counts()), and the most each counts.
 constexpr std::uint32_t kCounts = shm::kMaxPartitions;
 constexpr std::int64_t kCountMax[kCounts] = {INT32_MAX, shm::kPartitionFieldMax, shm::kPartitionFieldMax};
-constexpr unsigned kCountShift[kCounts] = {0, 32, 48};
 
 // The counts a dead process's held word gives back: none below zero (a
 // client may have written garbage into it).
@@ -61,15 +60,12 @@ std::array<std::int64_t, kCounts> move_counts(std::atomic<std::uint64_t>& word,
                                               const std::array<std::int64_t, kCounts>& change) {
   std::uint64_t w = word.load(std::memory_order_relaxed);
   std::array<std::int64_t, kCounts> made{};
-  std::uint64_t next;
   do {
-    next = w;
     const auto now = shm::admission_counts(w);
     for (std::uint32_t k = 0; k < kCounts; ++k) {
       made[k] = std::clamp<std::int64_t>(change[k], -std::max<std::int64_t>(now[k], 0), kCountMax[k] - now[k]);
-      next += static_cast<std::uint64_t>(made[k]) << kCountShift[k];
     }
-  } while (!word.compare_exchange_weak(w, next, std::memory_order_seq_cst));
+  } while (!word.compare_exchange_weak(w, w + shm::admission_delta(made), std::memory_order_seq_cst));
   return made;
 }
 
@@ -721,11 +717,9 @@ void ControlLoop::scan_drift() {
     }
     // Added mod 2^64, as the gaps were read: a count that a release took
     // below zero gets back what it borrowed from the fields above it.
-    std::uint64_t delta = 0;
-    for (std::uint32_t k = 0; k < kCounts; ++k) delta += static_cast<std::uint64_t>(change[k]) << kCountShift[k];
     // seq_cst, as a release in the client's give_back(): the store side of
     // the pair with a waiter's announce, for the wake below.
-    word.fetch_add(delta, std::memory_order_seq_cst);
+    word.fetch_add(shm::admission_delta(change), std::memory_order_seq_cst);
     if (change[0] < 0 || change[1] < 0 || change[2] < 0) {
       // Permits came back: a waiter may take them now.
       shm::wake_waiters(segment_.dependency(index).admission.futex);

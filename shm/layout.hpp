@@ -234,6 +234,12 @@ constexpr std::array<std::int64_t, kMaxPartitions> admission_counts(std::uint64_
   word = (word - static_cast<std::uint64_t>(first)) >> 16;
   return {total, first, static_cast<std::int16_t>(static_cast<std::uint16_t>(word))};
 }
+// What adding `counts` (T, then partitions 1 and 2, each signed) to a word
+// adds, modulo 2^64: admission_counts() reads it back.
+constexpr std::uint64_t admission_delta(const std::array<std::int64_t, kMaxPartitions>& counts) {
+  return static_cast<std::uint64_t>(counts[0]) + (static_cast<std::uint64_t>(counts[1]) << partition_shift(1)) +
+         (static_cast<std::uint64_t>(counts[2]) << partition_shift(2));
+}
 // T, or 0 while it reads below zero (the hot path: the low half alone).
 constexpr std::uint32_t admission_inflight(std::uint64_t word) {
   const auto total = static_cast<std::int32_t>(static_cast<std::uint32_t>(word));

@@ -109,13 +109,15 @@ TEST(AdmissionWord, CountsReadSignedWithWhatTheFieldsBelowBorrowed) {
   EXPECT_EQ(partition_inflight(critical_short, 0), 1u);
   EXPECT_EQ(partition_inflight(critical_short, 1), 0u);
   EXPECT_EQ(partition_inflight(critical_short, 2), 1u);
-  // Every mix of a few calls over or short in each count reads back.
+  // Every mix of a few calls over or short in each count reads back, and
+  // is what admission_delta() adds.
   for (std::int64_t t = -3; t <= 3; ++t) {
     for (std::int64_t c1 = -3; c1 <= 3; ++c1) {
       for (std::int64_t c2 = -3; c2 <= 3; ++c2) {
         const std::uint64_t word = static_cast<std::uint64_t>(t) + (static_cast<std::uint64_t>(c1) << 32) +
                                    (static_cast<std::uint64_t>(c2) << 48);
         EXPECT_EQ(admission_counts(word), (Counts{t, c1, c2})) << t << " " << c1 << " " << c2;
+        EXPECT_EQ(admission_delta({t, c1, c2}), word) << t << " " << c1 << " " << c2;
       }
     }
   }
