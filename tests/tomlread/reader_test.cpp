@@ -41,6 +41,21 @@ TEST(InFileOrder, ReturnsKeysInTheOrderWritten) {
   EXPECT_EQ(lines, (std::vector<std::uint32_t>{1, 2, 3, 4}));
 }
 
+// A table named first by a header of one of its subtables stands where
+// that header names it, not at its own later header (toml++ puts the
+// table node's source there): an error about it points at its first line.
+TEST(InFileOrder, ATableStandsWhereItsNameFirstDoes) {
+  const toml::table table = toml::parse("x = 1\n[a.b]\n[y]\n[a]\nd = 2\n");
+  std::vector<std::string> keys;
+  std::vector<std::uint32_t> lines;
+  for (const Entry& e : in_file_order(table)) {
+    keys.emplace_back(e.key);
+    lines.push_back(e.line);
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"x", "a", "y"}));
+  EXPECT_EQ(lines, (std::vector<std::uint32_t>{1, 2, 3}));
+}
+
 TEST(KeyPath, BareKeysAsWritten) {
   EXPECT_EQ(key_path("", "daemon"), "daemon");
   EXPECT_EQ(key_path("dependency", "search-v2_x"), "dependency.search-v2_x");
