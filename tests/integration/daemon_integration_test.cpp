@@ -269,6 +269,32 @@ TEST_F(DaemonIntegration, BadReloadKeepsTheRunningConfig) {
   EXPECT_EQ(fixed.limit(), 9);
 }
 
+// The segment and the metrics endpoint live as long as the process: a
+// reload that asks for other capacities applies the rest of the file,
+// keeps the running ones, and names each key it kept, only those.
+TEST_F(DaemonIntegration, AReloadKeepsTheSettingsThatLiveAsLongAsTheProcess) {
+  DaemonProcess daemon(BULKHEADD_PATH, dir_, config("\n[dependency.fixed-one]\npolicy = \"fixed\"\ninitial_limit = 7\n"));
+  auto seg = daemon.wait_ready(segment_);
+  ASSERT_TRUE(seg) << daemon.log();
+  Client client(segment_.str());
+  Dependency fixed = client.dependency("fixed-one");
+
+  std::string next = config("\n[dependency.fixed-one]\npolicy = \"fixed\"\ninitial_limit = 9\nmin_limit = 9\n");
+  const std::string processes = "max_processes = 16\n";
+  ASSERT_NE(next.find(processes), std::string::npos);
+  next.replace(next.find(processes), processes.size(), "max_processes = 32\n");
+  testing::write_file(daemon.config_path(), next);
+  daemon.signal(SIGHUP);
+  for (int i = 0; i < 500 && fixed.limit() != 9; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(fixed.limit(), 9);
+  EXPECT_NE(daemon.log().find("reload: daemon.max_processes changes only on restart; keeping the running value"),
+            std::string::npos)
+      << daemon.log();
+  EXPECT_EQ(daemon.log().find("reload: daemon.segment "), std::string::npos) << daemon.log();
+  EXPECT_EQ(daemon.log().find("reload: daemon.max_dependencies "), std::string::npos) << daemon.log();
+  EXPECT_EQ(seg->header().max_processes, 16u);
+}
+
 TEST_F(DaemonIntegration, ARestartedDaemonAdoptsTheSegmentAndItsLimits) {
   const std::string with_fixed = config("\n[dependency.kept]\npolicy = \"fixed\"\ninitial_limit = 11\n");
   {
@@ -416,6 +442,28 @@ TEST_F(DaemonIntegration, BadConfigAtStartExitsNonZeroNamingFileAndLine) {
   ASSERT_TRUE(daemon.wait_exit(20s));
   EXPECT_NE(daemon.exit_code(), 0);
   EXPECT_NE(daemon.log().find("bulkhead.toml:16: dependency.x.policy"), std::string::npos) << daemon.log();
+}
+
+// What main() checks beyond the config file: the --segment override's
+// name, and that daemon.segment_group names a group. Each exits 1 saying
+// which, before any segment exists.
+TEST_F(DaemonIntegration, BadSegmentNameOrGroupExitsNonZeroNamingIt) {
+  const std::string path = dir_ + "/bulkhead.toml";
+  testing::write_file(path, config());
+  testing::ChildProcess bad_name({BULKHEADD_PATH, "--config", path, "--segment", "a/b"}, dir_ + "/name.log");
+  ASSERT_TRUE(bad_name.wait_exit(20s));
+  EXPECT_EQ(bad_name.exit_code(), 1);
+  EXPECT_NE(bad_name.log().find("--segment: 'a/b' "), std::string::npos) << bad_name.log();
+
+  std::string grouped = config();
+  grouped.insert(grouped.find('\n') + 1, "segment_group = \"bulkhead-no-such-group\"\n");
+  DaemonProcess bad_group(BULKHEADD_PATH, dir_, grouped);
+  ASSERT_TRUE(bad_group.wait_exit(20s));
+  EXPECT_EQ(bad_group.exit_code(), 1);
+  EXPECT_NE(bad_group.log().find("bulkhead.toml: daemon.segment_group: no group named 'bulkhead-no-such-group'"),
+            std::string::npos)
+      << bad_group.log();
+  EXPECT_THROW(shm::Segment::attach(segment_, shm::Access::kReadOnly), shm::SegmentError);
 }
 
 TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {

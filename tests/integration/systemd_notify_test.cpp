@@ -224,11 +224,20 @@ TEST_F(SystemdNotify, WarnsWhenWatchdogSecLeavesRoomForFewerThanThreeTicks) {
       << daemon.log();
 }
 
-TEST_F(SystemdNotify, NoWarningUnderTheUnitsWatchdogSec) {
-  testing::DaemonProcess daemon(BULKHEADD_PATH, dir_, config(), {notify_.env(), "WATCHDOG_USEC=10000000"});
+// No warning under the unit's WatchdogSec=, nor at exactly three ticks,
+// nor without a watchdog at all (sd_watchdog_enabled() says 0).
+class SystemdNotifyWatchdog : public SystemdNotify, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(SystemdNotifyWatchdog, NoWarningWhenThreeTicksFit) {
+  std::vector<std::string> env{notify_.env()};
+  if (*GetParam() != '\0') env.emplace_back(GetParam());
+  testing::DaemonProcess daemon(BULKHEADD_PATH, dir_, config(), env);
   ASSERT_TRUE(notify_.wait_for(with("READY=1"))) << daemon.log();
   EXPECT_EQ(daemon.log().find("WatchdogSec="), std::string::npos) << daemon.log();
 }
+
+INSTANTIATE_TEST_SUITE_P(Watchdogs, SystemdNotifyWatchdog,
+                         ::testing::Values("WATCHDOG_USEC=10000000", "WATCHDOG_USEC=60000", ""));
 
 }  // namespace
 }  // namespace bulkhead
