@@ -1,0 +1,195 @@
+// The bulkhead-sim binary itself: what `run` writes and prints, that its
+// output does not depend on --jobs, that `replay` answers what the library
+// does, and its errors. The library under it has its own tests (sim_test);
+// these hold the command the docs quote to what they say it does.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/json.hpp"
+#include "tools/sim/replay.hpp"
+
+namespace bulkhead::sim {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kScenario = std::string(BULKHEAD_SOURCE_DIR) + "/scenarios/steady-overload.toml";
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+class SimCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "bhtest-sim-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs bulkhead-sim with `args`, stdin from `input`, and PATH set to
+  // `path` when not empty.
+  Result sim(const std::vector<std::string>& args, const std::string& input = "",
+             const std::string& path = "") {
+    const fs::path in = dir_ / "stdin", out = dir_ / "stdout", err = dir_ / "stderr";
+    write_file(in, input);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int fds[] = {::open(in.c_str(), O_RDONLY), ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600),
+                         ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600)};
+      for (int i = 0; i < 3; ++i) ::dup2(fds[i], i);
+      if (!path.empty()) ::setenv("PATH", path.c_str(), 1);
+      std::vector<char*> argv{const_cast<char*>(BULKHEAD_SIM_PATH)};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      std::_Exit(127);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_file(out), read_file(err)};
+  }
+
+  // An executable `gnuplot` in DIR/bin that exits with `code`.
+  std::string fake_gnuplot(int code) {
+    const fs::path bin = dir_ / "bin";
+    fs::create_directories(bin);
+    write_file(bin / "gnuplot", "#!/bin/sh\nexit " + std::to_string(code) + "\n");
+    ::chmod((bin / "gnuplot").c_str(), 0755);
+    return bin.string();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(SimCli, RunPrintsTheTableAndWritesCsvPlotAndSummary) {
+  const fs::path out = dir_ / "out";
+  const Result r = sim({"run", kScenario, "--policy", "balance", "--policy", "aimd", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out.rfind("== steady-overload: ", 0), 0u) << r.out;
+  for (const char* row : {"\naimd ", "\nbalance ", "\nnone ", "\nstatic-best(L="}) {
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  }
+
+  const std::string csv = read_file(out / "steady-overload.csv");
+  EXPECT_EQ(csv.rfind("t_s,policy,limit,inflight,", 0), 0u) << csv.substr(0, 200);
+  EXPECT_NE(csv.find(",balance,"), std::string::npos);
+  EXPECT_NE(csv.find(",aimd,"), std::string::npos);
+  // The script names its PNG without a directory, and gnuplot drew it.
+  EXPECT_NE(read_file(out / "steady-overload.gp").find("'steady-overload.png'"), std::string::npos);
+  EXPECT_EQ(read_file(out / "steady-overload.png").substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+
+  const auto summary = testing::JsonParser::parse(read_file(out / "summary.json"));
+  ASSERT_EQ(summary["scenarios"].array.size(), 1u);
+  const auto& scenario = summary["scenarios"][0];
+  EXPECT_EQ(scenario["name"].string, "steady-overload");
+  // The policies in the order given, then the two references.
+  std::vector<std::string> kinds;
+  for (const auto& run : scenario["runs"].array) kinds.push_back(run["kind"].string + ":" + run["policy"].string);
+  ASSERT_EQ(kinds.size(), 4u);
+  EXPECT_EQ(kinds[0], "policy:balance");
+  EXPECT_EQ(kinds[1], "policy:aimd");
+  EXPECT_EQ(kinds[2], "none:none");
+  EXPECT_EQ(kinds[3].rfind("static-best:static-best(L=", 0), 0u) << kinds[3];
+}
+
+TEST_F(SimCli, TheSameBytesWhateverTheJobsAndOnEveryRun) {
+  const Result one = sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", "1"});
+  const Result two = sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", "2"});
+  const Result again = sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", "2"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(testing::JsonParser::parse(one.out)["scenarios"][0]["name"].string, "steady-overload");
+  EXPECT_EQ(one.out, two.out);
+  EXPECT_EQ(two.out, again.out);
+}
+
+TEST_F(SimCli, ReplayAnswersWhatTheLibraryDoes) {
+  std::string csv = "rtt_ns,inflight,dropped\n";
+  for (int i = 0; i < 40; ++i) {
+    csv += std::to_string(10'000'000 + 1'000'000 * (i % 7)) + "," + std::to_string(15 + i % 9) + "," +
+           std::to_string(i % 13 == 12 ? 2 : 0) + "\n";
+  }
+  ReplayOptions options;
+  options.policy = "gradient2";
+  options.params.insert_or_assign("smoothing", 0.5);
+  std::istringstream in(csv);
+  std::ostringstream expected;
+  replay(in, expected, options);
+
+  const Result r = sim({"replay", "--policy", "gradient2", "--param", "smoothing=0.5"}, csv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expected.str());
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 40);
+}
+
+TEST_F(SimCli, BadArgumentsSayWhatWasWrongAndWriteNothing) {
+  const fs::path out = dir_ / "out";
+  Result r = sim({"run", kScenario, "--policy", "nonesuch", "--out", out.string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.rfind("bulkhead-sim: --policy nonesuch: unknown policy (known: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("balance"), std::string::npos) << r.err;
+
+  r = sim({"run", kScenario, kScenario});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("steady-overload.toml: name: \"steady-overload\" is the name of another scenario given"),
+            std::string::npos)
+      << r.err;
+
+  r = sim({"replay", "--policy", "aimd", "--param", "backoff"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--param backoff: must be KEY=NUMBER"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(SimCli, PlotsNeedGnuplotUnlessToldNot) {
+  const fs::path out = dir_ / "out";
+  const std::string empty = (dir_ / "empty").string();
+  fs::create_directories(empty);
+  Result r = sim({"run", kScenario, "--policy", "balance", "--out", out.string()}, "", empty);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("gnuplot not found on PATH"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gnuplot-nox"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+
+  r = sim({"run", kScenario, "--policy", "balance", "--out", out.string(), "--no-plot"}, "", empty);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(out / "steady-overload.csv"));
+  EXPECT_TRUE(fs::exists(out / "summary.json"));
+  EXPECT_FALSE(fs::exists(out / "steady-overload.gp"));
+  EXPECT_FALSE(fs::exists(out / "steady-overload.png"));
+
+  // A gnuplot that fails is an error, naming the script.
+  r = sim({"run", kScenario, "--policy", "balance", "--out", out.string()}, "", fake_gnuplot(3));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("gnuplot failed on " + (out / "steady-overload.gp").string()), std::string::npos) << r.err;
+  r = sim({"run", kScenario, "--policy", "balance", "--out", out.string()}, "", fake_gnuplot(0));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+}  // namespace
+}  // namespace bulkhead::sim
