@@ -66,8 +66,8 @@ class BreakerIntegration : public ::testing::Test {
   }
   Json ctl_get_json() {
     const auto r = ctl({"get", "pay", "--interval", "0.05", "--json"});
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return JsonParser::parse(r.output);
+    EXPECT_EQ(r.exit_code, 0) << r.output();
+    return JsonParser::parse(r.output());
   }
   std::string metrics(const shm::Segment& seg) {
     return testing::http_get(static_cast<std::uint16_t>(seg.header().metrics_port.load()), "/metrics");
@@ -159,8 +159,8 @@ TEST_F(BreakerIntegration, ForcedByConfigReloadAndByBulkheadctl) {
 
   // bulkheadctl's override wins over the config, and outlasts the ticks.
   auto r = ctl({"breaker", "pay", "closed"});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("breaker of pay: override closed"), std::string::npos) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.output().find("breaker of pay: override closed"), std::string::npos) << r.output();
   ASSERT_TRUE(eventually([&] { return pay.breaker() == BreakerState::kClosed; })) << daemon.log();
   report(2, 20, Outcome::kFailed);
   std::this_thread::sleep_for(200ms);  // ten ticks
@@ -170,11 +170,11 @@ TEST_F(BreakerIntegration, ForcedByConfigReloadAndByBulkheadctl) {
   EXPECT_TRUE(j["dependency"]["breaker"]["forced"].boolean);
   EXPECT_EQ(j["dependency"]["breaker"]["override"].string, "closed");
   const auto text = ctl({"status", "--interval", "0.05"});
-  EXPECT_NE(text.output.find("closed*"), std::string::npos) << text.output;
+  EXPECT_NE(text.output().find("closed*"), std::string::npos) << text.output();
 
   // Back to auto: the config's force decides again.
   r = ctl({"breaker", "pay", "auto"});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output();
   ASSERT_TRUE(eventually([&] { return pay.breaker() == BreakerState::kOpen; })) << daemon.log();
   EXPECT_NE(daemon.log().find("circuit breaker closed -> open: forced open by the operator"), std::string::npos)
       << daemon.log();

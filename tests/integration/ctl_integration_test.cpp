@@ -61,8 +61,8 @@ class CtlIntegration : public ::testing::Test {
     argv.insert(argv.end(), args.begin(), args.end());
     argv.push_back("--json");
     const auto r = testing::run_command(argv, dir_);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return JsonParser::parse(r.output);
+    EXPECT_EQ(r.exit_code, 0) << r.output();
+    return JsonParser::parse(r.output());
   }
 
   const Json& dependency(const Json& status, const std::string& name) {
@@ -128,9 +128,9 @@ TEST_F(CtlIntegration, StatusGetAndProcessesShowWhatTheClientDid) {
   // The text shows the same row.
   const auto text = testing::run_command({BULKHEADCTL_PATH, "--segment", segment_.str(), "status", "-i", "0.1"}, dir_);
   EXPECT_EQ(text.exit_code, 0);
-  EXPECT_NE(text.output.find("daemon: pid " + std::to_string(daemon.pid()) + ", running"), std::string::npos)
-      << text.output;
-  EXPECT_NE(text.output.find("orders"), std::string::npos) << text.output;
+  EXPECT_NE(text.output().find("daemon: pid " + std::to_string(daemon.pid()) + ", running"), std::string::npos)
+      << text.output();
+  EXPECT_NE(text.output().find("orders"), std::string::npos) << text.output();
 
   // The client dies holding its permits; the daemon gives them back.
   client.kill();

@@ -471,10 +471,10 @@ TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
   testing::write_file(good, config());
   testing::write_file(bad, "[daemon]\ntick_ms = 1\n");
   const auto ok = testing::run_command({BULKHEADD_PATH, "--check-config", good}, dir_);
-  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_EQ(ok.exit_code, 0) << ok.output();
   const auto fail = testing::run_command({BULKHEADD_PATH, "--check-config", bad}, dir_);
   EXPECT_EQ(fail.exit_code, 1);
-  EXPECT_NE(fail.output.find("bad.toml:2: daemon.tick_ms"), std::string::npos) << fail.output;
+  EXPECT_NE(fail.output().find("bad.toml:2: daemon.tick_ms"), std::string::npos) << fail.output();
   // Nothing was created.
   EXPECT_THROW(shm::Segment::attach(segment_, shm::Access::kReadOnly), shm::SegmentError);
 }

@@ -247,8 +247,8 @@ TEST_F(PrometheusCheck, PromtoolAcceptsARealScrapeWithEverySeries) {
 
   const auto lint = testing::run_command(
       {"/bin/sh", "-c", std::string(PROMTOOL_PATH) + " check metrics < " + dir_ + "/scrape.txt"}, dir_);
-  EXPECT_EQ(lint.exit_code, 0) << lint.output;
-  EXPECT_EQ(lint.output, "") << "promtool check metrics complained";
+  EXPECT_EQ(lint.exit_code, 0) << lint.output();
+  EXPECT_EQ(lint.output(), "") << "promtool check metrics complained";
 }
 
 TEST_F(PrometheusCheck, PrometheusScrapesTheDaemonEvaluatesTheRulesAndAnswersTheDashboard) {

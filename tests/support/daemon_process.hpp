@@ -46,17 +46,23 @@ inline std::string make_temp_dir() {
 
 struct RunResult {
   int exit_code;
-  std::string output;  // stdout and stderr
+  std::string out;  // what it wrote on stdout
+  std::string err;  // and on stderr
+  std::string output() const { return out + err; }
 };
 
-// Runs `argv` to completion, capturing its output.
-inline RunResult run_command(const std::vector<std::string>& argv, const std::string& dir) {
-  const std::string out = dir + "/command.out";
+// Runs `argv` to completion with `input` on its stdin and `env`
+// ("NAME=value") added to the test's environment, capturing its output.
+inline RunResult run_command(const std::vector<std::string>& argv, const std::string& dir,
+                             const std::string& input = "", const std::vector<std::string>& env = {}) {
+  const std::string in = dir + "/command.in", out = dir + "/command.out", err = dir + "/command.err";
+  write_file(in, input);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
+    const int fds[] = {::open(in.c_str(), O_RDONLY), ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600),
+                       ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600)};
+    for (int i = 0; i < 3; ++i) ::dup2(fds[i], i);
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -65,7 +71,7 @@ inline RunResult run_command(const std::vector<std::string>& argv, const std::st
   }
   int status = 0;
   ::waitpid(pid, &status, 0);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_file(out)};
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_file(out), read_file(err)};
 }
 
 // A child process of a test: argv run with the test's environment plus

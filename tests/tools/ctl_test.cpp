@@ -646,10 +646,10 @@ class CtlBinary : public ::testing::Test {
 TEST_F(CtlBinary, MissingSegmentExitsOneWithTheReason) {
   TempSegmentName name{"ctl-bin"};
   const auto r = run({"--segment", name.str(), "status"});
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("bulkheadctl: segment /dev/shm/" + name.str() + ": cannot open: No such file"),
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_NE(r.output().find("bulkheadctl: segment /dev/shm/" + name.str() + ": cannot open: No such file"),
             std::string::npos)
-      << r.output;
+      << r.output();
 }
 
 TEST_F(CtlBinary, CorruptSegmentExitsOneWithTheReason) {
@@ -657,8 +657,8 @@ TEST_F(CtlBinary, CorruptSegmentExitsOneWithTheReason) {
   shm::Segment s = shm::Segment::create(name, testing::small_segment());
   s.header().magic.store(0x1234);
   const auto r = run({"processes", "--segment", name.str()});
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("wrong magic"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_NE(r.output().find("wrong magic"), std::string::npos) << r.output();
 }
 
 TEST_F(CtlBinary, UsageErrorsExitTwoAndUnknownDependencyThree) {
@@ -667,12 +667,12 @@ TEST_F(CtlBinary, UsageErrorsExitTwoAndUnknownDependencyThree) {
   EXPECT_EQ(run({"frobnicate"}).exit_code, 2);
   const auto help = run({"--help"});
   EXPECT_EQ(help.exit_code, 0);
-  EXPECT_NE(help.output.find("processes"), std::string::npos) << help.output;
+  EXPECT_NE(help.output().find("processes"), std::string::npos) << help.output();
   TempSegmentName name{"ctl-bin"};
   shm::Segment s = shm::Segment::create(name, testing::small_segment());
   const auto r = run({"--segment", name.str(), "get", "nope"});
-  EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_NE(r.output.find("no dependency 'nope'"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output();
+  EXPECT_NE(r.output().find("no dependency 'nope'"), std::string::npos) << r.output();
 }
 
 // `get` reads every dependency, and prints the one it was asked for.
@@ -682,10 +682,10 @@ TEST_F(CtlBinary, GetPrintsTheNamedDependencyOfSeveral) {
   shm::find_or_claim_dependency(s, "orders", 12, 0);
   shm::find_or_claim_dependency(s, "payments", 20, 0);
   const auto r = run({"--segment", name.str(), "get", "payments", "--interval", "0.05"});
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("dependency payments (slot "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("  limit       20\n"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("orders"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.output().find("dependency payments (slot "), std::string::npos) << r.output();
+  EXPECT_NE(r.output().find("  limit       20\n"), std::string::npos) << r.output();
+  EXPECT_EQ(r.output().find("orders"), std::string::npos) << r.output();
 }
 
 // Forcing a breaker writes to the segment: a user who may only read it is
@@ -729,12 +729,12 @@ TEST_F(CtlBinary, TopWithoutATerminalPrintsSuccessiveSnapshots) {
   shm::Segment s = shm::Segment::create(name, testing::small_segment());
   shm::find_or_claim_dependency(s, "payments", 12, 0);
   const auto r = run({"--segment", name.str(), "top", "-n", "2", "--interval", "0.05"});
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(r.output.find("\x1b"), std::string::npos) << "escape sequences into a pipe";
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(r.output().find("\x1b"), std::string::npos) << "escape sequences into a pipe";
   std::size_t frames = 0;
-  for (std::size_t at = 0; (at = r.output.find("bulkheadctl top - ", at)) != std::string::npos; ++at) ++frames;
-  EXPECT_EQ(frames, 2u) << r.output;
-  EXPECT_NE(r.output.find("payments"), std::string::npos) << r.output;
+  for (std::size_t at = 0; (at = r.output().find("bulkheadctl top - ", at)) != std::string::npos; ++at) ++frames;
+  EXPECT_EQ(frames, 2u) << r.output();
+  EXPECT_NE(r.output().find("payments"), std::string::npos) << r.output();
 }
 
 // `top` on a terminal of `rows` x `columns` (a pseudo-terminal): waits for

@@ -2,20 +2,17 @@
 // output does not depend on --jobs, that `replay` answers what the library
 // does, and its errors. The library under it has its own tests (sim_test);
 // these hold the command the docs quote to what they say it does.
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/support/daemon_process.hpp"
 #include "tests/support/json.hpp"
 #include "tools/sim/replay.hpp"
 
@@ -23,55 +20,22 @@ namespace bulkhead::sim {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_file;
+using testing::write_file;
 
 const std::string kScenario = std::string(BULKHEAD_SOURCE_DIR) + "/scenarios/steady-overload.toml";
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
-
 class SimCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "bhtest-sim-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
   void TearDown() override { fs::remove_all(dir_); }
 
   // Runs bulkhead-sim with `args`, stdin from `input`, and PATH set to
   // `path` when not empty.
-  Result sim(const std::vector<std::string>& args, const std::string& input = "",
-             const std::string& path = "") {
-    const fs::path in = dir_ / "stdin", out = dir_ / "stdout", err = dir_ / "stderr";
-    write_file(in, input);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const int fds[] = {::open(in.c_str(), O_RDONLY), ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600),
-                         ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600)};
-      for (int i = 0; i < 3; ++i) ::dup2(fds[i], i);
-      if (!path.empty()) ::setenv("PATH", path.c_str(), 1);
-      std::vector<char*> argv{const_cast<char*>(BULKHEAD_SIM_PATH)};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      std::_Exit(127);
-    }
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_file(out), read_file(err)};
+  testing::RunResult sim(std::vector<std::string> args, const std::string& input = "",
+                         const std::string& path = "") {
+    args.insert(args.begin(), BULKHEAD_SIM_PATH);
+    return testing::run_command(args, dir_.string(), input,
+                                path.empty() ? std::vector<std::string>{} : std::vector<std::string>{"PATH=" + path});
   }
 
   // An executable `gnuplot` in DIR/bin that exits with `code`.
@@ -83,12 +47,12 @@ class SimCli : public ::testing::Test {
     return bin.string();
   }
 
-  fs::path dir_;
+  fs::path dir_ = testing::make_temp_dir();
 };
 
 TEST_F(SimCli, RunPrintsTheTableAndWritesCsvPlotAndSummary) {
   const fs::path out = dir_ / "out";
-  const Result r = sim({"run", kScenario, "--policy", "balance", "--policy", "aimd", "--out", out.string()});
+  const auto r = sim({"run", kScenario, "--policy", "balance", "--policy", "aimd", "--out", out.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.out.rfind("== steady-overload: ", 0), 0u) << r.out;
@@ -119,9 +83,9 @@ TEST_F(SimCli, RunPrintsTheTableAndWritesCsvPlotAndSummary) {
 }
 
 TEST_F(SimCli, TheSameBytesWhateverTheJobsAndOnEveryRun) {
-  const Result one = sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", "1"});
-  const Result two = sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", "2"});
-  const Result again = sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", "2"});
+  const testing::RunResult one = sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", "1"});
+  const testing::RunResult two = sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", "2"});
+  const testing::RunResult again = sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", "2"});
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_EQ(testing::JsonParser::parse(one.out)["scenarios"][0]["name"].string, "steady-overload");
   EXPECT_EQ(one.out, two.out);
@@ -141,7 +105,7 @@ TEST_F(SimCli, ReplayAnswersWhatTheLibraryDoes) {
   std::ostringstream expected;
   replay(in, expected, options);
 
-  const Result r = sim({"replay", "--policy", "gradient2", "--param", "smoothing=0.5"}, csv);
+  const auto r = sim({"replay", "--policy", "gradient2", "--param", "smoothing=0.5"}, csv);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, expected.str());
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 40);
@@ -149,7 +113,7 @@ TEST_F(SimCli, ReplayAnswersWhatTheLibraryDoes) {
 
 TEST_F(SimCli, BadArgumentsSayWhatWasWrongAndWriteNothing) {
   const fs::path out = dir_ / "out";
-  Result r = sim({"run", kScenario, "--policy", "nonesuch", "--out", out.string()});
+  testing::RunResult r = sim({"run", kScenario, "--policy", "nonesuch", "--out", out.string()});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err.rfind("bulkhead-sim: --policy nonesuch: unknown policy (known: ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find("balance"), std::string::npos) << r.err;
@@ -170,7 +134,7 @@ TEST_F(SimCli, PlotsNeedGnuplotUnlessToldNot) {
   const fs::path out = dir_ / "out";
   const std::string empty = (dir_ / "empty").string();
   fs::create_directories(empty);
-  Result r = sim({"run", kScenario, "--policy", "balance", "--out", out.string()}, "", empty);
+  testing::RunResult r = sim({"run", kScenario, "--policy", "balance", "--out", out.string()}, "", empty);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("gnuplot not found on PATH"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("gnuplot-nox"), std::string::npos) << r.err;
