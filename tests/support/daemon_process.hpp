@@ -44,6 +44,23 @@ inline std::string make_temp_dir() {
   return pattern;
 }
 
+// execv()'s argument array over `argv`'s strings, for the parent to build
+// before fork(): the child then only redirects, sets `env` and executes.
+inline std::vector<char*> exec_args(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  return args;
+}
+
+// In a forked child: adds `env` ("NAME=value") to the environment and
+// runs `args` (exec_args()); exits 127 if it cannot.
+[[noreturn]] inline void exec_child(std::vector<char*>& args, const std::vector<std::string>& env) {
+  for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+  ::execv(args[0], args.data());
+  std::_Exit(127);
+}
+
 struct RunResult {
   int exit_code;
   std::string out;  // what it wrote on stdout
@@ -57,17 +74,13 @@ inline RunResult run_command(const std::vector<std::string>& argv, const std::st
                              const std::string& input = "", const std::vector<std::string>& env = {}) {
   const std::string in = dir + "/command.in", out = dir + "/command.out", err = dir + "/command.err";
   write_file(in, input);
+  std::vector<char*> args = exec_args(argv);
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int fds[] = {::open(in.c_str(), O_RDONLY), ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600),
                        ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600)};
     for (int i = 0; i < 3; ++i) ::dup2(fds[i], i);
-    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    std::_Exit(127);
+    exec_child(args, env);
   }
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -82,17 +95,13 @@ class ChildProcess {
   ChildProcess(const std::vector<std::string>& argv, const std::string& log_path,
                const std::vector<std::string>& env = {})
       : log_path_(log_path) {
+    std::vector<char*> args = exec_args(argv);
     pid_ = ::fork();
     if (pid_ == 0) {
       const int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
-      for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      std::_Exit(127);
+      exec_child(args, env);
     }
   }
   ~ChildProcess() {
