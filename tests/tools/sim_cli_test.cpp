@@ -83,9 +83,10 @@ TEST_F(SimCli, RunPrintsTheTableAndWritesCsvPlotAndSummary) {
 }
 
 TEST_F(SimCli, TheSameBytesWhateverTheJobsAndOnEveryRun) {
-  const testing::RunResult one = sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", "1"});
-  const testing::RunResult two = sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", "2"});
-  const testing::RunResult again = sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", "2"});
+  const auto json = [&](const char* jobs) {
+    return sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", jobs});
+  };
+  const auto one = json("1"), two = json("2"), again = json("2");
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_EQ(testing::JsonParser::parse(one.out)["scenarios"][0]["name"].string, "steady-overload");
   EXPECT_EQ(one.out, two.out);
@@ -113,7 +114,7 @@ TEST_F(SimCli, ReplayAnswersWhatTheLibraryDoes) {
 
 TEST_F(SimCli, BadArgumentsSayWhatWasWrongAndWriteNothing) {
   const fs::path out = dir_ / "out";
-  testing::RunResult r = sim({"run", kScenario, "--policy", "nonesuch", "--out", out.string()});
+  auto r = sim({"run", kScenario, "--policy", "nonesuch", "--out", out.string()});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err.rfind("bulkhead-sim: --policy nonesuch: unknown policy (known: ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find("balance"), std::string::npos) << r.err;
@@ -134,7 +135,7 @@ TEST_F(SimCli, PlotsNeedGnuplotUnlessToldNot) {
   const fs::path out = dir_ / "out";
   const std::string empty = (dir_ / "empty").string();
   fs::create_directories(empty);
-  testing::RunResult r = sim({"run", kScenario, "--policy", "balance", "--out", out.string()}, "", empty);
+  auto r = sim({"run", kScenario, "--policy", "balance", "--out", out.string()}, "", empty);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("gnuplot not found on PATH"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("gnuplot-nox"), std::string::npos) << r.err;
