@@ -177,6 +177,7 @@ struct bh_client {
   std::optional<shm::Segment> segment;
   std::uint32_t process_index = 0;
   std::uint32_t static_limit = UINT32_MAX;
+  bool require_segment = false;  // opened with BH_OPEN_REQUIRE_SEGMENT
   std::string status;
   std::mutex mutex;  // guards deps: cold path only
   std::map<std::string, std::unique_ptr<bh_dep>, std::less<>> deps;
@@ -223,10 +224,48 @@ void assign_stripes(bh_dep* d, const shm::Segment& segment, std::uint32_t proces
   }
 }
 
+// Points `dep`'s lines at a LocalSlot of its own that admits up to
+// `limit`: a standalone client's dependency (no segment), or one of a
+// forked child that got no process slot. Keeps `inherited`.
+void bind_local(bh_dep* dep, std::uint32_t limit) {
+  dep->local = std::make_unique<LocalSlot>();
+  dep->local->control.limit.store(limit, std::memory_order_relaxed);
+  dep->local->partitions.admit_limit.store(limit, std::memory_order_relaxed);
+  dep->local->stripe.rtt_min_ns.store(UINT64_MAX, std::memory_order_relaxed);
+  dep->index = 0;
+  dep->admission = &dep->local->admission.word;
+  dep->admit_limit = &dep->local->partitions.admit_limit;
+  dep->flags = &dep->local->control.flags;
+  dep->held = &dep->local->held;
+  dep->stats = &dep->local->stripe;
+  dep->stripe0 = dep->stats;
+  dep->latency0 = &dep->local->latency;
+  dep->latency_stride = 0;
+  dep->cpu_stripes = 0;
+  dep->owned_cpus = 0;
+  dep->spare = dep->stats;
+  dep->waits = &dep->local->waits;
+  dep->wait_histogram = &dep->local->wait;
+  // No queue standalone: bh_acquire() at the limit is refused at once.
+  dep->line = &dep->local->admission;
+  dep->control = &dep->local->control;
+  dep->trials = &dep->local->control.trials;  // breaker always closed: never used
+  dep->queue = nullptr;
+  dep->queue_slots = 0;
+  dep->process = 0;
+  dep->partitions = &dep->local->partitions;  // never partitioned
+}
+
+// The limit a dependency of standalone client `c` admits up to: its static
+// limit; none for one opened with BH_OPEN_REQUIRE_SEGMENT (standalone only
+// in a forked child that got no process slot of its own).
+std::uint32_t local_limit(const bh_client& c) { return c.require_segment ? 0 : c.static_limit; }
+
 // A forked child inherits its parent's process slot; permits it takes must
 // be counted against a slot of its own, or the daemon would give them back
 // when the parent dies (and miss them when the child does). Every open
-// client is re-registered in the child.
+// client is re-registered in the child, or goes standalone there when the
+// process table is full (rebind_after_fork()).
 // Never destroyed: a thread may open or close a client, or fork, while
 // exit() runs the static destructors.
 std::mutex& g_clients_mutex = *new std::mutex;
@@ -254,16 +293,28 @@ void rebind_after_fork() {
     for (auto& [name, dep] : c->deps) dep->inherited |= dep->held_at_fork ? 1u : 0u;
     try {
       c->process_index = shm::claim_process_slot(*c->segment);
+      for (auto& [name, dep] : c->deps) {
+        dep->held = &c->segment->held(c->process_index, dep->index);
+        assign_stripes(dep.get(), *c->segment, c->process_index);
+        dep->process = c->process_index;
+      }
     } catch (const shm::SegmentError& e) {
-      // No slot for the child: its permits go on counting in the parent's
-      // slot. Rare (table full) and bounded; say so in the status.
-      c->status += std::string(" (after fork: ") + e.what() + ")";
-      continue;
-    }
-    for (auto& [name, dep] : c->deps) {
-      dep->held = &c->segment->held(c->process_index, dep->index);
-      assign_stripes(dep.get(), *c->segment, c->process_index);
-      dep->process = c->process_index;
+      // No slot for the child (the process table is full). Counting its
+      // permits in its parent's slot would leak those it holds when it
+      // dies (the daemon gives back a slot's permits when its process
+      // exits, and the parent lives on), and its bh_client_close() would
+      // free the parent's slot. The child goes standalone instead, as
+      // bh_client_open() does without a segment: its own static limit, no
+      // daemon, no breaker, no queue. Or, opened with
+      // BH_OPEN_REQUIRE_SEGMENT, it refuses every call. Inherited permits
+      // stay the parent's: the child's held counts start at zero.
+      c->segment.reset();
+      for (auto& [name, dep] : c->deps) bind_local(dep.get(), local_limit(*c));
+      c->status = std::string(c->require_segment ? "refusing every call" : "standalone") +
+                  " after fork: no process slot of its own (" + e.what() + "), " +
+                  (c->require_segment ? std::string("and the client requires the segment")
+                   : c->static_limit == UINT32_MAX ? std::string("static limit none")
+                                                   : "static limit " + std::to_string(c->static_limit));
     }
     for (auto& [name, handle] : c->partitions) {
       // The dependency's lines, rebound above; the handle's own fast-path
@@ -682,6 +733,7 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
 
   auto client = std::unique_ptr<bh_client>(new (std::nothrow) bh_client());
   if (!client) return fail(ENOMEM, "bh_client_open: out of memory");
+  client->require_segment = (options->flags & BH_OPEN_REQUIRE_SEGMENT) != 0;
   client->static_limit = options->static_limit > 0
                              ? static_cast<std::uint32_t>(std::min<long>(options->static_limit, UINT32_MAX))
                              : env_static_limit();
@@ -782,32 +834,7 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->process = c->process_index;
       dep->partitions = &slot.partitions;
     } else {
-      dep->local = std::make_unique<LocalSlot>();
-      dep->local->control.limit.store(c->static_limit, std::memory_order_relaxed);
-      dep->local->partitions.admit_limit.store(c->static_limit, std::memory_order_relaxed);
-      dep->local->stripe.rtt_min_ns.store(UINT64_MAX, std::memory_order_relaxed);
-      dep->index = 0;
-      dep->admission = &dep->local->admission.word;
-      dep->admit_limit = &dep->local->partitions.admit_limit;
-      dep->flags = &dep->local->control.flags;
-      dep->held = &dep->local->held;
-      dep->stats = &dep->local->stripe;
-      dep->stripe0 = dep->stats;
-      dep->latency0 = &dep->local->latency;
-      dep->latency_stride = 0;
-      dep->cpu_stripes = 0;
-      dep->owned_cpus = 0;
-      dep->spare = dep->stats;
-      dep->waits = &dep->local->waits;
-      dep->wait_histogram = &dep->local->wait;
-      // No queue standalone: bh_acquire() at the limit is refused at once.
-      dep->line = &dep->local->admission;
-      dep->control = &dep->local->control;
-      dep->trials = &dep->local->control.trials;  // breaker always closed: never used
-      dep->queue = nullptr;
-      dep->queue_slots = 0;
-      dep->process = 0;
-      dep->partitions = &dep->local->partitions;  // never partitioned
+      bind_local(dep.get(), local_limit(*c));
     }
     dep->client = c;
   } catch (const shm::SegmentError& e) {

@@ -54,6 +54,18 @@ class AdmissionTest : public ::testing::Test {
     segment_->dependency(slot_of(dep)).control.limit.store(limit);
     segment_->dependency(slot_of(dep)).partitions.admit_limit.store(limit);  // no partitions
   }
+  // Claims every free process slot (for this process): the next claim,
+  // a forked child's, finds the table full. Returns the slots claimed.
+  std::vector<std::uint32_t> fill_process_table() {
+    std::vector<std::uint32_t> claimed;
+    for (;;) {
+      try {
+        claimed.push_back(shm::claim_process_slot(*segment_));
+      } catch (const shm::SegmentError&) {
+        return claimed;
+      }
+    }
+  }
   std::uint64_t held_total(std::uint32_t dep) {
     std::uint64_t sum = 0;
     for (std::uint32_t p = 0; p < segment_->header().max_processes; ++p) sum += segment_->held(p, dep).load();
@@ -344,6 +356,93 @@ TEST_F(AdmissionTest, AForkedChildNeverGivesBackItsParentsPermits) {
   second.success();
   EXPECT_EQ(dep.inflight(), 0);
   EXPECT_EQ(held_total(slot_of("payments")), 0u);
+}
+
+// With the process table full at fork, a child has no slot to count its
+// permits in. It goes standalone: its permits count nowhere in the segment,
+// so the daemon has nothing to give back when it dies (counted in its
+// parent's slot, they stayed taken until the parent exited), and permits
+// inherited from its parent stay the parent's.
+TEST_F(AdmissionTest, AForkedChildWithNoProcessSlotGoesStandalone) {
+  bh_options options{};
+  options.segment = name_.c_str();
+  options.static_limit = 1;
+  Client client(options);
+  Dependency dep = client.dependency("payments");
+  Permit inherited = dep.try_acquire();
+  ASSERT_TRUE(inherited);
+  const std::vector<std::uint32_t> others = fill_process_table();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Step by step; the exit code names the first step that went wrong.
+    if (client.mode() != Client::Mode::kStandalone) std::_Exit(1);
+    if (client.status().find("standalone after fork") == std::string_view::npos) std::_Exit(2);
+    inherited.success();  // the parent's: gives back nothing
+    Permit own = dep.try_acquire();
+    if (!own) std::_Exit(3);
+    if (dep.try_acquire()) std::_Exit(4);  // at its static limit, 1
+    const char c = 'y';
+    (void)!::write(ready[1], &c, 1);
+    ::pause();  // hold it until killed
+    std::_Exit(0);
+  }
+  ::close(ready[1]);  // a child that exits early ends the read
+  char c = 0;
+  const bool child_ready = ::read(ready[0], &c, 1) == 1;
+  ::close(ready[0]);
+  const std::uint32_t slot = slot_of("payments");
+  const std::uint64_t held_while_child_holds = held_total(slot);
+  const std::uint32_t inflight_while_child_holds =
+      shm::admission_inflight(segment_->dependency(slot).admission.word.load());
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(child_ready) << "the child exited with " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  EXPECT_EQ(held_while_child_holds, 1u);
+  EXPECT_EQ(inflight_while_child_holds, 1u);
+  EXPECT_EQ(dep.inflight(), 1);
+  inherited.success();
+  EXPECT_EQ(held_total(slot), 0u);
+  EXPECT_EQ(dep.inflight(), 0);
+  for (std::uint32_t i : others) shm::release_process_slot(*segment_, i);
+}
+
+// Opened with BH_OPEN_REQUIRE_SEGMENT, the client refuses standalone mode;
+// a child with no process slot refuses every call instead. Closing it
+// leaves its parent's slot alone (counted in that slot, it used to free
+// it, and the parent's permits with it).
+TEST_F(AdmissionTest, AForkedChildWithNoProcessSlotRefusesWhenTheSegmentIsRequired) {
+  bh_options options{};
+  options.segment = name_.c_str();
+  options.flags = BH_OPEN_REQUIRE_SEGMENT;
+  Client client(options);
+  Dependency dep = client.dependency("payments");
+  const std::vector<std::uint32_t> others = fill_process_table();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (client.mode() != Client::Mode::kStandalone) std::_Exit(1);
+    if (client.status().find("refusing every call") == std::string_view::npos) std::_Exit(2);
+    const Permit p = dep.try_acquire();
+    if (p || p.reason() != BH_REJECT_LIMIT) std::_Exit(3);
+    bh_client_close(client.handle());
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  std::uint32_t mine = 0;
+  for (std::uint32_t i = 0; i < segment_->header().max_processes; ++i) {
+    const auto& id = segment_->process(i).identity;
+    if (id.state.load() == shm::kSlotReady && id.pid.load() == ::getpid()) ++mine;
+  }
+  EXPECT_EQ(mine, 1u + others.size());  // the client's slot, and the ones filling the table
+  Permit p = dep.try_acquire();
+  EXPECT_TRUE(p);
+  p.success();
+  for (std::uint32_t i : others) shm::release_process_slot(*segment_, i);
 }
 
 TEST_F(AdmissionTest, StrictDaemonRefusesUnknownNames) {

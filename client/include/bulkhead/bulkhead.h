@@ -106,7 +106,9 @@ enum {
 
 /* Flags for bh_options.flags. */
 enum {
-  BH_OPEN_REQUIRE_SEGMENT = 1 /* fail with -ENOENT instead of standalone mode */
+  BH_OPEN_REQUIRE_SEGMENT = 1 /* fail with -ENOENT instead of standalone mode (and
+                                 in a forked child that finds the process table
+                                 full, refuse every call with BH_REJECT_LIMIT) */
 };
 
 typedef struct bh_options {
