@@ -457,6 +457,48 @@ TEST_F(PartitionTest, TheDriftScanWakesTheQueueOnlyForPermitsGivenBack) {
   batch.success();
 }
 
+// A child forked with the process table full goes standalone
+// (AdmissionTest.AForkedChildWithNoProcessSlotGoesStandalone), and so do
+// the partition handles it inherited: they admit in the child's own memory,
+// counting nothing in the segment, and a permit of its parent's that it
+// releases stays the parent's.
+TEST_F(PartitionTest, AForkedChildWithNoProcessSlotAdmitsThroughItsPartitionHandlesStandalone) {
+  start(dependency("db", 4, "critical = 0.5\nbatch = 0.25\n"));
+  Dependency db = client_->dependency("db");
+  Dependency critical = db.partition("critical");
+  Permit inherited = critical.try_acquire();
+  ASSERT_TRUE(inherited);
+  std::vector<std::uint32_t> others;
+  try {
+    for (;;) others.push_back(shm::claim_process_slot(*segment_));
+  } catch (const shm::SegmentError&) {
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Step by step; the exit code names the first step that went wrong.
+    if (client_->mode() != Client::Mode::kStandalone) std::_Exit(1);
+    inherited.success();  // the parent's: gives back nothing
+    std::vector<Permit> held;
+    for (int i = 0; i < 10; ++i) {  // over the segment's limit of 4: standalone, no static limit
+      held.push_back(critical.try_acquire());
+      if (!held.back()) std::_Exit(2);
+    }
+    if (word("db").load() != word_of(1, 1, 0)) std::_Exit(3);  // the parent's permit only
+    for (Permit& p : held) p.success();
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(word("db").load(), word_of(1, 1, 0));
+  EXPECT_EQ(held_total("db"), word_of(1, 1, 0));  // held counts share the word's encoding
+  inherited.success();
+  EXPECT_EQ(word("db").load(), word_of(0, 0, 0));
+  EXPECT_EQ(held_total("db"), 0u);
+  for (std::uint32_t i : others) shm::release_process_slot(*segment_, i);
+}
+
 // Occupancy the sampler saw, in memory shared across fork.
 struct Seen {
   std::atomic<std::uint32_t> max_total{0};
