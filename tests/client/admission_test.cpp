@@ -54,18 +54,6 @@ class AdmissionTest : public ::testing::Test {
     segment_->dependency(slot_of(dep)).control.limit.store(limit);
     segment_->dependency(slot_of(dep)).partitions.admit_limit.store(limit);  // no partitions
   }
-  // Claims every free process slot (for this process): the next claim,
-  // a forked child's, finds the table full. Returns the slots claimed.
-  std::vector<std::uint32_t> fill_process_table() {
-    std::vector<std::uint32_t> claimed;
-    for (;;) {
-      try {
-        claimed.push_back(shm::claim_process_slot(*segment_));
-      } catch (const shm::SegmentError&) {
-        return claimed;
-      }
-    }
-  }
   std::uint64_t held_total(std::uint32_t dep) {
     std::uint64_t sum = 0;
     for (std::uint32_t p = 0; p < segment_->header().max_processes; ++p) sum += segment_->held(p, dep).load();
@@ -371,7 +359,7 @@ TEST_F(AdmissionTest, AForkedChildWithNoProcessSlotGoesStandalone) {
   Dependency dep = client.dependency("payments");
   Permit inherited = dep.try_acquire();
   ASSERT_TRUE(inherited);
-  const std::vector<std::uint32_t> others = fill_process_table();
+  const testing::FullProcessTable full(*segment_);
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
   const pid_t pid = ::fork();
@@ -406,7 +394,6 @@ TEST_F(AdmissionTest, AForkedChildWithNoProcessSlotGoesStandalone) {
   inherited.success();
   EXPECT_EQ(held_total(slot), 0u);
   EXPECT_EQ(dep.inflight(), 0);
-  for (std::uint32_t i : others) shm::release_process_slot(*segment_, i);
 }
 
 // Opened with BH_OPEN_REQUIRE_SEGMENT, the client refuses standalone mode;
@@ -419,7 +406,7 @@ TEST_F(AdmissionTest, AForkedChildWithNoProcessSlotRefusesWhenTheSegmentIsRequir
   options.flags = BH_OPEN_REQUIRE_SEGMENT;
   Client client(options);
   Dependency dep = client.dependency("payments");
-  const std::vector<std::uint32_t> others = fill_process_table();
+  const testing::FullProcessTable full(*segment_);
   const pid_t pid = ::fork();
   if (pid == 0) {
     if (client.mode() != Client::Mode::kStandalone) std::_Exit(1);
@@ -438,11 +425,10 @@ TEST_F(AdmissionTest, AForkedChildWithNoProcessSlotRefusesWhenTheSegmentIsRequir
     const auto& id = segment_->process(i).identity;
     if (id.state.load() == shm::kSlotReady && id.pid.load() == ::getpid()) ++mine;
   }
-  EXPECT_EQ(mine, 1u + others.size());  // the client's slot, and the ones filling the table
+  EXPECT_EQ(mine, 1u + full.claimed());  // the client's slot, and the ones filling the table
   Permit p = dep.try_acquire();
   EXPECT_TRUE(p);
   p.success();
-  for (std::uint32_t i : others) shm::release_process_slot(*segment_, i);
 }
 
 TEST_F(AdmissionTest, StrictDaemonRefusesUnknownNames) {

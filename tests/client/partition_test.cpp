@@ -468,11 +468,7 @@ TEST_F(PartitionTest, AForkedChildWithNoProcessSlotAdmitsThroughItsPartitionHand
   Dependency critical = db.partition("critical");
   Permit inherited = critical.try_acquire();
   ASSERT_TRUE(inherited);
-  std::vector<std::uint32_t> others;
-  try {
-    for (;;) others.push_back(shm::claim_process_slot(*segment_));
-  } catch (const shm::SegmentError&) {
-  }
+  const testing::FullProcessTable full(*segment_);
   const pid_t pid = ::fork();
   if (pid == 0) {
     // Step by step; the exit code names the first step that went wrong.
@@ -496,7 +492,6 @@ TEST_F(PartitionTest, AForkedChildWithNoProcessSlotAdmitsThroughItsPartitionHand
   inherited.success();
   EXPECT_EQ(word("db").load(), word_of(0, 0, 0));
   EXPECT_EQ(held_total("db"), 0u);
-  for (std::uint32_t i : others) shm::release_process_slot(*segment_, i);
 }
 
 // Occupancy the sampler saw, in memory shared across fork.

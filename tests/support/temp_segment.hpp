@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shm/segment.hpp"
 
@@ -35,5 +37,32 @@ inline shm::CreateOptions small_segment(std::uint32_t dependencies = 16, std::ui
   o.capacities = {dependencies, processes, stripes, queue_slots};
   return o;
 }
+
+// Claims every free process slot of a segment for this process, and frees
+// them when it goes: meanwhile the next claim (a forked child's) finds the
+// table full.
+class FullProcessTable {
+ public:
+  explicit FullProcessTable(shm::Segment& segment) : segment_(segment) {
+    for (;;) {
+      try {
+        claimed_.push_back(shm::claim_process_slot(segment_));
+      } catch (const shm::SegmentError&) {
+        return;
+      }
+    }
+  }
+  ~FullProcessTable() {
+    for (std::uint32_t i : claimed_) shm::release_process_slot(segment_, i);
+  }
+  FullProcessTable(const FullProcessTable&) = delete;
+  FullProcessTable& operator=(const FullProcessTable&) = delete;
+
+  std::size_t claimed() const { return claimed_.size(); }
+
+ private:
+  shm::Segment& segment_;
+  std::vector<std::uint32_t> claimed_;
+};
 
 }  // namespace bulkhead::testing
