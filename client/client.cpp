@@ -261,6 +261,12 @@ void bind_local(bh_dep* dep, std::uint32_t limit) {
 // in a forked child that got no process slot of its own).
 std::uint32_t local_limit(const bh_client& c) { return c.require_segment ? 0 : c.static_limit; }
 
+// What local_limit() admits, for the status of a standalone client.
+std::string describe_local_limit(const bh_client& c) {
+  if (c.require_segment) return "refusing every call: the client requires the segment";
+  return "static limit " + (c.static_limit == UINT32_MAX ? std::string("none") : std::to_string(c.static_limit));
+}
+
 // A forked child inherits its parent's process slot; permits it takes must
 // be counted against a slot of its own, or the daemon would give them back
 // when the parent dies (and miss them when the child does). Every open
@@ -310,11 +316,8 @@ void rebind_after_fork() {
       // stay the parent's: the child's held counts start at zero.
       c->segment.reset();
       for (auto& [name, dep] : c->deps) bind_local(dep.get(), local_limit(*c));
-      c->status = std::string(c->require_segment ? "refusing every call" : "standalone") +
-                  " after fork: no process slot of its own (" + e.what() + "), " +
-                  (c->require_segment ? std::string("and the client requires the segment")
-                   : c->static_limit == UINT32_MAX ? std::string("static limit none")
-                                                   : "static limit " + std::to_string(c->static_limit));
+      c->status = std::string("standalone after fork: no process slot of its own (") + e.what() + "), " +
+                  describe_local_limit(*c);
     }
     for (auto& [name, handle] : c->partitions) {
       // The dependency's lines, rebound above; the handle's own fast-path
@@ -747,9 +750,7 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
       return fail(e.code(), e.what());
     }
     client->segment.reset();
-    client->status = "standalone: no segment /dev/shm/" + name + ", static limit " +
-                     (client->static_limit == UINT32_MAX ? std::string("none")
-                                                         : std::to_string(client->static_limit));
+    client->status = "standalone: no segment /dev/shm/" + name + ", " + describe_local_limit(*client);
   } catch (const std::exception& e) {
     return fail(EIO, e.what());
   }
