@@ -16,9 +16,11 @@ using test::WindowSpec;
 constexpr Bounds kBounds{1, 1000, 100};
 
 // Round numbers for hand-worked values: T = 1.2, growth 10%, no latency
-// smoothing (each window's p50 is the latency), drains every 5 s.
+// smoothing (each window's p50 is the latency), drains every 5 s to 0.85
+// of the knee.
 BalancePolicy::Params hand() {
   BalancePolicy::Params p;
+  p.probe_factor = 0.85;
   p.tolerance = 0.2;
   p.growth = 0.1;
   p.latency_samples = 0;
