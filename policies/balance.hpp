@@ -162,10 +162,10 @@
 // exponential's 1.18, the least usual one, before any), and the rest is
 // the others' queue, which every host's limiter then sheds. Over 8
 // limiters (scenarios/many-processes-per-process): p99 5.2x no-load to
-// 1.4x, and still 1.4x run for four minutes (vegas 2.0x). A dependency
+// 1.4x, and 1.3x run for four minutes (vegas 2.0x). A dependency
 // that gets slower by a delay every call has (a longer network path) is
 // throttled like an overloaded one: no limiter can tell that delay from
-// the others' queue (scenarios/network-delay: 64% of capacity, where
+// the others' queue (scenarios/network-delay: 63% of capacity, where
 // without other_hosts it serves 99%).
 // Where it differs from its sources: drops count only as a ratio (one
 // timeout in a thousand is not overload), and windows are those of the

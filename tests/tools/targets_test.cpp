@@ -110,9 +110,9 @@ TEST(SimTargets, OneHostWideLimitServesAtLeast95PercentEverywhere) {
 // shipped scenario at its own seed: the issue's "goodput at least the best
 // reference's and p99 no worse", read as no loss on both counts (the
 // reference with the most goodput buys its last tenths with a deep queue:
-// where it serves more, AIMD and Gradient2 at 1.15 to 4 times balance's
+// where it serves more, AIMD and Gradient2 at 1.1 to 4 times balance's
 // p99 on the table in docs/policies.md). Tight in steady-overload, where
-// gradient serves exactly as many calls at a p99 of 1.11x against 1.12x;
+// gradient serves 0.1 calls/s fewer at a p99 of 1.11x against 1.10x;
 // over other seeds gradient and vegas still win there and in
 // small-dependency on some (scripts/sim-seeds.py).
 TEST(SimTargets, NoReferencePolicyBeatsItOnBothCounts) {
@@ -193,7 +193,7 @@ TEST_F(SharedDependency, OtherHostsKeepsTheLimitersFromRatcheting) {
 // drains for latency stuck over the target adopt the whole rise when it
 // stayed (to tell a longer network path) was at 2.2x at 60 s and at 5.1x
 // with calls timing out at 300 s (docs/policies.md). Four minutes: without
-// other_hosts, 5.4x and 96.6%.
+// other_hosts, 5.4x and 96.7%.
 TEST_F(SharedDependency, OtherHostsHoldsTheTailOverFourMinutes) {
   scenario_.duration_s = 240;
   options_.policies = {kPolicy};
