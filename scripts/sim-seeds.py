@@ -10,7 +10,8 @@ make before claiming a policy change helps.
 KEY=VALUE pairs are the policy's parameters (docs/config.md), given to every
 run as bulkhead-sim's --param POLICY.KEY=VALUE. Per scenario, over the seeds
 (each an offset added to the scenario's own seed), it prints the policy's mean
-goodput (% of capacity) and mean p99 over no-load p99; then its goodput minus
+goodput (% of capacity), mean p50 of admitted calls (ms: a queue bought for
+goodput shows there first) and mean p99 over no-load p99; then its goodput minus
 the best reference's, as the mean and the worst seed, and how many seeds also
 had a worse p99 than that reference; then the same against the best static
 limit; then on how many seeds a reference beat it on both counts (more goodput
@@ -71,14 +72,14 @@ def main():
             sys.exit(f'sim-seeds: no such scenario: {", ".join(os.path.relpath(m, ROOT) for m in missing)}')
         scenarios = sorted(set(chosen))
     print(f'{len(offsets)} seeds; goodput in points of capacity')
-    print(f'{"":27s}{"%cap":>6s}{"p99/nl":>8s} | {"vs best reference":^24s} | {"vs best static":^14s}'
+    print(f'{"":27s}{"%cap":>6s}{"p50 ms":>8s}{"p99/nl":>8s} | {"vs best reference":^24s} | {"vs best static":^14s}'
           f' | beaten on both')
-    print(f'{"":27s}{"mean":>6s}{"mean":>8s} | {"mean":>6s}{"worst":>7s}{"p99 worse":>11s} | {"mean":>7s}{"worst":>7s}'
+    print(f'{"":27s}{"mean":>6s}{"mean":>8s}{"mean":>8s} | {"mean":>6s}{"worst":>7s}{"p99 worse":>11s} | {"mean":>7s}{"worst":>7s}'
           f' | seeds   by')
     short_ref = short_static = 0.0
     beaten_scenarios = 0
     for scenario in scenarios:
-        pct, p99, gaps, sgaps, worse, beaten, beaters = [], [], [], [], 0, 0, set()
+        pct, p50, p99, gaps, sgaps, worse, beaten, beaters = [], [], [], [], [], 0, 0, set()
         for offset in offsets:
             refs = run(a.sim, scenario, offset, a.policy, {}, REFERENCES)
             mine = run(a.sim, scenario, offset, a.policy, params, [a.policy])
@@ -87,6 +88,7 @@ def main():
             best = max(others, key=lambda r: r['goodput_pct'])
             static = next(r for r in refs if r['kind'] == 'static-best')
             pct.append(me['goodput_pct'])
+            p50.append(me['p50_ms'])
             p99.append(me['p99_vs_noload'])
             gaps.append(me['goodput_pct'] - best['goodput_pct'])
             sgaps.append(me['goodput_pct'] - static['goodput_pct'])
@@ -98,7 +100,7 @@ def main():
         n = len(offsets)
         short_ref += sum(min(g, 0) for g in gaps) / n
         short_static += sum(min(g, 0) for g in sgaps) / n
-        print(f'{os.path.basename(scenario)[:-5]:27s}{sum(pct) / n:6.1f}{sum(p99) / n:8.2f} | '
+        print(f'{os.path.basename(scenario)[:-5]:27s}{sum(pct) / n:6.1f}{sum(p50) / n:8.1f}{sum(p99) / n:8.2f} | '
               f'{sum(gaps) / n:+6.1f}{min(gaps):+7.1f}{worse:>6d} of {n} | '
               f'{sum(sgaps) / n:+7.1f}{min(sgaps):+7.1f} | '
               f'{beaten:>2d} of {n} {",".join(sorted(beaters))}'.rstrip())
