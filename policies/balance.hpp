@@ -58,7 +58,7 @@
 //     queued before the daemon knew the dependency;
 //   - when the smoothed latency falls under base / T (no noise does that:
 //     the dependency healed), it drops to it at once and drains soon;
-//   - it drains: the limit drops to probe_factor × (0.9 of) the knee for
+//   - it drains: the limit drops to probe_factor (0.9) times the knee for
 //     at least three windows, twice the latency and 20 calls measured;
 //     the sample-weighted p50 of the probe windows after in-flight fell
 //     to the drained limit (the calls queued before it gone) becomes the
