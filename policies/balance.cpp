@@ -93,6 +93,12 @@ constexpr double kRateFallShare = 0.1;
 // it: the knee rests on a smoothed rate and a drain's mean latency, a few
 // percent off either way.
 constexpr double kKneeDrainShare = 0.95;
+// A drain that latency stuck over the target called, and that found the
+// dependency slower with a queue's shape where its no-load latency had
+// none, ran under the knee when its completion rate fell by at least this
+// share of the limit's fall (in log); over the knee it serves what the
+// dependency can, about as many calls as before.
+constexpr double kDelayRateElasticity = 0.5;
 // The no-load p50 over the spread p50 - p10 of exponential service times:
 // ln 2 / (ln 2 - ln(10/9)) = 1.18, the least of the usual shapes (lognormal
 // ones of sigma 1 give 1.38, near-constant ones far more). Until a drain
@@ -135,6 +141,21 @@ double BalancePolicy::own_latency(double p50, double spread, double floor) const
 
 bool BalancePolicy::queued_shape(const Window& w) const {
   return static_cast<double>(w.rtt_p10_ns) >= kQueuedShape * static_cast<double>(w.rtt_p50_ns);
+}
+
+double BalancePolicy::delay_factor(double p50, double spread, double mean, double rate, double drained_limit) const {
+  // Only alone on the dependency: other hosts' queue shifts every call
+  // the same way (own_latency()).
+  if (params_.other_hosts != 0 || !probe_stuck_ || base_mean_ns_ <= 0) return 1;
+  // A queue's shape now, none in the no-load latency: every call has the
+  // same added latency, a delay or a queue.
+  const bool shifted = spread < (1 - kQueuedShape) * p50 && base_spread_ns_ > (1 - kQueuedShape) * probe_baseline_ns_;
+  // Not a queue: the drain ran under the knee, its completion rate down
+  // with its limit.
+  const double limit_fell = std::log(limit_in_force_ / std::max(drained_limit, 1.0));
+  const bool under_knee = rate > 0 && rate_before_probe_ > 0 &&
+                          std::log(rate_before_probe_ / rate) > kDelayRateElasticity * limit_fell;
+  return shifted && under_knee ? std::max(1.0, mean / base_mean_ns_) : 1.0;
 }
 
 bool BalancePolicy::overloaded(const Window& w) const {
@@ -231,6 +252,7 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     const double own = untrusted ? p50 : own_latency(p50, spread_of(w), baseline_ns_);
     baseline_ns_ += follow * (own - baseline_ns_);
     base_mean_ns_ += follow * (w.rtt_mean_ns() * (own < p50 ? own / p50 : 1.0) - base_mean_ns_);
+    base_spread_ns_ += follow * (spread_of(w) - base_spread_ns_);
     baseline_samples_ += n;
   } else if (untrusted) {
     // The limit binds, the window has a queue's shape, and the baseline
@@ -356,6 +378,8 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
     // Long enough for calls admitted before the drain to finish.
     probe_needed_ns_ = 2 * latency_ns_;
     limit_before_probe_ = limit_;
+    rate_before_probe_ = n / duration;
+    probe_stuck_ = stuck;
     // Cut for latency that may not have been a queue: if the drain finds
     // the baseline itself rose past the target, the cuts were for nothing.
     limit_before_cuts_ = probe_after_drops_ ? std::max(limit_, limit_before_drops_)
@@ -475,7 +499,10 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // compare with that, from the minimum.)
     cut_baseline_ns_ = 0;
     baseline_ns_ = latency_ns_ = measured;
-    base_mean_ns_ = probe_mean_sum_ / probe_samples_;
+    const double drained_mean = probe_mean_sum_ / probe_samples_;
+    const double delay = slower ? delay_factor(drained_p50, spread, drained_mean, drained_rate, drained_limit) : 1.0;
+    base_mean_ns_ = drained_mean;
+    base_spread_ns_ = spread;
     baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);
     const double cut = std::max(limit_before_probe_, 1.0);
     // So does one after drops that stopped: what they cut for has passed
@@ -486,6 +513,9 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // And the dependency as it was served the drained limit: keep at least
     // that.
     if (probe_after_drops_ && !slower) limit_ = std::max(limit_, drained_limit);
+    // A delay every call has: the dependency serves as many calls a second
+    // as before the cuts, each in flight that much longer.
+    if (delay > 1) limit_ = clamp(std::floor(limit_before_cuts_ * delay));
   } else {
     limit_ = limit_before_probe_;
   }

@@ -129,6 +129,18 @@
 // admissions of three windows (5% at the knee), and pins the one host-wide
 // limit: every process on the host sees it at once.
 //
+// Alone on the dependency (other_hosts = 0), a drain that latency stuck
+// over the target called and that finds it slower can tell a delay every
+// call has (a longer network path) from a slower dependency: the delay
+// gives the drain a queue's shape (its p10 at least half its p50) where
+// the no-load latency had none, and the dependency still serves as many
+// calls a second, each in flight longer. A queue has that shape too, so
+// only a drain whose completion rate fell by at least half as much as the
+// limit (in log; over the knee it serves what the dependency can, as many
+// calls as before) counts: the limit goes to the one from before the cuts
+// times the rise of the mean latency (Little's law), not halfway back
+// (scenarios/network-delay: 0.5 points under the best reference to 0.3
+// over 30 seeds, docs/policies.md).
 // Drops that persist (drop_threshold of the last ~500 calls, and at least
 // three) lower the baseline with the limit, and call for a drain once they stop:
 // calls that keep timing out under the limit were queued, so the latency the
@@ -262,6 +274,12 @@ class BalancePolicy : public Policy {
   // dependency's own: all of it, unless other_hosts; then no more than the
   // learned shape times the spread, nor less than `floor` (or than p50).
   double own_latency(double p50, double spread, double floor) const;
+  // After a drain that found the dependency slower, with latency `p50`,
+  // spread `spread` and mean `mean`, completing `rate` calls per ns at
+  // `drained_limit`: how many times more calls in flight a delay every
+  // call has needs (mean over the no-load mean), or 1 if the drain may
+  // have measured a queue or a dependency that serves fewer calls.
+  double delay_factor(double p50, double spread, double mean, double rate, double drained_limit) const;
   // `ns`, held to baseline_max_ms.
   double bounded(double ns) const;
   double clamp(double limit) const;
@@ -299,6 +317,9 @@ class BalancePolicy : public Policy {
   double probe_measured_ns_ = 0;   // window time the drain measured (once settled)
   double probe_mean_sum_ = 0;  // latency sum over the same windows
   double base_mean_ns_ = 0;    // the no-load mean latency, beside the p50
+  double base_spread_ns_ = 0;  // the no-load spread p50 - p10, beside the baseline
+  double rate_before_probe_ = 0;  // completions per ns in the window that started the drain
+  bool probe_stuck_ = false;      // latency stuck over the target called the drain under way
   double shape_ = 0;           // the no-load p50 over its spread p50 - p10; 0: not measured yet
   double rate_ = 0;            // completions per ns while the limit is used
   double drained_rate_ = 0;    // rate_ when the last drain ended

@@ -1176,6 +1176,57 @@ TEST(BalancePolicy, WithOtherHostsAnUnusedLimitsMeanLatencyFollowsOnlyWhatTheSpr
   EXPECT_TRUE(b.probing());
 }
 
+// What the drain that latency stuck over the target calls finds, when a
+// dependency of p50 10 ms and p10 2 ms (its own spread) turns slower.
+struct Slowdown {
+  double p50_ms, p10_ms;    // every window's, from then on
+  double drained_rate;      // the drain's completions per second
+  double limit;             // after the drain
+  const char* why;
+};
+
+double limit_after(const Slowdown& c) {
+  BalancePolicy b(kBounds, hand());
+  // Two app-limited windows of 100 calls: a trusted baseline of 10 ms, its
+  // spread 8 ms, no queue's shape.
+  for (int i = 0; i < 2; ++i) b.update(spread_window(10, 2, 10));
+  const auto window = [&c](double limit, double ok) {
+    Window w = saturated(limit, c.p50_ms, static_cast<std::uint64_t>(ok));
+    w.rtt_p10_ns = w.rtt_min_ns = static_cast<std::uint64_t>(c.p10_ms * test::kNsPerMs);
+    return w;
+  };
+  // r = 3 cuts by sqrt(1.2 / 3) a window: 100 -> 63.2 -> 40, half of 100: a
+  // drain, at floor(0.85 x 40 / 1.2) = 28, from a window that completed
+  // 63.2 / 30 ms = 2108 calls.
+  int windows = 0;
+  while (!b.probing() && windows++ < 10) b.update(window(b.limit(), b.limit() / (c.p50_ms / 1e3)));
+  EXPECT_DOUBLE_EQ(b.limit(), 28) << c.why;
+  while (b.probing() && windows++ < 20) b.update(window(b.limit(), c.drained_rate));
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), c.p50_ms * 1e6) << c.why;
+  return b.limit();
+}
+
+TEST(BalancePolicy, ADrainThatFindsADelayOnEveryCallScalesTheLimitByIt) {
+  for (const Slowdown& c : {
+           // 20 ms more on every call, the spread still 8 ms, and the drain
+           // at 28 completed 28 / 30 ms = 933 calls a second, fewer than
+           // before it in proportion to its limit: it ran under the knee,
+           // and found a delay. The dependency still serves as many calls a
+           // second, so it takes 3x the calls in flight: the limit from
+           // before the cuts, 100, times the mean latency's rise, 30 / 10.
+           Slowdown{30, 22, 933, 300, "a delay"},
+           // 3x slower, the spread 3x wider with it: the dependency serves
+           // a third of the calls, and the limit goes back halfway (in
+           // ratio) to 100: floor(sqrt(40 x 100)) = 63.
+           Slowdown{30, 6, 933, 63, "a slower dependency"},
+           // Every call 20 ms later, but the drain completed as many calls
+           // as the window before it (2108): over the knee, a queue.
+           Slowdown{30, 22, 2108, 63, "a queue"},
+       }) {
+    EXPECT_DOUBLE_EQ(limit_after(c), c.limit) << c.why;
+  }
+}
+
 TEST(BalancePolicy, RefusesOutOfRangeParameters) {
   EXPECT_EQ(test::param_error_of([] { BalancePolicy::parse_params({{"tolerance", 0}}); }),
             "tolerance = 0: must be in (0, 2]");
