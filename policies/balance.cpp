@@ -106,6 +106,10 @@ constexpr double kDelayRateElasticity = 0.5;
 // least latency its spread explains.
 constexpr double kExponentialShape = 1.18;
 
+// Whether latency whose fastest tenth took `p10` and median `p50` has a
+// queue's shape (kQueuedShape).
+bool queued(double p10, double p50) { return p10 >= kQueuedShape * p50; }
+
 // A window's spread, p50 - p10: what a queue every call waits in about as
 // long leaves as it was, and what a dependency k times slower multiplies
 // by k.
@@ -140,7 +144,7 @@ double BalancePolicy::own_latency(double p50, double spread, double floor) const
 }
 
 bool BalancePolicy::queued_shape(const Window& w) const {
-  return static_cast<double>(w.rtt_p10_ns) >= kQueuedShape * static_cast<double>(w.rtt_p50_ns);
+  return queued(static_cast<double>(w.rtt_p10_ns), static_cast<double>(w.rtt_p50_ns));
 }
 
 double BalancePolicy::delay_factor(double p50, double spread, double mean, double rate, double drained_limit) const {
@@ -149,12 +153,11 @@ double BalancePolicy::delay_factor(double p50, double spread, double mean, doubl
   if (params_.other_hosts != 0 || !probe_stuck_ || base_mean_ns_ <= 0) return 1;
   // A queue's shape now, none in the no-load latency: every call has the
   // same added latency, a delay or a queue.
-  const bool shifted = spread < (1 - kQueuedShape) * p50 && base_spread_ns_ > (1 - kQueuedShape) * probe_baseline_ns_;
+  const bool shifted = queued(p50 - spread, p50) && !queued(probe_baseline_ns_ - base_spread_ns_, probe_baseline_ns_);
   // Not a queue: the drain ran under the knee, its completion rate down
   // with its limit.
   const double limit_fell = std::log(limit_in_force_ / std::max(drained_limit, 1.0));
-  const bool under_knee = rate > 0 && rate_before_probe_ > 0 &&
-                          std::log(rate_before_probe_ / rate) > kDelayRateElasticity * limit_fell;
+  const bool under_knee = std::log(rate_before_probe_ / rate) > kDelayRateElasticity * limit_fell;
   return shifted && under_knee ? std::max(1.0, mean / base_mean_ns_) : 1.0;
 }
 

@@ -141,6 +141,7 @@
 // times the rise of the mean latency (Little's law), not halfway back
 // (scenarios/network-delay: 0.5 points under the best reference to 0.3
 // over 30 seeds, docs/policies.md).
+//
 // Drops that persist (drop_threshold of the last ~500 calls, and at least
 // three) lower the baseline with the limit, and call for a drain once they stop:
 // calls that keep timing out under the limit were queued, so the latency the
