@@ -1227,6 +1227,34 @@ TEST(BalancePolicy, ADrainThatFindsADelayOnEveryCallScalesTheLimitByIt) {
   }
 }
 
+TEST(BalancePolicy, OnlyADrainThatLatencyStuckOverTheTargetCalledScalesTheLimitByADelay) {
+  // The finding of "a delay" above (every call 20 ms later, the spread
+  // still 8 ms, the completion rate down with the limit), by a drain the
+  // schedule called: latency never stuck over the target. The delay rule
+  // is not for it (balance.hpp), so the drain ends as one that found the
+  // dependency slower with no cuts to undo: back to the limit from before
+  // it, 127.6 (scaled by the delay it would be 3 x 127.6 = 382).
+  BalancePolicy b(kBounds, hand());
+  for (int i = 0; i < 2; ++i) b.update(spread_window(10, 2, 10));  // baseline 10 ms, spread 8
+  // Five used seconds at r = 1.1, 100 calls each (100 -> 127.6), then the
+  // drain to floor(0.85 x 127.6 / 1.2) = 90.
+  for (int i = 0; i < 10 && !b.probing(); ++i) b.update(spread_window(11, 2.2, 1000));
+  ASSERT_TRUE(b.probing());
+  ASSERT_DOUBLE_EQ(b.limit(), 90);
+  // The drain completes 30 calls a second where the window before it
+  // completed 100: log(100 / 30) = 1.2, over half the limit's fall,
+  // log(127.6 / 90) = 0.35.
+  for (int i = 0; i < 10 && b.probing(); ++i) {
+    Window w = spread_window(30, 22, 1);
+    w.ok = 30;
+    w.rtt_sum_ns = w.ok * 30'000'000;
+    b.update(w);
+  }
+  ASSERT_FALSE(b.probing());
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 30e6);  // found slower
+  EXPECT_DOUBLE_EQ(b.limit(), 127);
+}
+
 TEST(BalancePolicy, RefusesOutOfRangeParameters) {
   EXPECT_EQ(test::param_error_of([] { BalancePolicy::parse_params({{"tolerance", 0}}); }),
             "tolerance = 0: must be in (0, 2]");
