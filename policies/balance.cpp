@@ -170,6 +170,7 @@ double BalancePolicy::update(const Window& w) {
   const double p50 = static_cast<double>(w.rtt_p50_ns);
   const double n = static_cast<double>(w.ok);
   const double weight = n / (n + params_.latency_samples);
+  const double latency_before = latency_ns_;
   if (w.ok > 0) {
     if (baseline_ns_ == 0) {
       // The baseline's first value: steady_update() counts the window's
@@ -181,7 +182,7 @@ double BalancePolicy::update(const Window& w) {
     }
     latency_ns_ += weight * (p50 - latency_ns_);
   }
-  const double limit = probing_ ? probe_update(w, p50) : steady_update(w, p50, weight);
+  const double limit = probing_ ? probe_update(w, p50) : steady_update(w, p50, weight, latency_before);
   // However the baseline moved (a first window, following, a drain), it
   // stays within baseline_max_ms, and the no-load mean latency with it.
   if (const double held = bounded(baseline_ns_); held < baseline_ns_) {
@@ -191,7 +192,7 @@ double BalancePolicy::update(const Window& w) {
   return limit;
 }
 
-double BalancePolicy::steady_update(const Window& w, double p50, double weight) {
+double BalancePolicy::steady_update(const Window& w, double p50, double weight, double latency_before) {
   const double tolerance = 1 + params_.tolerance;
   const bool used = w.rejected > 0 || w.max_inflight >= kUsedShare * limit_;
 
@@ -343,9 +344,16 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight) 
   // whose latency just became the baseline (the dependency healed): it is
   // at the baseline by construction, and the latency is still falling (in
   // scenarios/small-dependency the limit then held twice the calls at twice
-  // the p50 for the rest of the run: docs/policies.md).
+  // the p50 for the rest of the run: docs/policies.md). Nor, on a baseline
+  // a drain found slower, a window that follows one with the smoothed
+  // latency over the band: a heal takes such a baseline away (a delay on
+  // every call that ends), and as the slow calls leave, one window dips to
+  // it (in scenarios/network-delay that window restarted the schedule, and
+  // the limit held a queue in the delay's place for 30 s more).
   const double band = kConfirmShare * params_.tolerance;
-  if (!healed && saturated && std::abs(p50 - baseline_ns_) <= band * baseline_ns_ && latency_ns_ <= (1 + band) * baseline_ns_) {
+  const double at_base = (1 + band) * baseline_ns_;
+  if (!healed && saturated && std::abs(p50 - baseline_ns_) <= band * baseline_ns_ && latency_ns_ <= at_base &&
+      (!found_slower_ || latency_before <= at_base)) {
     since_probe_ns_ = 0;
     drained_rate_ = rate_;
   }

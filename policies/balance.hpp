@@ -99,7 +99,9 @@
 // of the baseline and the smoothed latency no more than that over it,
 // restarts that time and the rate a drain compares with: the limit is under
 // the knee there, so the window saw what a drain would measure (not a window
-// whose latency just became the baseline: it is at it by construction). It
+// whose latency just became the baseline: it is at it by construction; nor,
+// on a baseline a drain found slower, one after a window over that band:
+// as a heal takes such a baseline away, one window dips to it). It
 // comes early when the baseline may be what is wrong: latency stayed over
 // the target while the cuts halved the limit, or for 15 windows (round
 // trips, when calls outlast windows) — the dependency may have got slower,
@@ -265,7 +267,8 @@ class BalancePolicy : public Policy {
   bool probing() const { return probing_; }
 
  private:
-  double steady_update(const Window& w, double p50, double weight);
+  // `latency_before`: the smoothed latency before this window.
+  double steady_update(const Window& w, double p50, double weight, double latency_before);
   double probe_update(const Window& w, double p50);
   // Whether this window's drops, with the recent ones, are overload.
   bool overloaded(const Window& w) const;

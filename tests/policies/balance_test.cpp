@@ -876,6 +876,31 @@ TEST(BalancePolicy, ADrainThatFoundTheDependencySlowerConfirmsNoKnee) {
   EXPECT_TRUE(b.probing());
 }
 
+TEST(BalancePolicy, OnABaselineADrainFoundSlowerOneWindowAtItStandsForNoDrain) {
+  // Whether the drain due after five used seconds comes, when the fourth
+  // is bound all along at the baseline and the fifth is `fifth_ms`.
+  const auto drains = [](double fifth_ms) {
+    BalancePolicy b = after_a_drain_under_the_knee();
+    const auto at = [&b](double rtt_ms) { return b.update(saturated(b.limit(), rtt_ms)); };
+    // The dependency turns 2x slower; a drain finds 20 ms (as above).
+    int windows = 0;
+    while (!b.probing() && windows++ < 20) at(20);
+    while (b.probing() && windows++ < 40) at(20);
+    EXPECT_DOUBLE_EQ(b.baseline_ns(), 20e6);
+    for (int i = 0; i < 3; ++i) at(22);  // r = 1.1, over the band of 0.15 x 0.2
+    at(20);
+    at(fifth_ms);
+    return b.probing();
+  };
+  // A window at the baseline after one over the band is what a heal of
+  // such a baseline looks like (a delay on every call ends, and the slow
+  // calls leave): it confirms nothing, and the drain comes on schedule.
+  EXPECT_TRUE(drains(22));
+  // Two in a row: the second stands for the drain, and the schedule
+  // starts over.
+  EXPECT_FALSE(drains(20));
+}
+
 TEST(BalancePolicy, AWindowAtTheBaselineWithTheLimitBindingStandsForADrain) {
   BalancePolicy b(Bounds{1, 1000, 20}, hand());
   b.update(first_window(10));  // baseline 10
