@@ -425,6 +425,16 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
     if (probe_after_drops_) {
       limit_ = std::max(limit_, clamp(std::floor(params_.probe_factor * limit_before_drops_ / tolerance)));
     }
+    // A drain that found the delayed baseline lower called this one: the
+    // delay may be gone, and a queue in its place looks the same. Drain
+    // under the knee without the delay (Little's law with the no-load mean
+    // from before it), where the delay, if it is gone, leaves no queue.
+    probe_undelayed_ = drain_undelayed_ && rate_ > 0;
+    drain_undelayed_ = false;
+    if (probe_undelayed_) {
+      drain_at_knee_ = false;
+      limit_ = std::min(limit_, clamp(std::floor(params_.probe_factor * rate_ * undelayed_mean_ns_)));
+    }
   }
   return limit_;
 }
@@ -512,6 +522,26 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     baseline_ns_ = latency_ns_ = measured;
     const double drained_mean = probe_mean_sum_ / probe_samples_;
     const double delay = slower ? delay_factor(drained_p50, spread, drained_mean, drained_rate, drained_limit) : 1.0;
+    // The limit rests on a delay from this drain on (the no-load mean
+    // without it kept), until a drain at the knee without it measures.
+    // One that finds the delayed baseline lower (by more than the band of
+    // a confirming window) calls that drain soon: the delay may have
+    // ended, with a queue in its place (scenarios/network-delay at 60 s).
+    // If that drain finds it lower too, the delay is gone: the dependency
+    // serves as many calls a second, each in flight that much shorter, and
+    // the limit shrinks by the fall of the mean latency (the delay rule
+    // undone; restored as it was, it held three times the calls the
+    // dependency serves at once, and the cuts from there went under it).
+    const bool lower = measured < (1 - kConfirmShare * params_.tolerance) * probe_baseline_ns_;
+    const double undelay = probe_undelayed_ && lower ? drained_mean / base_mean_ns_ : 1.0;
+    if (delay > 1) {
+      undelayed_mean_ns_ = base_mean_ns_;
+    } else if (probe_undelayed_) {
+      undelayed_mean_ns_ = 0;
+    } else if (undelayed_mean_ns_ > 0 && lower) {
+      drain_undelayed_ = true;
+      since_probe_ns_ = std::max(since_probe_ns_, std::max(0.0, params_.probe_interval_ms - kSoonDrainMs) * 1e6);
+    }
     base_mean_ns_ = drained_mean;
     base_spread_ns_ = spread;
     baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);
@@ -527,6 +557,8 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // A delay every call has: the dependency serves as many calls a second
     // as before the cuts, each in flight that much longer.
     if (delay > 1) limit_ = clamp(std::floor(limit_before_cuts_ * delay));
+    // The delay gone: as many calls a second, each in flight shorter.
+    if (undelay < 1) limit_ = clamp(std::floor(limit_ * undelay));
   } else {
     limit_ = limit_before_probe_;
   }

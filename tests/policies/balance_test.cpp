@@ -1210,7 +1210,7 @@ struct Slowdown {
   const char* why;
 };
 
-double limit_after(const Slowdown& c) {
+BalancePolicy after(const Slowdown& c) {
   BalancePolicy b(kBounds, hand());
   // Two app-limited windows of 100 calls: a trusted baseline of 10 ms, its
   // spread 8 ms, no queue's shape.
@@ -1228,8 +1228,10 @@ double limit_after(const Slowdown& c) {
   EXPECT_DOUBLE_EQ(b.limit(), 28) << c.why;
   while (b.probing() && windows++ < 20) b.update(window(b.limit(), c.drained_rate));
   EXPECT_DOUBLE_EQ(b.baseline_ns(), c.p50_ms * 1e6) << c.why;
-  return b.limit();
+  return b;
 }
+
+double limit_after(const Slowdown& c) { return after(c).limit(); }
 
 TEST(BalancePolicy, ADrainThatFindsADelayOnEveryCallScalesTheLimitByIt) {
   for (const Slowdown& c : {
@@ -1250,6 +1252,54 @@ TEST(BalancePolicy, ADrainThatFindsADelayOnEveryCallScalesTheLimitByIt) {
        }) {
     EXPECT_DOUBLE_EQ(limit_after(c), c.limit) << c.why;
   }
+}
+
+TEST(BalancePolicy, ADrainThatFindsTheDelayedBaselineLowerCallsADrainUnderTheKneeWithoutTheDelay) {
+  // Where the next drain after the one that finds `drained_ms` runs, and
+  // the baseline and the limit after it.
+  struct Next {
+    double limit;
+    double baseline_ms;
+    double limit_after;
+  };
+  const auto next_after = [](double drained_ms) {
+    // The delay of the first case above: the limit at 300 on a baseline
+    // of 30 ms, the no-load mean from before the delay, 10 ms, kept.
+    BalancePolicy b = after(Slowdown{30, 22, 933, 300, "a delay"});
+    // Five used seconds at 33 ms (r = 1.1: no growth on a baseline a drain
+    // found slower), 9,090 calls each, then the scheduled drain, at
+    // floor(0.85 x 300 / 1.2) = 212.
+    for (int i = 0; i < 10 && !b.probing(); ++i) b.update(saturated(b.limit(), 33));
+    EXPECT_DOUBLE_EQ(b.limit(), 212);
+    for (int i = 0; i < 10 && b.probing(); ++i) b.update(saturated(b.limit(), drained_ms));
+    EXPECT_DOUBLE_EQ(b.limit(), 300);
+    // Then used seconds at r = 1.1 over what it found, 10,000 calls each,
+    // until the next drain starts.
+    int windows = 0;
+    while (!b.probing() && windows++ < 10) b.update(saturated(b.limit(), 1.1 * drained_ms, 10000));
+    const double drain_limit = b.limit();
+    while (b.probing() && windows++ < 20) b.update(saturated(b.limit(), 10));
+    return std::pair{Next{drain_limit, b.baseline_ns() / 1e6, b.limit()}, windows};
+  };
+  // It found 25 ms, more than the band (0.03) under 30: the delay may be
+  // gone, with a queue in its place. The next drain comes 2 s of use
+  // later, at floor(0.85 x 10,000/s x 10 ms) = 85: under the knee without
+  // the delay, where the dependency, back as it was, has no queue (a drain
+  // from L / T would run at 212 again). It finds 10 ms: the delay is
+  // gone, and the limit from before the drain (300 grown by 5% twice,
+  // 330.75) shrinks by the mean latency's fall, 10 / 25 ms, to 132, where
+  // restored as it was it would hold 2.5x the calls the dependency serves
+  // at once, each now in flight shorter.
+  const auto [lower, lower_windows] = next_after(25);
+  EXPECT_DOUBLE_EQ(lower.limit, 85);
+  EXPECT_DOUBLE_EQ(lower.baseline_ms, 10);
+  EXPECT_DOUBLE_EQ(lower.limit_after, 132);
+  EXPECT_EQ(lower_windows, 2 + 3);
+  // It found 30 ms again: the delay is still there, and the next drain
+  // comes on schedule (5 s of use), from L / T.
+  const auto [same, same_windows] = next_after(30);
+  EXPECT_GT(same.limit, 212);
+  EXPECT_EQ(same_windows, 5 + 3);
 }
 
 TEST(BalancePolicy, OnlyADrainThatLatencyStuckOverTheTargetCalledScalesTheLimitByADelay) {
