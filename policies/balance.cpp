@@ -429,7 +429,9 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
     // delay may be gone, and a queue in its place looks the same. Drain
     // under the knee without the delay (Little's law with the no-load mean
     // from before it), where the delay, if it is gone, leaves no queue.
-    probe_undelayed_ = drain_undelayed_ && rate_ > 0;
+    // Not a drain that drops called: that one runs at the knee from before
+    // them, and its own measure of the dependency says whether it is back.
+    probe_undelayed_ = drain_undelayed_ && rate_ > 0 && !probe_after_drops_;
     drain_undelayed_ = false;
     if (probe_undelayed_) {
       drain_at_knee_ = false;
