@@ -151,7 +151,7 @@
 // no queue; if that one finds it lower too, the limit shrinks by the fall
 // of the mean latency (the delay rule undone). In scenarios/network-delay
 // 13 seeds of 30 held the delayed baseline to the end of the run, with a
-// queue in the delay's place (p50 44-75 ms from 65 s, 21-28 on the
+// queue in the delay's place (p50 50-75 ms from 65 s, 21-28 on the
 // others); 3 do now (docs/policies.md).
 //
 // Drops that persist (drop_threshold of the last ~500 calls, and at least
