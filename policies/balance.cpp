@@ -131,6 +131,10 @@ BalancePolicy::Params BalancePolicy::parse_params(const ParamMap& params) {
   return read_params(kName, params, kParamSpecs);
 }
 
+void BalancePolicy::drain_soon() {
+  since_probe_ns_ = std::max(since_probe_ns_, std::max(0.0, params_.probe_interval_ms - kSoonDrainMs) * 1e6);
+}
+
 double BalancePolicy::clamp(double limit) const { return std::clamp(limit, bounds_.min, bounds_.max); }
 
 double BalancePolicy::bounded(double ns) const {
@@ -500,7 +504,7 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     const bool above_knee = limit_fell > 0 && latency_fell > kKneeElasticity * limit_fell &&
                             drained_rate >= (1 - kRateFallShare) * rate_;
     if (above_knee && !drain_at_knee_) {
-      since_probe_ns_ = std::max(0.0, params_.probe_interval_ms - kSoonDrainMs) * 1e6;
+      drain_soon();
     }
     // The dependency got slower, not busier (the baseline rose past the
     // target): the limit before the cuts that latency caused still fits
@@ -542,7 +546,7 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
       undelayed_mean_ns_ = 0;
     } else if (undelayed_mean_ns_ > 0 && lower) {
       drain_undelayed_ = true;
-      since_probe_ns_ = std::max(since_probe_ns_, std::max(0.0, params_.probe_interval_ms - kSoonDrainMs) * 1e6);
+      drain_soon();
     }
     base_mean_ns_ = drained_mean;
     base_spread_ns_ = spread;

@@ -294,6 +294,9 @@ class BalancePolicy : public Policy {
   // call has needs (mean over the no-load mean), or 1 if the drain may
   // have measured a queue or a dependency that serves fewer calls.
   double delay_factor(double p50, double spread, double mean, double rate, double drained_limit) const;
+  // Makes the next drain due after kSoonDrainMs of window time with the
+  // limit in use, unless it is due sooner.
+  void drain_soon();
   // `ns`, held to baseline_max_ms.
   double bounded(double ns) const;
   double clamp(double limit) const;

@@ -22,8 +22,14 @@ scenarios, the mean shortfall (seeds where the policy did better count as 0),
 and counts the scenarios where a reference beat it on both. --scenario (the
 file name without .toml, repeated for several) runs those only: a quick look
 at the scenarios a change is for, before the whole suite.
+
+--tail SECONDS prints instead, per scenario and seed, what the policy is left
+with after a change late in the run: its baseline at the end (baseline_ms of
+the last tick) and the mean p50 of admitted calls over the ticks after
+SECONDS (p50_ms), both from the run's --out CSV.
 """
 import argparse
+import csv
 import json
 import os
 import re
@@ -35,13 +41,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCES = ['aimd', 'gradient', 'gradient2', 'vegas']
 
 
-def run(sim, scenario, offset, policy, params, policies):
+def run(sim, scenario, offset, policy, params, policies, out=None):
     text = open(scenario).read()
     text = re.sub(r'^seed = (\d+)', lambda m: f'seed = {int(m.group(1)) + offset}', text, flags=re.M)
     with tempfile.NamedTemporaryFile('w', suffix='.toml') as f:
         f.write(text)
         f.flush()
         args = [sim, 'run', f.name, '--json', '--jobs', '2']
+        if out:
+            args += ['--out', out, '--no-plot']
         for p in policies:
             args += ['--policy', p]
         for k, v in params.items():
@@ -52,6 +60,20 @@ def run(sim, scenario, offset, policy, params, policies):
     return json.loads(out.stdout)['scenarios'][0]['runs']
 
 
+def tail(sim, scenarios, offsets, policy, params, after):
+    print(f'{policy}: baseline at the end, and mean p50 after {after:g} s (ms)')
+    for scenario in scenarios:
+        name = os.path.basename(scenario)[:-5]
+        for offset in offsets:
+            with tempfile.TemporaryDirectory() as out:
+                run(sim, scenario, offset, policy, params, [policy], out)
+                with open(os.path.join(out, f'{name}.csv')) as f:
+                    rows = [r for r in csv.DictReader(f) if r['policy'] == policy]
+            late = [float(r['p50_ms']) for r in rows if float(r['t_s']) > after]
+            p50 = f'{sum(late) / len(late):8.1f}' if late else '       -'
+            print(f'{name:27s}{offset:>6d}{float(rows[-1]["baseline_ms"]):8.1f}{p50}')
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--policy', default='balance')
@@ -59,6 +81,8 @@ def main():
     ap.add_argument('--sim', default=os.path.join(ROOT, 'build/tools/sim/bulkhead-sim'))
     ap.add_argument('--scenario', action='append', default=[], metavar='NAME',
                     help='run this scenario only (scenarios/NAME.toml); repeat for several')
+    ap.add_argument('--tail', type=float, metavar='SECONDS',
+                    help='print per seed the baseline at the end and the mean p50 after SECONDS instead')
     ap.add_argument('params', nargs='*', metavar='KEY=VALUE')
     a = ap.parse_args()
     params = dict(p.split('=', 1) for p in a.params)
@@ -71,6 +95,8 @@ def main():
         if missing:
             sys.exit(f'sim-seeds: no such scenario: {", ".join(os.path.relpath(m, ROOT) for m in missing)}')
         scenarios = sorted(set(chosen))
+    if a.tail is not None:
+        return tail(a.sim, scenarios, offsets, a.policy, params, a.tail)
     print(f'{len(offsets)} seeds; goodput in points of capacity')
     print(f'{"":27s}{"%cap":>6s}{"p50 ms":>8s}{"p99/nl":>8s} | {"vs best reference":^24s} | {"vs best static":^14s}'
           f' | beaten on both')
