@@ -75,7 +75,7 @@ constexpr double kRestoreShare = 0.5;
 // A window whose fastest tenth took at least this share of its median
 // latency has a queue's shape. A queue in front of a saturated dependency
 // delays every call by about as much (each waits for the same number of
-// completions: docs/policies.md), where the dependency's own spread puts
+// completions: docs/balance-record.md), where the dependency's own spread puts
 // the p10 far under the p50: 0.15 of it for exponential service times,
 // 0.28 for lognormal ones of sigma 1, and with a standing queue of 0.6 of
 // the workers (balance's target), about 0.55 for exponential ones. Latency
@@ -348,7 +348,7 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
   // whose latency just became the baseline (the dependency healed): it is
   // at the baseline by construction, and the latency is still falling (in
   // scenarios/small-dependency the limit then held twice the calls at twice
-  // the p50 for the rest of the run: docs/policies.md). Nor, on a baseline
+  // the p50 for the rest of the run: docs/balance-record.md). Nor, on a baseline
   // a drain found slower, a window that follows one with the smoothed
   // latency over the band: a heal takes such a baseline away (a delay on
   // every call that ends), and as the slow calls leave, one window dips to
@@ -514,7 +514,7 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     // Going back halfway (in ratio) hedges: a slower dependency is served
     // at once by most of the old limit and the growth does the rest, while
     // limiters that each restored the whole of it fed one another's queue
-    // (scenarios/many-processes-per-process, docs/policies.md).
+    // (scenarios/many-processes-per-process, docs/balance-record.md).
     // Over baseline_max_ms, what the drain measured counts only up to it
     // (update() holds the baseline there): the rest is queueing, which the
     // cuts were right to shed.

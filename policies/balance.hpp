@@ -142,7 +142,7 @@
 // calls as before) counts: the limit goes to the one from before the cuts
 // times the rise of the mean latency (Little's law), not halfway back
 // (scenarios/network-delay: 0.5 points under the best reference to 0.3
-// over 30 seeds, docs/policies.md). When the delay ends, a queue takes its
+// over 30 seeds, docs/balance-record.md). When the delay ends, a queue takes its
 // place at the same latency (the same limit over the same capacity), and
 // only a drain can tell: a drain that finds the delayed baseline lower (by
 // more than the band of a confirming window) calls the next one soon,
@@ -236,7 +236,7 @@ class BalancePolicy : public Policy {
     // the target the limit is T times what the dependency serves at once);
     // (0, 1]. Not for a drain from a knee the last drain confirmed, which
     // runs at 0.95 of it (above). 0.9: over 30 seeds of the suite, 0.6
-    // points less goodput lost than 0.85 (docs/policies.md).
+    // points less goodput lost than 0.85 (docs/balance-record.md).
     double probe_factor = 0.9;
     // The highest no-load p50 it takes for the dependency's own, in
     // milliseconds; >= 0, 0: no bound. A drain that measures more, and the

@@ -192,7 +192,7 @@ TEST_F(SharedDependency, OtherHostsKeepsTheLimitersFromRatcheting) {
 // A ratchet can take longer than the scenario's minute: a version that let
 // drains for latency stuck over the target adopt the whole rise when it
 // stayed (to tell a longer network path) was at 2.2x at 60 s and at 5.1x
-// with calls timing out at 300 s (docs/policies.md). Four minutes: without
+// with calls timing out at 300 s (docs/balance-record.md). Four minutes: without
 // other_hosts, 5.4x and 96.7%.
 TEST_F(SharedDependency, OtherHostsHoldsTheTailOverFourMinutes) {
   scenario_.duration_s = 240;
