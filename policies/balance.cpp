@@ -99,6 +99,16 @@ constexpr double kKneeDrainShare = 0.95;
 // share of the limit's fall (in log); over the knee it serves what the
 // dependency can, about as many calls as before.
 constexpr double kDelayRateElasticity = 0.5;
+// A delay every call has leaves the spread p50 - p10 as it was, where a
+// dependency k times slower widens it k times. A drain of a few dozen
+// calls may show a queue's shape by chance (its p10 at half its p50), so
+// one whose spread grew past this many times the no-load one found a
+// slower dependency, not a delay. Over 100 seeds, the delay rule's drains
+// in scenarios/network-delay measured 0.39 to 1.90 times the no-load
+// spread; one in sudden-slowdown (seed +9800), 12.6 times, took the 8x
+// slower dependency for a delay of 14.9x, and the limit went to 562 for
+// 32 workers (docs/balance-record.md).
+constexpr double kDelaySpreadGrowth = 3;
 // The no-load p50 over the spread p50 - p10 of exponential service times:
 // ln 2 / (ln 2 - ln(10/9)) = 1.18, the least of the usual shapes (lognormal
 // ones of sigma 1 give 1.38, near-constant ones far more). Until a drain
@@ -155,9 +165,10 @@ double BalancePolicy::delay_factor(double p50, double spread, double mean, doubl
   // Only alone on the dependency: other hosts' queue shifts every call
   // the same way (own_latency()).
   if (params_.other_hosts != 0 || !probe_stuck_ || base_mean_ns_ <= 0) return 1;
-  // A queue's shape now, none in the no-load latency: every call has the
-  // same added latency, a delay or a queue.
-  const bool shifted = queued(p50 - spread, p50) && !queued(probe_baseline_ns_ - base_spread_ns_, probe_baseline_ns_);
+  // A queue's shape now, none in the no-load latency, and the no-load
+  // spread: every call has the same added latency, a delay or a queue.
+  const bool shifted = queued(p50 - spread, p50) && !queued(probe_baseline_ns_ - base_spread_ns_, probe_baseline_ns_) &&
+                       spread <= kDelaySpreadGrowth * base_spread_ns_;
   // Not a queue: the drain ran under the knee, its completion rate down
   // with its limit.
   const double limit_fell = std::log(limit_in_force_ / std::max(drained_limit, 1.0));

@@ -135,8 +135,11 @@
 // over the target called and that finds it slower can tell a delay every
 // call has (a longer network path) from a slower dependency: the delay
 // gives the drain a queue's shape (its p10 at least half its p50) where
-// the no-load latency had none, and the dependency still serves as many
-// calls a second, each in flight longer. A queue has that shape too, so
+// the no-load latency had none, leaves the spread p50 - p10 as it was (at
+// most 3x the no-load one: a slower dependency widens it, and a drain of
+// a few dozen of its calls can show a queue's shape by chance), and the
+// dependency still serves as many calls a second, each in flight
+// longer. A queue has that shape too, so
 // only a drain whose completion rate fell by at least half as much as the
 // limit (in log; over the knee it serves what the dependency can, as many
 // calls as before) counts: the limit goes to the one from before the cuts
