@@ -11,7 +11,9 @@ KEY=VALUE pairs are the policy's parameters (docs/config.md), given to every
 run as bulkhead-sim's --param POLICY.KEY=VALUE. Per scenario, over the seeds
 (each an offset added to the scenario's own seed), it prints the policy's mean
 goodput (% of capacity), mean p50 of admitted calls (ms: a queue bought for
-goodput shows there first) and mean p99 over no-load p99; then its goodput minus
+goodput shows there first) and p99 over no-load p99, its mean and its worst
+with the seed offset it came at (one seed's runaway queue hardly moves a mean
+of many); then its goodput minus
 the best reference's, as the mean and the worst seed, and how many seeds also
 had a worse p99 than that reference; then the same against the best static
 limit; then on how many seeds a reference beat it on both counts (more goodput
@@ -98,10 +100,10 @@ def main():
     if a.tail is not None:
         return tail(a.sim, scenarios, offsets, a.policy, params, a.tail)
     print(f'{len(offsets)} seeds; goodput in points of capacity')
-    print(f'{"":27s}{"%cap":>6s}{"p50 ms":>8s}{"p99/nl":>8s} | {"vs best reference":^24s} | {"vs best static":^14s}'
+    print(f'{"":27s}{"%cap":>6s}{"p50 ms":>8s}{"p99/nl":^22s} | {"vs best reference":^24s} | {"vs best static":^14s}'
           f' | beaten on both')
-    print(f'{"":27s}{"mean":>6s}{"mean":>8s}{"mean":>8s} | {"mean":>6s}{"worst":>7s}{"p99 worse":>11s} | {"mean":>7s}{"worst":>7s}'
-          f' | seeds   by')
+    print(f'{"":27s}{"mean":>6s}{"mean":>8s}{"mean":>8s}{"worst":>7s}{"at":>7s} | {"mean":>6s}{"worst":>7s}{"p99 worse":>11s}'
+          f' | {"mean":>7s}{"worst":>7s} | seeds   by')
     short_ref = short_static = 0.0
     beaten_scenarios = 0
     for scenario in scenarios:
@@ -126,7 +128,9 @@ def main():
         n = len(offsets)
         short_ref += sum(min(g, 0) for g in gaps) / n
         short_static += sum(min(g, 0) for g in sgaps) / n
-        print(f'{os.path.basename(scenario)[:-5]:27s}{sum(pct) / n:6.1f}{sum(p50) / n:8.1f}{sum(p99) / n:8.2f} | '
+        top = max(range(n), key=lambda i: p99[i])
+        print(f'{os.path.basename(scenario)[:-5]:27s}{sum(pct) / n:6.1f}{sum(p50) / n:8.1f}{sum(p99) / n:8.2f}'
+              f'{p99[top]:7.2f}{"+" + str(offsets[top]):>7s} | '
               f'{sum(gaps) / n:+6.1f}{min(gaps):+7.1f}{worse:>6d} of {n} | '
               f'{sum(sgaps) / n:+7.1f}{min(sgaps):+7.1f} | '
               f'{beaten:>2d} of {n} {",".join(sorted(beaters))}'.rstrip())
