@@ -48,7 +48,11 @@
 // baseline follow latency while the limit is used (a minimum of noise is
 // biased low, a queue biased high). Instead:
 //   - while the limit is not used (no queue the limit causes), it follows
-//     the latency (weight baseline_follow);
+//     the latency (weight baseline_follow); not when the window kept the
+//     limit 80% full on average (Little's law), with no call turned away
+//     by chance: with a few dozen calls a window, demand a little over
+//     capacity gives such windows while a queue stands under the limit,
+//     and following them ratchets the baseline up (docs/policies.md);
 //   - until it rests on 200 samples, it is their plain average, and a
 //     window the limit binds joins it too unless the window has a queue's
 //     shape: its p10 at least half its p50 (a queue in front of a

@@ -394,6 +394,19 @@ TEST(BalancePolicy, BaselineFollowsWhileTheLimitIsNotUsed) {
   EXPECT_DOUBLE_EQ(b.baseline_ns(), 12e6);
 }
 
+TEST(BalancePolicy, BaselineDoesNotFollowAWindowThatKeptTheLimitFullWithoutTouchingIt) {
+  // No call turned away and a peak of 85 under the limit of 100: unused by
+  // the window's own count. But 4,250 calls of 20 ms in the second kept 85
+  // in flight on average (Little's law), the limit full all along: with a
+  // few dozen calls a window, demand a little over capacity gives such
+  // windows by chance while a queue stands under the limit, and following
+  // them ratchets the baseline up (docs/policies.md, "Few calls a
+  // window"). The baseline stays at 10 (it would follow to 12).
+  BalancePolicy b = with_baseline(10);
+  b.update(make_window(WindowSpec{.ok = 4250, .rtt_ms = 20, .max_inflight = 85}));
+  EXPECT_DOUBLE_EQ(b.baseline_ns(), 10e6);
+}
+
 TEST(BalancePolicy, BaselineDoesNotDriftUpUnderLoad) {
   BalancePolicy b = with_baseline(10);
   // A standing queue at the target, window after window: the baseline stays.
