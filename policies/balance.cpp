@@ -250,7 +250,8 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
   const double n = static_cast<double>(w.ok);
   const double expected = rate_ * duration;
   const bool jumped = std::abs(n - expected) > kRateJump * std::sqrt(std::max(expected, 1.0));
-  const bool saturated = used && static_cast<double>(w.rtt_sum_ns) / duration >= kSaturatedShare * limit_;
+  const bool full = static_cast<double>(w.rtt_sum_ns) / duration >= kSaturatedShare * limit_;
+  const bool saturated = used && full;
   if (saturated) rate_ = rate_ == 0 || jumped ? n / duration : rate_ + kRateWeight * (n / duration - rate_);
 
   // While the limit is used only a drain moves the baseline: following
@@ -263,16 +264,14 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
   // about the same latency at the cost of the calls it turns away (at 70%
   // load in scenarios/latency-noise, about 150 at the start of every run).
   const bool untrusted = baseline_samples_ < kTrustedSamples;
-  // Nor a window that kept the limit full on average (Little's law: the
-  // latency sum over its length) without turning a call away: with a few
-  // dozen calls a window, demand a little over capacity gives such windows
-  // by chance while a queue stands under the limit, and following them
-  // ratcheted the baseline up (a copy of scenarios/capacity-drop with
-  // calls of 160 ms: 106 to 179 ms by 30 s for a p50 of 111,
-  // docs/policies.md). Not while the baseline is untrusted: its first
-  // windows join it as said above.
-  const bool full = !untrusted && static_cast<double>(w.rtt_sum_ns) / duration >= kSaturatedShare * limit_;
-  if ((!used && !full) || (untrusted && !queued_shape(w))) {
+  // Nor a window that kept the limit full on average (`full`, as for the
+  // rate above) without turning a call away: with a few dozen calls a
+  // window, demand a little over capacity gives such windows by chance
+  // while a queue stands under the limit, and following them ratcheted the
+  // baseline up (a copy of scenarios/capacity-drop with calls of 160 ms:
+  // 106 to 179 ms by 30 s for a p50 of 111, docs/policies.md). Not while
+  // the baseline is untrusted: its first windows join it as said above.
+  if ((!used && (untrusted || !full)) || (untrusted && !queued_shape(w))) {
     const double follow = untrusted ? n / (baseline_samples_ + n) : params_.baseline_follow * weight;
     // With other hosts' limiters on the dependency, a limit this host
     // leaves unused is no sign that the dependency has no queue: follow

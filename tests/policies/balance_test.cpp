@@ -1221,6 +1221,7 @@ struct Slowdown {
   double drained_rate;      // the drain's completions per second
   double limit;             // after the drain
   const char* why;
+  double drain_limit = 28;  // where the drain runs (below)
 };
 
 BalancePolicy after(const Slowdown& c) {
@@ -1238,7 +1239,7 @@ BalancePolicy after(const Slowdown& c) {
   // 63.2 / 30 ms = 2108 calls.
   int windows = 0;
   while (!b.probing() && windows++ < 10) b.update(window(b.limit(), b.limit() / (c.p50_ms / 1e3)));
-  EXPECT_DOUBLE_EQ(b.limit(), 28) << c.why;
+  EXPECT_DOUBLE_EQ(b.limit(), c.drain_limit) << c.why;
   while (b.probing() && windows++ < 20) b.update(window(b.limit(), c.drained_rate));
   EXPECT_DOUBLE_EQ(b.baseline_ns(), c.p50_ms * 1e6) << c.why;
   return b;
@@ -1267,41 +1268,28 @@ TEST(BalancePolicy, ADrainThatFindsADelayOnEveryCallScalesTheLimitByIt) {
   }
 }
 
-// The limit after the drain that latency stuck over the target calls, when
-// every call turns 10x slower (p50 100 ms) and the windows' p10 is `p10_ms`.
-double limit_after_tenfold(double p10_ms) {
-  BalancePolicy b(kBounds, hand());
-  // A trusted baseline of 10 ms, its spread 8 ms (as after() above).
-  for (int i = 0; i < 2; ++i) b.update(spread_window(10, 2, 10));
-  const auto window = [p10_ms](double limit, double ok) {
-    Window w = saturated(limit, 100, static_cast<std::uint64_t>(ok));
-    w.rtt_p10_ns = w.rtt_min_ns = static_cast<std::uint64_t>(p10_ms * test::kNsPerMs);
-    return w;
-  };
-  // r = 10 cuts by half a window: 100 -> 50, half of 100: a drain, at
-  // floor(0.85 x 50 / 1.2) = 35, from a window that completed 50 / 100 ms
-  // = 500 calls. The drain completes 35 / 100 ms = 350 a second, fewer in
-  // proportion to its limit: it ran under the knee.
-  int windows = 0;
-  while (!b.probing() && windows++ < 10) b.update(window(b.limit(), b.limit() / 0.1));
-  EXPECT_DOUBLE_EQ(b.limit(), 35);
-  while (b.probing() && windows++ < 20) b.update(window(b.limit(), 350));
-  EXPECT_DOUBLE_EQ(b.baseline_ns(), 100e6);
-  return b.limit();
-}
-
 TEST(BalancePolicy, ADrainWhoseSpreadGrewWithItsLatencyFoundASlowerDependencyNotADelay) {
-  // A dependency 10x slower: its spread is 10x wider too (p10 10 ms, the
-  // spread 90 ms), and the limit goes back halfway (in ratio) from the
-  // cut 50 to 100: floor(sqrt(50 x 100)) = 70.
-  EXPECT_DOUBLE_EQ(limit_after_tenfold(10), 70);
-  // A drain of a few dozen such calls can show a queue's shape by chance
-  // (p10 50 ms, half the p50), as a delay every call has would. But its
-  // spread, 50 ms, is over 6x the no-load 8 ms, where a delay leaves it as
-  // it was: still a slower dependency, not a delay of 10x (the limit from
-  // before the cuts times the mean latency's rise would be 1000: seed
-  // +9800 of scenarios/sudden-slowdown went to 562 for 32 workers).
-  EXPECT_DOUBLE_EQ(limit_after_tenfold(50), 70);
+  // Every call 10x slower (p50 100 ms): r = 10 cuts by half a window, 100
+  // -> 50, half of 100: a drain, at floor(0.85 x 50 / 1.2) = 35, from a
+  // window that completed 50 / 100 ms = 500 calls. The drain completes
+  // 35 / 100 ms = 350 a second, fewer in proportion to its limit: it ran
+  // under the knee.
+  for (const Slowdown& c : {
+           // The spread 10x wider too (p10 10 ms, the spread 90 ms): the
+           // limit goes back halfway (in ratio) from the cut 50 to 100,
+           // floor(sqrt(50 x 100)) = 70.
+           Slowdown{100, 10, 350, 70, "a slower dependency", 35},
+           // A drain of a few dozen such calls can show a queue's shape by
+           // chance (p10 50 ms, half the p50), as a delay every call has
+           // would. But its spread, 50 ms, is over 6x the no-load 8 ms,
+           // where a delay leaves it as it was: still a slower dependency,
+           // not a delay of 10x (the limit from before the cuts times the
+           // mean latency's rise would be 1000: seed +9800 of
+           // scenarios/sudden-slowdown went to 562 for 32 workers).
+           Slowdown{100, 50, 350, 70, "a slower dependency, a queue's shape by chance", 35},
+       }) {
+    EXPECT_DOUBLE_EQ(limit_after(c), c.limit) << c.why;
+  }
 }
 
 TEST(BalancePolicy, ADrainThatFindsTheDelayedBaselineLowerCallsADrainUnderTheKneeWithoutTheDelay) {
