@@ -404,7 +404,6 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
     probe_elapsed_ns_ = 0;
     probe_windows_ = 0;
     probe_settled_ = false;
-    probe_old_calls_ = static_cast<double>(w.inflight);
     probe_p50_sum_ = 0;
     probe_spread_sum_ = 0;
     probe_mean_sum_ = 0;
@@ -469,16 +468,9 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
   probe_elapsed_ns_ += static_cast<double>(w.duration_ns);
   // Calls admitted before the drain still complete after it began, with
   // the queue they waited in: measure only from the window after the one
-  // that closed with in-flight down to the drained limit and as many calls
-  // completed as were in flight when the drain began. In-flight down to
-  // the limit is not enough on its own: the calls still in flight then
-  // are the oldest, admitted before the drain (none is admitted until
-  // in-flight falls under the limit), and where a window completes a few
-  // calls they are most of the next window's (a copy of
-  // scenarios/capacity-drop with calls of 160 ms: docs/balance-record.md).
-  // (A dependency slower than the smoothed latency says, just after it
-  // slowed down, takes longer than the drain's first window to give them
-  // back.)
+  // that closed with in-flight down to the drained limit. (A dependency
+  // slower than the smoothed latency says, just after it slowed down,
+  // takes longer than the drain's first window to give them back.)
   ++probe_windows_;
   if (probe_settled_ && w.ok > 0) {
     probe_p50_sum_ += p50 * static_cast<double>(w.ok);
@@ -487,8 +479,7 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
     probe_samples_ += static_cast<double>(w.ok);
     probe_measured_ns_ += static_cast<double>(w.duration_ns);
   }
-  probe_old_calls_ -= static_cast<double>(w.samples() + w.ignored);
-  if (w.inflight <= limit_ && probe_old_calls_ <= 0) probe_settled_ = true;
+  if (w.inflight <= limit_) probe_settled_ = true;
   if (overloaded(w)) {
     // The dependency is failing, not draining: end the probe and back off
     // from the limit before it, but never above the drained limit (a

@@ -65,8 +65,7 @@
 //   - it drains: the limit drops to probe_factor (0.9) times the knee for
 //     at least three windows, twice the latency and 20 calls measured;
 //     the sample-weighted p50 of the probe windows after in-flight fell
-//     to the drained limit and as many calls completed as were in flight
-//     when it began (the calls queued before it gone) becomes the
+//     to the drained limit (the calls queued before it gone) becomes the
 //     baseline, up or down.
 //     The knee is L / T (since L* = T × W), or, when lower, the
 //     smoothed completion rate of saturated windows times the no-load mean
@@ -327,7 +326,6 @@ class BalancePolicy : public Policy {
   double probe_needed_ns_ = 0;
   int probe_windows_ = 0;
   bool probe_settled_ = false;  // in-flight fell to the drained limit
-  double probe_old_calls_ = 0;  // calls in flight when the drain began, not yet completed
   double windows_over_target_ = 0;  // in a row, while the limit is used (round trips)
   double limit_over_target_ = 0;  // the limit when that run began
   double latency_before_probe_ = 0;

@@ -2,7 +2,6 @@
 // the message of a ParamError.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -23,9 +22,7 @@ struct WindowSpec {
 };
 
 // A one-second window whose ok calls all took rtt_ms (so min, max and the
-// percentiles equal the mean), closing with max_inflight calls in flight,
-// or as many as it completed if fewer (a window longer than its calls ends
-// with no more in flight than it saw complete).
+// percentiles equal the mean).
 inline Window make_window(const WindowSpec& spec) {
   Window w;
   w.ok = spec.ok;
@@ -38,7 +35,7 @@ inline Window make_window(const WindowSpec& spec) {
     w.rtt_p10_ns = w.rtt_p50_ns = w.rtt_p90_ns = w.rtt_p99_ns = rtt_ns;
   }
   w.max_inflight = spec.max_inflight;
-  w.inflight = static_cast<std::uint32_t>(std::min<std::uint64_t>(spec.max_inflight, spec.ok + spec.dropped));
+  w.inflight = spec.max_inflight;
   w.duration_ns = 1'000'000'000;
   return w;
 }
