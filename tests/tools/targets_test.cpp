@@ -74,7 +74,7 @@ TEST(SimTargets, StaysWithinTenPercentOfTheBestStaticLimitWhereNothingChanges) {
 }
 
 TEST(SimTargets, HasAShorterTailThanTheBestStaticLimitWhereCapacityChanges) {
-  for (const char* name : {"capacity-drop", "capacity-grows"}) {
+  for (const char* name : {"capacity-drop", "capacity-grows", "slow-calls"}) {
     const ScenarioReport r = run(shipped(name), true);
     EXPECT_LT(summary_of(r, "policy").p99_ms, summary_of(r, "static-best").p99_ms) << name;
   }
@@ -86,10 +86,12 @@ TEST(SimTargets, HasAShorterTailThanTheBestStaticLimitWhereCapacityChanges) {
 // own, then raised by 100 to 500), not just the scenario's own: a collapse
 // shows on a rare seed first (one of low-traffic-spike's lost 14 points
 // before the app-limited hold, docs/policies.md). The worst of them
-// serves 97.0% (outage, seed 103), and the worst of thirty (offsets 0 to
-// 2900) 97.0% too (seed 2803): `bulkhead-sim run --policy balance` on a
-// copy of each scenario with its seed raised, as scripts/sim-seeds.py
-// makes them.
+// serves 96.5% (slow-calls, seed 202); of thirty (offsets 0 to 2900),
+// slow-calls serves 91.9% on seed 1002, under this target, where its
+// drains measure calls that queued before them (docs/policies.md, "Few
+// calls a window"), and the other scenarios no less than 97.0% (outage,
+// seed 2803): `bulkhead-sim run --policy balance` on a copy of each
+// scenario with its seed raised, as scripts/sim-seeds.py makes them.
 TEST(SimTargets, OneHostWideLimitServesAtLeast95PercentEverywhere) {
   int scenarios = 0;
   for (const std::filesystem::path& file : shipped_files()) {
@@ -130,7 +132,7 @@ TEST(SimTargets, NoReferencePolicyBeatsItOnBothCounts) {
     }
     ++scenarios;
   }
-  EXPECT_GE(scenarios, 13);
+  EXPECT_GE(scenarios, 14);
 }
 
 // After 20 s in which every call timed out, the limit is back to the 24
