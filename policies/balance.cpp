@@ -268,8 +268,8 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
   // rate above) without turning a call away: with a few dozen calls a
   // window, demand a little over capacity gives such windows by chance
   // while a queue stands under the limit, and following them ratcheted the
-  // baseline up (a copy of scenarios/capacity-drop with calls of 160 ms:
-  // 106 to 179 ms by 30 s for a p50 of 111, docs/policies.md). Not while
+  // baseline up (scenarios/slow-calls: 106 to 179 ms by 30 s for a p50
+  // of 111, docs/policies.md). Not while
   // the baseline is untrusted: its first windows join it as said above.
   if ((!used && (untrusted || !full)) || (untrusted && !queued_shape(w))) {
     const double follow = untrusted ? n / (baseline_samples_ + n) : params_.baseline_follow * weight;

@@ -87,9 +87,9 @@ TEST(SimTargets, HasAShorterTailThanTheBestStaticLimitWhereCapacityChanges) {
 // shows on a rare seed first (one of low-traffic-spike's lost 14 points
 // before the app-limited hold, docs/policies.md). The worst of them
 // serves 96.5% (slow-calls, seed 202); of thirty (offsets 0 to 2900),
-// slow-calls serves 91.9% on seed 1002, under this target, where its
-// drains measure calls that queued before them (docs/policies.md, "Few
-// calls a window"), and the other scenarios no less than 97.0% (outage,
+// slow-calls serves 91.9% on seed 1002, under this target, where drains
+// of a few calls of 160 ms misread the no-load latency (docs/policies.md,
+// "Few calls a window"), and the other scenarios no less than 97.0% (outage,
 // seed 2803): `bulkhead-sim run --policy balance` on a copy of each
 // scenario with its seed raised, as scripts/sim-seeds.py makes them.
 TEST(SimTargets, OneHostWideLimitServesAtLeast95PercentEverywhere) {
