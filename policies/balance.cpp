@@ -225,6 +225,13 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
         cut_baseline_ns_ = baseline_ns_;
         limit_before_drops_ = limit_before_backoff;
       }
+      // Calls that keep timing out under the limit were queued, so the
+      // latency the baseline rests on held a queue: a drain that others
+      // kept loaded (several limiters on one dependency, each host with its
+      // own daemon). Without this cut, each drain of one limiter among
+      // several adopts the others' queue as its baseline, and the limits
+      // ratchet up until calls time out. The drain this calls once the
+      // drops stop measures the baseline again (probe_after_drops_).
       // Not below what can still lower the limit: at its minimum, a cut
       // only moves the baseline toward zero (and bulkhead_policy_baseline_
       // seconds with it) for as long as an outage lasts.
@@ -318,7 +325,11 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
   } else {
     windows_over_target_ = 0;
   }
-  // A limit used less than half is not what makes latency: hold it.
+  // A limit used less than half is not what makes latency: hold it, as
+  // Gradient2 does. Cutting it does nothing to latency it does not cause,
+  // and the noise of a quiet time's few samples would wear it down to the
+  // minimum just before traffic returns (scenarios/low-traffic-spike lost
+  // 14 points on one seed).
   if (r > tolerance && 2.0 * w.max_inflight >= limit_) {
     limit_ = clamp(limit_ * std::pow(std::max(0.5, std::sqrt(tolerance / r)), trip));
   } else if (used) {
@@ -434,8 +445,19 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
     const double knee = rate_ * base_mean_ns_;
     const bool trust_knee = knee > 0 && !stuck;
     const double below = trust_knee ? std::min(limit_ / tolerance, knee) : limit_ / tolerance;
-    // From a knee the last drain confirmed, a drain that only the schedule
-    // or a moved rate calls runs just under it (the header says why).
+    // From a knee the last drain confirmed (it measured under the knee: its
+    // latency did not fall in proportion to its limit, it found no slower
+    // dependency, no drops came, and no heal since), a drain that only the
+    // schedule or a moved rate calls, with the limit in use, runs just under
+    // the knee Little's law gives: that drain's mean latency is the no-load
+    // one, so the knee is what the dependency serves at once, and L / T
+    // falls under it wherever the limit sits short of the target, where
+    // the p50 ratio overstates the queue (scenarios/steady-overload's drain
+    // at 30 s went to 11 calls for its 16 workers, now to 14). Its own
+    // latency falls by the whole queue while the limit falls less, so it
+    // calls no early drain for having started above the knee; and a drain
+    // over the knee by mistake measures the queue of a limit D, so the
+    // knee it leaves is D, and the next drain at the knee comes 5% lower.
     drain_at_knee_ = trust_knee && knee_confirmed_ && !called && used;
     limit_ = drain_at_knee_ ? clamp(std::floor(std::min(limit_, kKneeDrainShare * knee)))
                             : clamp(std::floor(params_.probe_factor * below));

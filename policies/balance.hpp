@@ -4,7 +4,10 @@
 // controller, the "grow only while the limit is used" rule of Netflix's
 // AIMD and Gradient2, the drop back-off of AIMD, and the periodic drain of
 // BBR's ProbeRTT, and arranges them to avoid the failures that users of
-// those algorithms report (../shared/ALGORITHMS.md).
+// those algorithms report (../shared/ALGORITHMS.md). Each rule below is
+// explained where balance.cpp applies it; docs/policies.md gives the
+// measurements that put it there, and docs/balance-record.md what was
+// tried instead.
 //
 // Model: past the dependency's capacity, every extra call in flight waits
 // in a queue, so latency grows in proportion to the limit:
@@ -22,183 +25,56 @@
 //   limit used, r ≤ T:                  L ← L + max(0, min(1, (G − r)/(G − 1))) × max(1, L × growth)
 //   otherwise (app-limited):            hold
 // with G = T, or G = 1 + tolerance / 3 while the baseline is one a drain
-// found slower (below).
-// "Used" means a call was rejected or the peak in-flight reached 90% of L.
-// Both steps are per round trip: a step shows in the smoothed latency a
-// round trip S later plus the smoothing's lag ((1 − w) / w windows, w the
-// window's smoothing weight), so a window shorter than that delay D takes
-// its share (duration / D) of a step, as a power of the factor or a part
-// of the increase.
-// A limit the callers leave half unused is not cut, as Gradient2 holds it:
-// cutting it does nothing to latency it does not cause, and the noise of
-// a quiet time's few samples would wear it down to the minimum just before
-// traffic returns (scenarios/low-traffic-spike lost 14 points on one seed).
-// The decrease goes halfway (in ratio) to L* each round trip, so it settles a
-// 4x capacity drop in a few windows without over-shooting on a smoothed
-// latency that lags; the increase is fast when there is no queue (r ≈ 1)
-// and fades to nothing at the target, so there is one fixed point and no
-// creep. Smoothing by sample count keeps a window of ten noisy samples
-// from moving the limit as much as a window of a thousand: without it the
-// decrease, larger than the increase, turns noise into a collapse.
+// found slower. "Used": a call was rejected or the peak in-flight reached
+// 90% of L. Both steps are per round trip (the latency plus the
+// smoothing's lag); a window shorter than that takes its share of a step.
+// The decrease goes halfway (in ratio) to L* each round trip and the
+// increase fades to nothing at the target: one fixed point, no creep.
+// Smoothing by sample count keeps a window of ten noisy samples from
+// moving the limit as much as one of a thousand; without it the decrease,
+// larger than the increase, turns noise into a collapse.
 //
 // The baseline (base, the no-load p50) is where the reference algorithms
-// fail: a minimum drifts up under sustained load (Netflix 165, Envoy 11579)
-// and the limit ratchets up; a baseline that never rises mistakes a slower
-// dependency for queueing and collapses the limit. balance never lets the
-// baseline follow latency while the limit is used (a minimum of noise is
-// biased low, a queue biased high). Instead:
-//   - while the limit is not used (no queue the limit causes), it follows
-//     the latency (weight baseline_follow); not when the window kept the
-//     limit 80% full on average (Little's law), with no call turned away
-//     by chance: with a few dozen calls a window, demand a little over
-//     capacity gives such windows while a queue stands under the limit,
-//     and following them ratchets the baseline up (docs/policies.md);
-//   - until it rests on 200 samples, it is their plain average, and a
-//     window the limit binds joins it too unless the window has a queue's
-//     shape: its p10 at least half its p50 (a queue in front of a
-//     saturated dependency delays every call about as much, where the
-//     dependency's own spread puts the p10 far under the p50). A window
-//     with that shape calls a drain: the first one, say, after callers
-//     queued before the daemon knew the dependency;
-//   - when the smoothed latency falls under base / T (no noise does that:
-//     the dependency healed), it drops to it at once and drains soon;
-//   - it drains: the limit drops to probe_factor (0.9) times the knee for
-//     at least three windows, twice the latency and 20 calls measured;
-//     the sample-weighted p50 of the probe windows after in-flight fell
-//     to the drained limit (the calls queued before it gone) becomes the
-//     baseline, up or down.
-//     The knee is L / T (since L* = T × W), or, when lower, the
-//     smoothed completion rate of saturated windows times the no-load mean
-//     latency (Little's law: W = capacity × mean service time), which
-//     holds even when the limit overshot; but L / T alone for a drain
-//     called because latency stayed over the target (below), which
-//     doubts that no-load latency: a dependency k times slower completes
-//     k times fewer calls, and the rate puts the knee k times too low. A
-//     drain that stayed above the knee would measure queueing and
-//     ratchet the baseline up.
-//     A drain started above the knee when its latency fell in proportion
-//     to the limit (all queue) and its completion rate did not fall: one
-//     under the knee serves its limit over the no-load latency, fewer
-//     calls than the limit before it, whatever the latency before it was
-//     (after a heal, the slower dependency's, which falls far more than
-//     the limit either way).
-//     A drain that only the schedule or a moved rate calls, with the limit
-//     in use, after a drain that measured under the knee (latency did not
-//     fall in proportion to the limit, no slower dependency, no drops,
-//     and no heal since), goes to 0.95 of the knee Little's law gives
-//     instead: that drain's mean latency is the no-load one, so the knee
-//     is what the dependency serves at once, and L / T (the limit sits
-//     short of the target, where the p50 ratio overstates the queue)
-//     falls under it (scenarios/steady-overload's drain at 30 s went to
-//     11 calls for its 16 workers, now to 14). Its own latency falls by
-//     the whole queue while the limit falls less, so it calls no early
-//     drain for having started above the knee; and a drain over the knee
-//     by mistake measures the queue of a limit D, so the knee it leaves
-//     is D, and the next drain at the knee comes 5% lower.
-// A drain is due after probe_interval_ms of window time with the limit in
-// use, starts only in a window that uses the limit (unused, the baseline
-// follows the latency by itself), and waits for calm (r ≤ T): one that starts
-// as the dependency loses capacity measures the queue it is building. A
-// window that the limit binds all along, with its p50 within 0.15 × tolerance
-// of the baseline and the smoothed latency no more than that over it,
-// restarts that time and the rate a drain compares with: the limit is under
-// the knee there, so the window saw what a drain would measure (not a window
-// whose latency just became the baseline: it is at it by construction; nor,
-// on a baseline a drain found slower, one after a window over that band:
-// as a heal takes such a baseline away, one window dips to it). It
-// comes early when the baseline may be what is wrong: latency stayed over
-// the target while the cuts halved the limit, or for 15 windows (round
-// trips, when calls outlast windows) — the dependency may have got slower,
-// with no queue to shrink, and the drain tells (waiting for the halving to
-// show in the smoothed latency takes its lag, long when a cut limit leaves
-// a few calls to a window); once calm, when the completion rate of
-// saturated windows (time-average in-flight near the limit) moved by more
-// than 35% (in log) since the last drain (the capacity moved, and its
-// latency may have: a slow latency creep cuts the limit below the knee
-// without ever staying over the target for long); a rate that rose with
-// latency within the target is the limit's own climb under the knee, and
-// moves the rate compared with up instead;
-// and again soon when a drain found latency fell by more than the target
-// queue explains (it started above the knee). A drain that finds the
-// baseline rose past the target (the dependency got slower, not busier)
-// puts the limit back halfway (in ratio) to the one from before the cuts
-// that latency caused, since the dependency still serves as many calls at
-// once (halfway: other limiters' queue in it looks the same). From there
-// the limit grows only while r ≤ 1 + tolerance / 3 (and is cut, as ever,
-// over T) until a drain finds the dependency no slower: that baseline
-// rests on one drain of a few calls, which may have measured the others'
-// queue, and the full target on top of it stacks a queue on a queue
-// (scenarios/small-dependency: p99 5.7x to 5.1x no-load over 30 seeds,
-// docs/policies.md). A window
-// whose completions are five Poisson deviations off the smoothed rate (the
-// capacity changed) restarts the rate. A drain costs about 15% of the
-// admissions of three windows (5% at the knee), and pins the one host-wide
-// limit: every process on the host sees it at once.
+// fail: a minimum drifts up under sustained load and the limit ratchets up
+// (Netflix 165, Envoy 11579); a baseline that never rises mistakes a
+// slower dependency for a queue and collapses the limit. balance never
+// lets the baseline follow latency while the limit is used. It moves by:
+//   following  while the limit is unused and was not 80% full on average
+//              (weight baseline_follow); its first 200 samples are their
+//              plain average, windows the limit binds included unless
+//              they have a queue's shape (p10 ≥ p50 / 2), which drains;
+//   a heal     S under base / T becomes the baseline at once, and drains;
+//   drops      that persist: base × backoff, with the limit;
+//   a drain    the limit drops to probe_factor × the knee (L / T, or
+//              Little's law's saturated completion rate × no-load mean
+//              latency when lower and the drain does not doubt that
+//              latency; kKneeDrainShare of Little's knee where the last
+//              drain confirmed it; after drops, the knee from before
+//              them) for at least three windows, twice S and 20 calls
+//              measured once in-flight fell to it; their p50 becomes the
+//              baseline, up or down.
+// A drain is due after probe_interval_ms with the limit in use, and waits
+// for calm (r ≤ T); a window the limit binds all along at the baseline
+// stands for one. It comes early when the baseline may be wrong: latency
+// stuck over the target (15 round trips, or while the cuts halved the
+// limit), the saturated completion rate moved by 35% (in log), a heal,
+// drops that stopped, a drain that found it had started above the knee.
+// What a drain finds sets the limit: a slower dependency (the baseline
+// rose past T) puts it halfway (in ratio) back to the one before the cuts
+// latency caused, and growth stops at G until a drain finds it no slower;
+// alone on the dependency, a delay every call has scales the limit from
+// before the cuts by the mean latency's rise; after drops, the limit goes
+// halfway back to the one before them, or stays at the drained one if
+// that is more and the dependency is as it was. A drain costs about 15% of the
+// admissions of three windows (5% at a confirmed knee), and pins the one
+// host-wide limit: every process on the host sees it at once.
 //
-// Alone on the dependency (other_hosts = 0), a drain that latency stuck
-// over the target called and that finds it slower can tell a delay every
-// call has (a longer network path) from a slower dependency: the delay
-// gives the drain a queue's shape (its p10 at least half its p50) where
-// the no-load latency had none, leaves the spread p50 - p10 as it was (at
-// most 3x the no-load one: a slower dependency widens it, and a drain of
-// a few dozen of its calls can show a queue's shape by chance), and the
-// dependency still serves as many calls a second, each in flight
-// longer. A queue has that shape too, so
-// only a drain whose completion rate fell by at least half as much as the
-// limit (in log; over the knee it serves what the dependency can, as many
-// calls as before) counts: the limit goes to the one from before the cuts
-// times the rise of the mean latency (Little's law), not halfway back
-// (scenarios/network-delay: 0.5 points under the best reference to 0.3
-// over 30 seeds, docs/balance-record.md). When the delay ends, a queue takes its
-// place at the same latency (the same limit over the same capacity), and
-// only a drain can tell: a drain that finds the delayed baseline lower (by
-// more than the band of a confirming window) calls the next one soon,
-// under the knee without the delay (the saturated completion rate times
-// the no-load mean from before it), where a dependency back as it was has
-// no queue; if that one finds it lower too, the limit shrinks by the fall
-// of the mean latency (the delay rule undone). In scenarios/network-delay
-// 13 seeds of 30 held the delayed baseline to the end of the run, with a
-// queue in the delay's place (p50 50-75 ms from 65 s, 21-28 on the
-// others); 3 do now (docs/policies.md).
+// For a dependency that other hosts' limiters share, baseline_max_ms
+// bounds the baseline, and other_hosts = 1 counts as the dependency's own
+// latency only what its spread p50 − p10 explains: a queue that every
+// call waits in shifts the distribution, where a slower dependency
+// widens it (Params, below).
 //
-// Drops that persist (drop_threshold of the last ~500 calls, and at least
-// three) lower the baseline with the limit, and call for a drain once they stop:
-// calls that keep timing out under the limit were queued, so the latency the
-// baseline rests on held a queue (a drain that others kept loaded: several
-// limiters on one dependency, each host with its own daemon). Without it,
-// each drain of one limiter among several adopts the others' queue as its
-// baseline and the limits ratchet up until calls time out. A tail that
-// times out a call in a few hundred backs the limit off in the window it
-// lands in, but must not wear the baseline down (scenarios/slow-ramp).
-// The drain they call starts at the first window without drops, whatever
-// r says (the cuts, not a queue, put it over T), at the knee from before
-// the drops (not at the minimum they may have cut the limit to, where it
-// would gather its calls one at a time), compares what it measures with
-// the baseline from before the cuts, and puts the limit halfway (in ratio)
-// back to the one before the drops, or keeps the drained limit if that is
-// more and the dependency is as it was: after an outage the limit is back
-// within a second (scenarios/outage), not at its minimum until latency
-// stuck over the cut baseline calls a drain.
-// baseline_max_ms, when set, bounds the baseline, whatever a drain
-// measures: latency over T times the bound is then cut as a queue. Every
-// limiter of a dependency that many hosts share then sheds the shared
-// queue, where each would adopt it (the ratchet above); a dependency that
-// really got slower than the bound is throttled like an overloaded one.
-// other_hosts = 1 says that bulkheadd on other hosts limits the dependency
-// too. A queue every call waits in about as long shifts the whole latency
-// distribution, leaving its spread p50 - p10 as it was, where a dependency
-// k times slower spreads k times wider. So what a drain measures, and what
-// an unused limit's baseline follows, counts as the dependency's own only
-// as far as the spread explains: at most shape x spread, the shape (no-load
-// p50 over spread) from the last drain that found no rise (the
-// exponential's 1.18, the least usual one, before any), and the rest is
-// the others' queue, which every host's limiter then sheds. Over 8
-// limiters (scenarios/many-processes-per-process): p99 5.2x no-load to
-// 1.4x, and 1.3x run for four minutes (vegas 2.0x). A dependency
-// that gets slower by a delay every call has (a longer network path) is
-// throttled like an overloaded one: no limiter can tell that delay from
-// the others' queue (scenarios/network-delay: 63% of capacity, where
-// without other_hosts it serves 99%).
 // Where it differs from its sources: drops count only as a ratio (one
 // timeout in a thousand is not overload), and windows are those of the
 // daemon's controller.

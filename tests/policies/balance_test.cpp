@@ -1344,7 +1344,7 @@ TEST(BalancePolicy, OnlyADrainThatLatencyStuckOverTheTargetCalledScalesTheLimitB
   // The finding of "a delay" above (every call 20 ms later, the spread
   // still 8 ms, the completion rate down with the limit), by a drain the
   // schedule called: latency never stuck over the target. The delay rule
-  // is not for it (balance.hpp), so the drain ends as one that found the
+  // is not for it (delay_factor), so the drain ends as one that found the
   // dependency slower with no cuts to undo: back to the limit from before
   // it, 127.6 (scaled by the delay it would be 3 x 127.6 = 382).
   BalancePolicy b(kBounds, hand());
