@@ -208,9 +208,55 @@ double BalancePolicy::update(const Window& w) {
 }
 
 double BalancePolicy::steady_update(const Window& w, double p50, double weight, double latency_before) {
-  const double tolerance = 1 + params_.tolerance;
   const bool used = w.rejected > 0 || w.max_inflight >= kUsedShare * limit_;
+  if (back_off(w)) return limit_;
+  if (w.ok == 0) return limit_;
 
+  // Drains fall due after so much time with the limit in use; unused, the
+  // baseline follows the latency by itself.
+  const double duration = static_cast<double>(std::max<std::uint64_t>(w.duration_ns, 1));
+  if (used) since_probe_ns_ += duration;
+  // The completion rate tells what the dependency can do only while the
+  // limit binds all along: the time-average in-flight (Little's law: the
+  // latency sum over the window's length) near the limit, not a burst
+  // that touched it. A window far outside the smoothed rate's Poisson
+  // noise means its capacity changed: start over from that window.
+  const double n = static_cast<double>(w.ok);
+  const double expected = rate_ * duration;
+  const bool jumped = std::abs(n - expected) > kRateJump * std::sqrt(std::max(expected, 1.0));
+  const bool full = static_cast<double>(w.rtt_sum_ns) / duration >= kSaturatedShare * limit_;
+  const bool saturated = used && full;
+  if (saturated) rate_ = rate_ == 0 || jumped ? n / duration : rate_ + kRateWeight * (n / duration - rate_);
+
+  follow_baseline(w, p50, weight, used, full);
+  const bool healed = heal();
+  const double r = latency_ns_ / std::max(baseline_ns_, 1.0);
+  // A step of the limit shows in the smoothed latency a round trip later,
+  // plus the smoothing's own lag ((1 - weight) / weight windows: a few when
+  // windows hold few calls). With that delay longer than the window, a
+  // full step each window would overshoot by several steps before the
+  // first one is seen. Each window takes its share of the delay's step,
+  // and counts as that share of a window toward a stuck drain (a queue
+  // recedes in round trips, not windows).
+  const double lag = weight > 0 ? duration * (1 - weight) / weight : 0.0;
+  const double trip = std::min(1.0, duration / std::max(latency_ns_ + lag, 1.0));
+  step_limit(w, r, trip, used);
+
+  // Drain early when the baseline may be what is wrong: latency over the
+  // target for kStuckWindows, or long enough for the cuts to halve the
+  // limit. A queue would have receded by then, or a drain settles it: a
+  // drain under the knee sees the baseline either way, and when that rose
+  // puts the limit back. Waiting to see whether the halving helped costs
+  // round trips of the smoothed latency, whose lag is long when the cut
+  // limit leaves a few calls to a window (scenarios/small-dependency).
+  const bool stuck = windows_over_target_ >= kStuckWindows ||
+                     (windows_over_target_ > 0 && limit_ <= limit_over_target_ / 2);
+  const bool due = drain_due(p50, r, used, saturated, healed, latency_before);
+  if (params_.probe_interval_ms > 0 && (due || stuck)) start_drain(w, stuck, used, n / duration);
+  return limit_;
+}
+
+bool BalancePolicy::back_off(const Window& w) {
   drops_ += static_cast<double>(w.dropped);
   drop_samples_ += static_cast<double>(w.samples());
   if (drop_samples_ > kDropSamples) {
@@ -241,26 +287,13 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
       }
       drain_called_ = true;
     }
-    return limit_;
+    return true;
   }
-  if (w.ok == 0) return limit_;
+  return false;
+}
 
-  // Drains fall due after so much time with the limit in use; unused, the
-  // baseline follows the latency by itself.
-  const double duration = static_cast<double>(std::max<std::uint64_t>(w.duration_ns, 1));
-  if (used) since_probe_ns_ += duration;
-  // The completion rate tells what the dependency can do only while the
-  // limit binds all along: the time-average in-flight (Little's law: the
-  // latency sum over the window's length) near the limit, not a burst
-  // that touched it. A window far outside the smoothed rate's Poisson
-  // noise means its capacity changed: start over from that window.
+void BalancePolicy::follow_baseline(const Window& w, double p50, double weight, bool used, bool full) {
   const double n = static_cast<double>(w.ok);
-  const double expected = rate_ * duration;
-  const bool jumped = std::abs(n - expected) > kRateJump * std::sqrt(std::max(expected, 1.0));
-  const bool full = static_cast<double>(w.rtt_sum_ns) / duration >= kSaturatedShare * limit_;
-  const bool saturated = used && full;
-  if (saturated) rate_ = rate_ == 0 || jumped ? n / duration : rate_ + kRateWeight * (n / duration - rate_);
-
   // While the limit is used only a drain moves the baseline: following
   // the latency down there would make it a minimum of noise, biased low,
   // and the limit would shrink to nothing.
@@ -271,8 +304,8 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
   // about the same latency at the cost of the calls it turns away (at 70%
   // load in scenarios/latency-noise, about 150 at the start of every run).
   const bool untrusted = baseline_samples_ < kTrustedSamples;
-  // Nor a window that kept the limit full on average (`full`, as for the
-  // rate above) without turning a call away: with a few dozen calls a
+  // Nor a window that kept the limit full on average (`full`, as
+  // steady_update() counts it for the rate) without turning a call away: with a few dozen calls a
   // window, demand a little over capacity gives such windows by chance
   // while a queue stands under the limit, and following them ratcheted the
   // baseline up (scenarios/slow-calls: 106 to 179 ms by 30 s for a p50
@@ -295,7 +328,10 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
     // it.
     drain_called_ = true;
   }
+}
 
+bool BalancePolicy::heal() {
+  const double tolerance = 1 + params_.tolerance;
   // Latency far under the baseline is no noise of a smoothed p50: the
   // dependency got faster (it healed). Take it as the baseline now, and
   // drain soon to measure the real one (the smoothed latency is still
@@ -309,16 +345,11 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
     baseline_ns_ = latency_ns_;
     since_probe_ns_ = std::max(since_probe_ns_, params_.probe_interval_ms * 1e6);
   }
-  const double r = latency_ns_ / std::max(baseline_ns_, 1.0);
-  // A step of the limit shows in the smoothed latency a round trip later,
-  // plus the smoothing's own lag ((1 - weight) / weight windows: a few when
-  // windows hold few calls). With that delay longer than the window, a
-  // full step each window would overshoot by several steps before the
-  // first one is seen. Each window takes its share of the delay's step,
-  // and counts as that share of a window toward a stuck drain (a queue
-  // recedes in round trips, not windows).
-  const double lag = weight > 0 ? duration * (1 - weight) / weight : 0.0;
-  const double trip = std::min(1.0, duration / std::max(latency_ns_ + lag, 1.0));
+  return healed;
+}
+
+void BalancePolicy::step_limit(const Window& w, double r, double trip, bool used) {
+  const double tolerance = 1 + params_.tolerance;
   if (used && r > tolerance) {
     if (windows_over_target_ == 0) limit_over_target_ = limit_;
     windows_over_target_ += trip;
@@ -342,17 +373,11 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
     const double room = std::clamp((target - r) / (target - 1), 0.0, 1.0);
     limit_ = clamp(limit_ + trip * room * std::max(1.0, limit_ * params_.growth));
   }
+}
 
-  // Drain early when the baseline may be what is wrong: latency over the
-  // target for kStuckWindows, or long enough for the cuts to halve the
-  // limit. A queue would have receded by then, or a drain settles it: a
-  // drain under the knee sees the baseline either way, and when that rose
-  // puts the limit back. Waiting to see whether the halving helped costs
-  // round trips of the smoothed latency, whose lag is long when the cut
-  // limit leaves a few calls to a window (scenarios/small-dependency).
-  const bool stuck = windows_over_target_ >= kStuckWindows ||
-                     (windows_over_target_ > 0 && limit_ <= limit_over_target_ / 2);
-  // And a dependency whose capacity moved may have moved its latency too
+bool BalancePolicy::drain_due(double p50, double r, bool used, bool saturated, bool healed, double latency_before) {
+  const double tolerance = 1 + params_.tolerance;
+  // A dependency whose capacity moved may have moved its latency too
   // (a slow creep never keeps latency over the target for long: the limit
   // follows it down, below the knee): drain once calm when the saturated
   // completion rate moved by more than kRateDrift since the last drain.
@@ -401,89 +426,89 @@ double BalancePolicy::steady_update(const Window& w, double p50, double weight, 
   // for slow round trips of the smoothed latency). The first window
   // without drops is calm enough.
   const bool calm = r <= tolerance || cut_baseline_ns_ > 0;
-  const bool due = (drain_called_ || since_probe_ns_ >= params_.probe_interval_ms * 1e6 || rate_moved) &&
-                   used && calm;
-  if (params_.probe_interval_ms > 0 && (due || stuck)) {
-    windows_over_target_ = 0;
-    const bool called = drain_called_ || stuck;
-    drain_called_ = false;
-    // What the drain compares its measurement with: the baseline before
-    // drops cut it, if they did.
-    probe_baseline_ns_ = cut_baseline_ns_ > 0 ? cut_baseline_ns_ : baseline_ns_;
-    probe_after_drops_ = cut_baseline_ns_ > 0;
-    probing_ = true;
-    probe_elapsed_ns_ = 0;
-    probe_windows_ = 0;
-    probe_settled_ = false;
-    probe_p50_sum_ = 0;
-    probe_spread_sum_ = 0;
-    probe_mean_sum_ = 0;
-    probe_samples_ = 0;
-    probe_measured_ns_ = 0;
-    // Long enough for calls admitted before the drain to finish.
-    probe_needed_ns_ = 2 * latency_ns_;
-    limit_before_probe_ = limit_;
-    rate_before_probe_ = n / duration;
-    probe_stuck_ = stuck;
-    // Cut for latency that may not have been a queue: if the drain finds
-    // the baseline itself rose past the target, the cuts were for nothing.
-    limit_before_cuts_ = probe_after_drops_ ? std::max(limit_, limit_before_drops_)
-                         : stuck            ? std::max(limit_, limit_over_target_)
-                                            : limit_;
-    latency_before_probe_ = latency_ns_;
-    limit_in_force_ = w.limit > 0 ? w.limit : limit_;
-    // Below the knee: at the target the limit is T x W, so L / T is W;
-    // and by Little's law W is the completion rate times the no-load mean
-    // latency, which is what to trust when the two disagree (the limit
-    // overshot, or the dependency lost capacity). Not for a stuck drain:
-    // it is there because the no-load latency itself is in doubt, and a
-    // dependency k times slower completes k times fewer calls, so the rate
-    // times the old mean latency puts the knee k times too low (one call
-    // of eight in scenarios/small-dependency, for the 20 calls the drain
-    // waits for). L / T of a limit already cut for that latency is low
-    // enough.
-    const double knee = rate_ * base_mean_ns_;
-    const bool trust_knee = knee > 0 && !stuck;
-    const double below = trust_knee ? std::min(limit_ / tolerance, knee) : limit_ / tolerance;
-    // From a knee the last drain confirmed (it measured under the knee: its
-    // latency did not fall in proportion to its limit, it found no slower
-    // dependency, no drops came, and no heal since), a drain that only the
-    // schedule or a moved rate calls, with the limit in use, runs just under
-    // the knee Little's law gives: that drain's mean latency is the no-load
-    // one, so the knee is what the dependency serves at once, and L / T
-    // falls under it wherever the limit sits short of the target, where
-    // the p50 ratio overstates the queue (scenarios/steady-overload's drain
-    // at 30 s went to 11 calls for its 16 workers, now to 14). Its own
-    // latency falls by the whole queue while the limit falls less, so it
-    // calls no early drain for having started above the knee; and a drain
-    // over the knee by mistake measures the queue of a limit D, so the
-    // knee it leaves is D, and the next drain at the knee comes 5% lower.
-    drain_at_knee_ = trust_knee && knee_confirmed_ && !called && used;
-    limit_ = drain_at_knee_ ? clamp(std::floor(std::min(limit_, kKneeDrainShare * knee)))
-                            : clamp(std::floor(params_.probe_factor * below));
-    // After drops, the limit they cut is no measure of the dependency: at
-    // the minimum a drain takes seconds to gather its calls, and a p50 of
-    // a few is noise (after scenarios/outage, 7.5 ms for a p50 of 13.9 ms,
-    // and a second drain). Drain at the knee from before the drops: below
-    // it if the dependency is back as it was, and if it is still out, its
-    // drops end the drain at once.
-    if (probe_after_drops_) {
-      limit_ = std::max(limit_, clamp(std::floor(params_.probe_factor * limit_before_drops_ / tolerance)));
-    }
-    // A drain that found the delayed baseline lower called this one: the
-    // delay may be gone, and a queue in its place looks the same. Drain
-    // under the knee without the delay (Little's law with the no-load mean
-    // from before it), where the delay, if it is gone, leaves no queue.
-    // Not a drain that drops called: that one runs at the knee from before
-    // them, and its own measure of the dependency says whether it is back.
-    probe_undelayed_ = drain_undelayed_ && rate_ > 0 && !probe_after_drops_;
-    drain_undelayed_ = false;
-    if (probe_undelayed_) {
-      drain_at_knee_ = false;
-      limit_ = std::min(limit_, clamp(std::floor(params_.probe_factor * rate_ * undelayed_mean_ns_)));
-    }
+  return (drain_called_ || since_probe_ns_ >= params_.probe_interval_ms * 1e6 || rate_moved) && used && calm;
+}
+
+void BalancePolicy::start_drain(const Window& w, bool stuck, bool used, double window_rate) {
+  const double tolerance = 1 + params_.tolerance;
+  windows_over_target_ = 0;
+  const bool called = drain_called_ || stuck;
+  drain_called_ = false;
+  // What the drain compares its measurement with: the baseline before
+  // drops cut it, if they did.
+  probe_baseline_ns_ = cut_baseline_ns_ > 0 ? cut_baseline_ns_ : baseline_ns_;
+  probe_after_drops_ = cut_baseline_ns_ > 0;
+  probing_ = true;
+  probe_elapsed_ns_ = 0;
+  probe_windows_ = 0;
+  probe_settled_ = false;
+  probe_p50_sum_ = 0;
+  probe_spread_sum_ = 0;
+  probe_mean_sum_ = 0;
+  probe_samples_ = 0;
+  probe_measured_ns_ = 0;
+  // Long enough for calls admitted before the drain to finish.
+  probe_needed_ns_ = 2 * latency_ns_;
+  limit_before_probe_ = limit_;
+  rate_before_probe_ = window_rate;
+  probe_stuck_ = stuck;
+  // Cut for latency that may not have been a queue: if the drain finds
+  // the baseline itself rose past the target, the cuts were for nothing.
+  limit_before_cuts_ = probe_after_drops_ ? std::max(limit_, limit_before_drops_)
+                       : stuck            ? std::max(limit_, limit_over_target_)
+                                          : limit_;
+  latency_before_probe_ = latency_ns_;
+  limit_in_force_ = w.limit > 0 ? w.limit : limit_;
+  // Below the knee: at the target the limit is T x W, so L / T is W;
+  // and by Little's law W is the completion rate times the no-load mean
+  // latency, which is what to trust when the two disagree (the limit
+  // overshot, or the dependency lost capacity). Not for a stuck drain:
+  // it is there because the no-load latency itself is in doubt, and a
+  // dependency k times slower completes k times fewer calls, so the rate
+  // times the old mean latency puts the knee k times too low (one call
+  // of eight in scenarios/small-dependency, for the 20 calls the drain
+  // waits for). L / T of a limit already cut for that latency is low
+  // enough.
+  const double knee = rate_ * base_mean_ns_;
+  const bool trust_knee = knee > 0 && !stuck;
+  const double below = trust_knee ? std::min(limit_ / tolerance, knee) : limit_ / tolerance;
+  // From a knee the last drain confirmed (it measured under the knee: its
+  // latency did not fall in proportion to its limit, it found no slower
+  // dependency, no drops came, and no heal since), a drain that only the
+  // schedule or a moved rate calls, with the limit in use, runs just under
+  // the knee Little's law gives: that drain's mean latency is the no-load
+  // one, so the knee is what the dependency serves at once, and L / T
+  // falls under it wherever the limit sits short of the target, where
+  // the p50 ratio overstates the queue (scenarios/steady-overload's drain
+  // at 30 s went to 11 calls for its 16 workers, now to 14). Its own
+  // latency falls by the whole queue while the limit falls less, so it
+  // calls no early drain for having started above the knee; and a drain
+  // over the knee by mistake measures the queue of a limit D, so the
+  // knee it leaves is D, and the next drain at the knee comes 5% lower.
+  drain_at_knee_ = trust_knee && knee_confirmed_ && !called && used;
+  limit_ = drain_at_knee_ ? clamp(std::floor(std::min(limit_, kKneeDrainShare * knee)))
+                          : clamp(std::floor(params_.probe_factor * below));
+  // After drops, the limit they cut is no measure of the dependency: at
+  // the minimum a drain takes seconds to gather its calls, and a p50 of
+  // a few is noise (after scenarios/outage, 7.5 ms for a p50 of 13.9 ms,
+  // and a second drain). Drain at the knee from before the drops: below
+  // it if the dependency is back as it was, and if it is still out, its
+  // drops end the drain at once.
+  if (probe_after_drops_) {
+    limit_ = std::max(limit_, clamp(std::floor(params_.probe_factor * limit_before_drops_ / tolerance)));
   }
-  return limit_;
+  // A drain that found the delayed baseline lower called this one: the
+  // delay may be gone, and a queue in its place looks the same. Drain
+  // under the knee without the delay (Little's law with the no-load mean
+  // from before it), where the delay, if it is gone, leaves no queue.
+  // Not a drain that drops called: that one runs at the knee from before
+  // them, and its own measure of the dependency says whether it is back.
+  probe_undelayed_ = drain_undelayed_ && rate_ > 0 && !probe_after_drops_;
+  drain_undelayed_ = false;
+  if (probe_undelayed_) {
+    drain_at_knee_ = false;
+    limit_ = std::min(limit_, clamp(std::floor(params_.probe_factor * rate_ * undelayed_mean_ns_)));
+  }
 }
 
 double BalancePolicy::probe_update(const Window& w, double p50) {

@@ -163,6 +163,28 @@ class BalancePolicy : public Policy {
   // `latency_before`: the smoothed latency before this window.
   double steady_update(const Window& w, double p50, double weight, double latency_before);
   double probe_update(const Window& w, double p50);
+  // The parts of steady_update(), in the order it calls them.
+  // Counts the window's drops; on overload backs the limit off (and, when
+  // drops persist, the baseline) and returns true: the window moves
+  // nothing else.
+  bool back_off(const Window& w);
+  // The baseline follows a window the limit did not bind, or joins the
+  // first samples; a bound first window with a queue's shape calls a drain.
+  void follow_baseline(const Window& w, double p50, double weight, bool used, bool full);
+  // Takes latency far under the baseline for it (the dependency healed),
+  // and makes a drain due; returns whether it did.
+  bool heal();
+  // The cut over the target, or the growth under it, as a `trip` share of
+  // a round trip's step at latency ratio `r`.
+  void step_limit(const Window& w, double r, double trip, bool used);
+  // Whether a drain is due now (the schedule, a moved rate or a call for
+  // one, with the limit used and latency calm); a window at the baseline
+  // restarts the schedule instead.
+  bool drain_due(double p50, double r, bool used, bool saturated, bool healed, double latency_before);
+  // Starts a drain from this window, whose completion rate was
+  // `window_rate` (calls per ns): sets the drained limit and what the
+  // drain compares its measurement with.
+  void start_drain(const Window& w, bool stuck, bool used, double window_rate);
   // Whether this window's drops, with the recent ones, are overload.
   bool overloaded(const Window& w) const;
   // Whether its latencies look queued (kQueuedShape).
