@@ -540,102 +540,105 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
                         probe_samples_ >= kProbeSamples) ||
                        probe_windows_ >= kProbeMaxWindows;
   if (!drained) return limit_;
-  const double drained_limit = limit_;
   probing_ = false;
   since_probe_ns_ = 0;
   if (probe_samples_ > 0) {
-    const double drained_p50 = probe_p50_sum_ / probe_samples_;
-    const double spread = probe_spread_sum_ / probe_samples_;
-    // A drain that found no more latency than the baseline it compares
-    // with measured no queue it did not know: its p50 over its spread is
-    // the dependency's shape. With other hosts' limiters on the
-    // dependency, one that found more takes only the part the spread
-    // explains (the dependency got slower) for the dependency's own; the
-    // rest is a delay every call has in common, the others' queue.
-    if (drained_p50 <= probe_baseline_ns_ && spread > 0) shape_ = drained_p50 / spread;
-    const double measured = own_latency(drained_p50, spread, probe_baseline_ns_);
-    // Latency that fell in proportion to the limit (elasticity near 1) was
-    // all queue, even at the drained limit: it started above the knee.
-    // Drain again soon, from the lower limit the new baseline brings,
-    // rather than in a full interval.
-    // But a drain that served fewer calls than the limit before it did ran
-    // under the knee, whatever its latency did: after a heal, the latency
-    // before it was the slower dependency's. Not a drain at the knee
-    // either: from a limit with a queue, its latency falls by the whole
-    // queue while the limit falls less.
-    const double latency_fell = std::log(latency_before_probe_ / std::max(measured, 1.0));
-    const double limit_fell = std::log(limit_in_force_ / std::max(limit_, 1.0));
-    // (rate_ is the rate from before the drain: only steady windows move it.)
-    const double drained_rate = probe_samples_ / std::max(probe_measured_ns_, 1.0);
-    const bool above_knee = limit_fell > 0 && latency_fell > kKneeElasticity * limit_fell &&
-                            drained_rate >= (1 - kRateFallShare) * rate_;
-    if (above_knee && !drain_at_knee_) {
-      drain_soon();
-    }
-    // The dependency got slower, not busier (the baseline rose past the
-    // target): the limit before the cuts that latency caused still fits
-    // what it serves at once. Or other limiters on the same dependency
-    // (other hosts) kept their queue in it through the drain, which then
-    // measured that queue: no drain of one limiter tells the two apart.
-    // Going back halfway (in ratio) hedges: a slower dependency is served
-    // at once by most of the old limit and the growth does the rest, while
-    // limiters that each restored the whole of it fed one another's queue
-    // (scenarios/many-processes-per-process, docs/balance-record.md).
-    // Over baseline_max_ms, what the drain measured counts only up to it
-    // (update() holds the baseline there): the rest is queueing, which the
-    // cuts were right to shed.
-    const bool slower = bounded(measured) > (1 + params_.tolerance) * probe_baseline_ns_;
-    found_slower_ = slower;
-    knee_confirmed_ = !above_knee && !slower && !probe_after_drops_;
-    // Measured: the cuts are undone. (Not when the drain starts: drops that
-    // end it would then cut from the cut baseline, and the next drain
-    // compare with that, from the minimum.)
-    cut_baseline_ns_ = 0;
-    baseline_ns_ = latency_ns_ = measured;
-    const double drained_mean = probe_mean_sum_ / probe_samples_;
-    const double delay = slower ? delay_factor(drained_p50, spread, drained_mean, drained_rate, drained_limit) : 1.0;
-    // The limit rests on a delay from this drain on (the no-load mean
-    // without it kept), until a drain at the knee without it measures.
-    // One that finds the delayed baseline lower (by more than the band of
-    // a confirming window) calls that drain soon: the delay may have
-    // ended, with a queue in its place (scenarios/network-delay at 60 s).
-    // If that drain finds it lower too, the delay is gone: the dependency
-    // serves as many calls a second, each in flight that much shorter, and
-    // the limit shrinks by the fall of the mean latency (the delay rule
-    // undone; restored as it was, it held three times the calls the
-    // dependency serves at once, and the cuts from there went under it).
-    const bool lower = measured < (1 - kConfirmShare * params_.tolerance) * probe_baseline_ns_;
-    const double undelay = probe_undelayed_ && lower ? drained_mean / base_mean_ns_ : 1.0;
-    if (delay > 1) {
-      undelayed_mean_ns_ = base_mean_ns_;
-    } else if (probe_undelayed_) {
-      undelayed_mean_ns_ = 0;
-    } else if (undelayed_mean_ns_ > 0 && lower) {
-      drain_undelayed_ = true;
-      drain_soon();
-    }
-    base_mean_ns_ = drained_mean;
-    base_spread_ns_ = spread;
-    baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);
-    const double cut = std::max(limit_before_probe_, 1.0);
-    // So does one after drops that stopped: what they cut for has passed
-    // (an outage), or the drain found the dependency slower.
-    limit_ = slower || probe_after_drops_
-                 ? clamp(std::floor(cut * std::pow(limit_before_cuts_ / cut, kRestoreShare)))
-                 : limit_before_probe_;
-    // And the dependency as it was served the drained limit: keep at least
-    // that.
-    if (probe_after_drops_ && !slower) limit_ = std::max(limit_, drained_limit);
-    // A delay every call has: the dependency serves as many calls a second
-    // as before the cuts, each in flight that much longer.
-    if (delay > 1) limit_ = clamp(std::floor(limit_before_cuts_ * delay));
-    // The delay gone: as many calls a second, each in flight shorter.
-    if (undelay < 1) limit_ = clamp(std::floor(limit_ * undelay));
+    settle_drain(limit_);
   } else {
     limit_ = limit_before_probe_;
   }
   drained_rate_ = 0;
   return limit_;
+}
+
+void BalancePolicy::settle_drain(double drained_limit) {
+  const double drained_p50 = probe_p50_sum_ / probe_samples_;
+  const double spread = probe_spread_sum_ / probe_samples_;
+  // A drain that found no more latency than the baseline it compares
+  // with measured no queue it did not know: its p50 over its spread is
+  // the dependency's shape. With other hosts' limiters on the
+  // dependency, one that found more takes only the part the spread
+  // explains (the dependency got slower) for the dependency's own; the
+  // rest is a delay every call has in common, the others' queue.
+  if (drained_p50 <= probe_baseline_ns_ && spread > 0) shape_ = drained_p50 / spread;
+  const double measured = own_latency(drained_p50, spread, probe_baseline_ns_);
+  // Latency that fell in proportion to the limit (elasticity near 1) was
+  // all queue, even at the drained limit: it started above the knee.
+  // Drain again soon, from the lower limit the new baseline brings,
+  // rather than in a full interval.
+  // But a drain that served fewer calls than the limit before it did ran
+  // under the knee, whatever its latency did: after a heal, the latency
+  // before it was the slower dependency's. Not a drain at the knee
+  // either: from a limit with a queue, its latency falls by the whole
+  // queue while the limit falls less.
+  const double latency_fell = std::log(latency_before_probe_ / std::max(measured, 1.0));
+  const double limit_fell = std::log(limit_in_force_ / std::max(limit_, 1.0));
+  // (rate_ is the rate from before the drain: only steady windows move it.)
+  const double drained_rate = probe_samples_ / std::max(probe_measured_ns_, 1.0);
+  const bool above_knee = limit_fell > 0 && latency_fell > kKneeElasticity * limit_fell &&
+                          drained_rate >= (1 - kRateFallShare) * rate_;
+  if (above_knee && !drain_at_knee_) {
+    drain_soon();
+  }
+  // The dependency got slower, not busier (the baseline rose past the
+  // target): the limit before the cuts that latency caused still fits
+  // what it serves at once. Or other limiters on the same dependency
+  // (other hosts) kept their queue in it through the drain, which then
+  // measured that queue: no drain of one limiter tells the two apart.
+  // Going back halfway (in ratio) hedges: a slower dependency is served
+  // at once by most of the old limit and the growth does the rest, while
+  // limiters that each restored the whole of it fed one another's queue
+  // (scenarios/many-processes-per-process, docs/balance-record.md).
+  // Over baseline_max_ms, what the drain measured counts only up to it
+  // (update() holds the baseline there): the rest is queueing, which the
+  // cuts were right to shed.
+  const bool slower = bounded(measured) > (1 + params_.tolerance) * probe_baseline_ns_;
+  found_slower_ = slower;
+  knee_confirmed_ = !above_knee && !slower && !probe_after_drops_;
+  // Measured: the cuts are undone. (Not when the drain starts: drops that
+  // end it would then cut from the cut baseline, and the next drain
+  // compare with that, from the minimum.)
+  cut_baseline_ns_ = 0;
+  baseline_ns_ = latency_ns_ = measured;
+  const double drained_mean = probe_mean_sum_ / probe_samples_;
+  const double delay = slower ? delay_factor(drained_p50, spread, drained_mean, drained_rate, drained_limit) : 1.0;
+  // The limit rests on a delay from this drain on (the no-load mean
+  // without it kept), until a drain at the knee without it measures.
+  // One that finds the delayed baseline lower (by more than the band of
+  // a confirming window) calls that drain soon: the delay may have
+  // ended, with a queue in its place (scenarios/network-delay at 60 s).
+  // If that drain finds it lower too, the delay is gone: the dependency
+  // serves as many calls a second, each in flight that much shorter, and
+  // the limit shrinks by the fall of the mean latency (the delay rule
+  // undone; restored as it was, it held three times the calls the
+  // dependency serves at once, and the cuts from there went under it).
+  const bool lower = measured < (1 - kConfirmShare * params_.tolerance) * probe_baseline_ns_;
+  const double undelay = probe_undelayed_ && lower ? drained_mean / base_mean_ns_ : 1.0;
+  if (delay > 1) {
+    undelayed_mean_ns_ = base_mean_ns_;
+  } else if (probe_undelayed_) {
+    undelayed_mean_ns_ = 0;
+  } else if (undelayed_mean_ns_ > 0 && lower) {
+    drain_undelayed_ = true;
+    drain_soon();
+  }
+  base_mean_ns_ = drained_mean;
+  base_spread_ns_ = spread;
+  baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);
+  const double cut = std::max(limit_before_probe_, 1.0);
+  // So does one after drops that stopped: what they cut for has passed
+  // (an outage), or the drain found the dependency slower.
+  limit_ = slower || probe_after_drops_
+               ? clamp(std::floor(cut * std::pow(limit_before_cuts_ / cut, kRestoreShare)))
+               : limit_before_probe_;
+  // And the dependency as it was served the drained limit: keep at least
+  // that.
+  if (probe_after_drops_ && !slower) limit_ = std::max(limit_, drained_limit);
+  // A delay every call has: the dependency serves as many calls a second
+  // as before the cuts, each in flight that much longer.
+  if (delay > 1) limit_ = clamp(std::floor(limit_before_cuts_ * delay));
+  // The delay gone: as many calls a second, each in flight shorter.
+  if (undelay < 1) limit_ = clamp(std::floor(limit_ * undelay));
 }
 
 }  // namespace bulkhead::policies

@@ -163,6 +163,10 @@ class BalancePolicy : public Policy {
   // `latency_before`: the smoothed latency before this window.
   double steady_update(const Window& w, double p50, double weight, double latency_before);
   double probe_update(const Window& w, double p50);
+  // Ends a drain that measured calls at `drained_limit`: what it measured
+  // becomes the baseline, and what it found (a slower dependency, a
+  // delay, the knee) sets the limit.
+  void settle_drain(double drained_limit);
   // The parts of steady_update(), in the order it calls them.
   // Counts the window's drops; on overload backs the limit off (and, when
   // drops persist, the baseline) and returns true: the window moves
