@@ -164,15 +164,15 @@ bool BalancePolicy::queued_shape(const Window& w) const {
 double BalancePolicy::delay_factor(double p50, double spread, double mean, double rate, double drained_limit) const {
   // Only alone on the dependency: other hosts' queue shifts every call
   // the same way (own_latency()).
-  if (params_.other_hosts != 0 || !probe_stuck_ || base_mean_ns_ <= 0) return 1;
+  if (params_.other_hosts != 0 || !drain_.stuck || base_mean_ns_ <= 0) return 1;
   // A queue's shape now, none in the no-load latency, and the no-load
   // spread: every call has the same added latency, a delay or a queue.
-  const bool shifted = queued(p50 - spread, p50) && !queued(probe_baseline_ns_ - base_spread_ns_, probe_baseline_ns_) &&
+  const bool shifted = queued(p50 - spread, p50) && !queued(drain_.baseline_ns - base_spread_ns_, drain_.baseline_ns) &&
                        spread <= kDelaySpreadGrowth * base_spread_ns_;
   // Not a queue: the drain ran under the knee, its completion rate down
   // with its limit.
-  const double limit_fell = std::log(limit_in_force_ / std::max(drained_limit, 1.0));
-  const bool under_knee = std::log(rate_before_probe_ / rate) > kDelayRateElasticity * limit_fell;
+  const double limit_fell = std::log(drain_.limit_in_force / std::max(drained_limit, 1.0));
+  const bool under_knee = std::log(drain_.rate_before / rate) > kDelayRateElasticity * limit_fell;
   return shifted && under_knee ? std::max(1.0, mean / base_mean_ns_) : 1.0;
 }
 
@@ -277,7 +277,7 @@ bool BalancePolicy::back_off(const Window& w) {
       // own daemon). Without this cut, each drain of one limiter among
       // several adopts the others' queue as its baseline, and the limits
       // ratchet up until calls time out. The drain this calls once the
-      // drops stop measures the baseline again (probe_after_drops_).
+      // drops stop measures the baseline again (drain_.after_drops).
       // Not below what can still lower the limit: at its minimum, a cut
       // only moves the baseline toward zero (and bulkhead_policy_baseline_
       // seconds with it) for as long as an outage lasts.
@@ -434,31 +434,24 @@ void BalancePolicy::start_drain(const Window& w, bool stuck, bool used, double w
   windows_over_target_ = 0;
   const bool called = drain_called_ || stuck;
   drain_called_ = false;
+  drain_ = Drain{};
   // What the drain compares its measurement with: the baseline before
   // drops cut it, if they did.
-  probe_baseline_ns_ = cut_baseline_ns_ > 0 ? cut_baseline_ns_ : baseline_ns_;
-  probe_after_drops_ = cut_baseline_ns_ > 0;
+  drain_.baseline_ns = cut_baseline_ns_ > 0 ? cut_baseline_ns_ : baseline_ns_;
+  drain_.after_drops = cut_baseline_ns_ > 0;
   probing_ = true;
-  probe_elapsed_ns_ = 0;
-  probe_windows_ = 0;
-  probe_settled_ = false;
-  probe_p50_sum_ = 0;
-  probe_spread_sum_ = 0;
-  probe_mean_sum_ = 0;
-  probe_samples_ = 0;
-  probe_measured_ns_ = 0;
   // Long enough for calls admitted before the drain to finish.
-  probe_needed_ns_ = 2 * latency_ns_;
-  limit_before_probe_ = limit_;
-  rate_before_probe_ = window_rate;
-  probe_stuck_ = stuck;
+  drain_.needed_ns = 2 * latency_ns_;
+  drain_.limit_before = limit_;
+  drain_.rate_before = window_rate;
+  drain_.stuck = stuck;
   // Cut for latency that may not have been a queue: if the drain finds
   // the baseline itself rose past the target, the cuts were for nothing.
-  limit_before_cuts_ = probe_after_drops_ ? std::max(limit_, limit_before_drops_)
-                       : stuck            ? std::max(limit_, limit_over_target_)
-                                          : limit_;
-  latency_before_probe_ = latency_ns_;
-  limit_in_force_ = w.limit > 0 ? w.limit : limit_;
+  drain_.limit_before_cuts = drain_.after_drops ? std::max(limit_, limit_before_drops_)
+                             : stuck              ? std::max(limit_, limit_over_target_)
+                                                  : limit_;
+  drain_.latency_before = latency_ns_;
+  drain_.limit_in_force = w.limit > 0 ? w.limit : limit_;
   // Below the knee: at the target the limit is T x W, so L / T is W;
   // and by Little's law W is the completion rate times the no-load mean
   // latency, which is what to trust when the two disagree (the limit
@@ -485,8 +478,8 @@ void BalancePolicy::start_drain(const Window& w, bool stuck, bool used, double w
   // calls no early drain for having started above the knee; and a drain
   // over the knee by mistake measures the queue of a limit D, so the
   // knee it leaves is D, and the next drain at the knee comes 5% lower.
-  drain_at_knee_ = trust_knee && knee_confirmed_ && !called && used;
-  limit_ = drain_at_knee_ ? clamp(std::floor(std::min(limit_, kKneeDrainShare * knee)))
+  drain_.at_knee = trust_knee && knee_confirmed_ && !called && used;
+  limit_ = drain_.at_knee ? clamp(std::floor(std::min(limit_, kKneeDrainShare * knee)))
                           : clamp(std::floor(params_.probe_factor * below));
   // After drops, the limit they cut is no measure of the dependency: at
   // the minimum a drain takes seconds to gather its calls, and a p50 of
@@ -494,7 +487,7 @@ void BalancePolicy::start_drain(const Window& w, bool stuck, bool used, double w
   // and a second drain). Drain at the knee from before the drops: below
   // it if the dependency is back as it was, and if it is still out, its
   // drops end the drain at once.
-  if (probe_after_drops_) {
+  if (drain_.after_drops) {
     limit_ = std::max(limit_, clamp(std::floor(params_.probe_factor * limit_before_drops_ / tolerance)));
   }
   // A drain that found the delayed baseline lower called this one: the
@@ -503,65 +496,65 @@ void BalancePolicy::start_drain(const Window& w, bool stuck, bool used, double w
   // from before it), where the delay, if it is gone, leaves no queue.
   // Not a drain that drops called: that one runs at the knee from before
   // them, and its own measure of the dependency says whether it is back.
-  probe_undelayed_ = drain_undelayed_ && rate_ > 0 && !probe_after_drops_;
+  drain_.undelayed = drain_undelayed_ && rate_ > 0 && !drain_.after_drops;
   drain_undelayed_ = false;
-  if (probe_undelayed_) {
-    drain_at_knee_ = false;
+  if (drain_.undelayed) {
+    drain_.at_knee = false;
     limit_ = std::min(limit_, clamp(std::floor(params_.probe_factor * rate_ * undelayed_mean_ns_)));
   }
 }
 
 double BalancePolicy::probe_update(const Window& w, double p50) {
-  probe_elapsed_ns_ += static_cast<double>(w.duration_ns);
+  drain_.elapsed_ns += static_cast<double>(w.duration_ns);
   // Calls admitted before the drain still complete after it began, with
   // the queue they waited in: measure only from the window after the one
   // that closed with in-flight down to the drained limit. (A dependency
   // slower than the smoothed latency says, just after it slowed down,
   // takes longer than the drain's first window to give them back.)
-  ++probe_windows_;
-  if (probe_settled_ && w.ok > 0) {
-    probe_p50_sum_ += p50 * static_cast<double>(w.ok);
-    probe_spread_sum_ += spread_of(w) * static_cast<double>(w.ok);
-    probe_mean_sum_ += static_cast<double>(w.rtt_sum_ns);
-    probe_samples_ += static_cast<double>(w.ok);
-    probe_measured_ns_ += static_cast<double>(w.duration_ns);
+  ++drain_.windows;
+  if (drain_.settled && w.ok > 0) {
+    drain_.p50_sum += p50 * static_cast<double>(w.ok);
+    drain_.spread_sum += spread_of(w) * static_cast<double>(w.ok);
+    drain_.mean_sum += static_cast<double>(w.rtt_sum_ns);
+    drain_.samples += static_cast<double>(w.ok);
+    drain_.measured_ns += static_cast<double>(w.duration_ns);
   }
-  if (w.inflight <= limit_) probe_settled_ = true;
+  if (w.inflight <= limit_) drain_.settled = true;
   if (overloaded(w)) {
     // The dependency is failing, not draining: end the probe and back off
     // from the limit before it, but never above the drained limit (a
     // limit does not rise while calls are dropped).
     probing_ = false;
     since_probe_ns_ = 0;
-    limit_ = clamp(std::min(limit_, std::floor(limit_before_probe_ * params_.backoff)));
+    limit_ = clamp(std::min(limit_, std::floor(drain_.limit_before * params_.backoff)));
     return limit_;
   }
-  const bool drained = (probe_windows_ >= kProbeMinWindows && probe_elapsed_ns_ >= probe_needed_ns_ &&
-                        probe_samples_ >= kProbeSamples) ||
-                       probe_windows_ >= kProbeMaxWindows;
+  const bool drained = (drain_.windows >= kProbeMinWindows && drain_.elapsed_ns >= drain_.needed_ns &&
+                        drain_.samples >= kProbeSamples) ||
+                       drain_.windows >= kProbeMaxWindows;
   if (!drained) return limit_;
   probing_ = false;
   since_probe_ns_ = 0;
-  if (probe_samples_ > 0) {
+  if (drain_.samples > 0) {
     settle_drain(limit_);
   } else {
-    limit_ = limit_before_probe_;
+    limit_ = drain_.limit_before;
   }
   drained_rate_ = 0;
   return limit_;
 }
 
 void BalancePolicy::settle_drain(double drained_limit) {
-  const double drained_p50 = probe_p50_sum_ / probe_samples_;
-  const double spread = probe_spread_sum_ / probe_samples_;
+  const double drained_p50 = drain_.p50_sum / drain_.samples;
+  const double spread = drain_.spread_sum / drain_.samples;
   // A drain that found no more latency than the baseline it compares
   // with measured no queue it did not know: its p50 over its spread is
   // the dependency's shape. With other hosts' limiters on the
   // dependency, one that found more takes only the part the spread
   // explains (the dependency got slower) for the dependency's own; the
   // rest is a delay every call has in common, the others' queue.
-  if (drained_p50 <= probe_baseline_ns_ && spread > 0) shape_ = drained_p50 / spread;
-  const double measured = own_latency(drained_p50, spread, probe_baseline_ns_);
+  if (drained_p50 <= drain_.baseline_ns && spread > 0) shape_ = drained_p50 / spread;
+  const double measured = own_latency(drained_p50, spread, drain_.baseline_ns);
   // Latency that fell in proportion to the limit (elasticity near 1) was
   // all queue, even at the drained limit: it started above the knee.
   // Drain again soon, from the lower limit the new baseline brings,
@@ -571,13 +564,13 @@ void BalancePolicy::settle_drain(double drained_limit) {
   // before it was the slower dependency's. Not a drain at the knee
   // either: from a limit with a queue, its latency falls by the whole
   // queue while the limit falls less.
-  const double latency_fell = std::log(latency_before_probe_ / std::max(measured, 1.0));
-  const double limit_fell = std::log(limit_in_force_ / std::max(limit_, 1.0));
+  const double latency_fell = std::log(drain_.latency_before / std::max(measured, 1.0));
+  const double limit_fell = std::log(drain_.limit_in_force / std::max(limit_, 1.0));
   // (rate_ is the rate from before the drain: only steady windows move it.)
-  const double drained_rate = probe_samples_ / std::max(probe_measured_ns_, 1.0);
+  const double drained_rate = drain_.samples / std::max(drain_.measured_ns, 1.0);
   const bool above_knee = limit_fell > 0 && latency_fell > kKneeElasticity * limit_fell &&
                           drained_rate >= (1 - kRateFallShare) * rate_;
-  if (above_knee && !drain_at_knee_) {
+  if (above_knee && !drain_.at_knee) {
     drain_soon();
   }
   // The dependency got slower, not busier (the baseline rose past the
@@ -592,15 +585,15 @@ void BalancePolicy::settle_drain(double drained_limit) {
   // Over baseline_max_ms, what the drain measured counts only up to it
   // (update() holds the baseline there): the rest is queueing, which the
   // cuts were right to shed.
-  const bool slower = bounded(measured) > (1 + params_.tolerance) * probe_baseline_ns_;
+  const bool slower = bounded(measured) > (1 + params_.tolerance) * drain_.baseline_ns;
   found_slower_ = slower;
-  knee_confirmed_ = !above_knee && !slower && !probe_after_drops_;
+  knee_confirmed_ = !above_knee && !slower && !drain_.after_drops;
   // Measured: the cuts are undone. (Not when the drain starts: drops that
   // end it would then cut from the cut baseline, and the next drain
   // compare with that, from the minimum.)
   cut_baseline_ns_ = 0;
   baseline_ns_ = latency_ns_ = measured;
-  const double drained_mean = probe_mean_sum_ / probe_samples_;
+  const double drained_mean = drain_.mean_sum / drain_.samples;
   const double delay = slower ? delay_factor(drained_p50, spread, drained_mean, drained_rate, drained_limit) : 1.0;
   // The limit rests on a delay from this drain on (the no-load mean
   // without it kept), until a drain at the knee without it measures.
@@ -612,11 +605,11 @@ void BalancePolicy::settle_drain(double drained_limit) {
   // the limit shrinks by the fall of the mean latency (the delay rule
   // undone; restored as it was, it held three times the calls the
   // dependency serves at once, and the cuts from there went under it).
-  const bool lower = measured < (1 - kConfirmShare * params_.tolerance) * probe_baseline_ns_;
-  const double undelay = probe_undelayed_ && lower ? drained_mean / base_mean_ns_ : 1.0;
+  const bool lower = measured < (1 - kConfirmShare * params_.tolerance) * drain_.baseline_ns;
+  const double undelay = drain_.undelayed && lower ? drained_mean / base_mean_ns_ : 1.0;
   if (delay > 1) {
     undelayed_mean_ns_ = base_mean_ns_;
-  } else if (probe_undelayed_) {
+  } else if (drain_.undelayed) {
     undelayed_mean_ns_ = 0;
   } else if (undelayed_mean_ns_ > 0 && lower) {
     drain_undelayed_ = true;
@@ -625,18 +618,18 @@ void BalancePolicy::settle_drain(double drained_limit) {
   base_mean_ns_ = drained_mean;
   base_spread_ns_ = spread;
   baseline_samples_ = std::max(baseline_samples_, kTrustedSamples);
-  const double cut = std::max(limit_before_probe_, 1.0);
+  const double cut = std::max(drain_.limit_before, 1.0);
   // So does one after drops that stopped: what they cut for has passed
   // (an outage), or the drain found the dependency slower.
-  limit_ = slower || probe_after_drops_
-               ? clamp(std::floor(cut * std::pow(limit_before_cuts_ / cut, kRestoreShare)))
-               : limit_before_probe_;
+  limit_ = slower || drain_.after_drops
+               ? clamp(std::floor(cut * std::pow(drain_.limit_before_cuts / cut, kRestoreShare)))
+               : drain_.limit_before;
   // And the dependency as it was served the drained limit: keep at least
   // that.
-  if (probe_after_drops_ && !slower) limit_ = std::max(limit_, drained_limit);
+  if (drain_.after_drops && !slower) limit_ = std::max(limit_, drained_limit);
   // A delay every call has: the dependency serves as many calls a second
   // as before the cuts, each in flight that much longer.
-  if (delay > 1) limit_ = clamp(std::floor(limit_before_cuts_ * delay));
+  if (delay > 1) limit_ = clamp(std::floor(drain_.limit_before_cuts * delay));
   // The delay gone: as many calls a second, each in flight shorter.
   if (undelay < 1) limit_ = clamp(std::floor(limit_ * undelay));
 }

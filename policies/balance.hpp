@@ -215,40 +215,46 @@ class BalancePolicy : public Policy {
   double limit_;
   double baseline_ns_ = 0;
   double latency_ns_ = 0;
-  // Window time with the limit in use since the last drain ended, and
-  // window time within the current one.
+  // Window time with the limit in use since the last drain ended.
   double since_probe_ns_ = 0;
   bool drain_called_ = false;  // by drops or a doubtful baseline: due once calm (after drops: at once)
   double cut_baseline_ns_ = 0;   // the baseline before drops cut it, until a drain measures; 0: not cut
-  double probe_baseline_ns_ = 0;  // what the drain under way compares its measurement with
   double limit_before_drops_ = 0;  // the limit before the drops that cut the baseline
-  bool probe_after_drops_ = false;  // the drain under way is the one they called
-  bool probing_ = false;
-  double probe_elapsed_ns_ = 0;
-  double probe_needed_ns_ = 0;
-  int probe_windows_ = 0;
-  bool probe_settled_ = false;  // in-flight fell to the drained limit
+  // The drain under way: set when it starts, read while it runs and when
+  // it ends.
+  struct Drain {
+    double baseline_ns = 0;  // what it compares its measurement with
+    bool after_drops = false;  // drops that stopped called it
+    bool stuck = false;        // latency stuck over the target called it
+    bool at_knee = false;      // it runs just under the knee Little's law gives
+    bool undelayed = false;    // it runs at the knee without a delay the limit was scaled for
+    double needed_ns = 0;      // window time it lasts at least
+    double elapsed_ns = 0;
+    int windows = 0;
+    bool settled = false;  // in-flight fell to the drained limit
+    // Over its windows once settled:
+    double p50_sum = 0;     // sample-weighted
+    double spread_sum = 0;  // p50 - p10, the same way
+    double mean_sum = 0;    // latency sum
+    double samples = 0;
+    double measured_ns = 0;  // window time
+    // From when it started:
+    double latency_before = 0;  // the smoothed latency
+    double limit_in_force = 0;  // published while latency_before was seen
+    double limit_before = 0;
+    double limit_before_cuts = 0;  // to restore if it finds a slower dependency
+    double rate_before = 0;        // completions per ns in the window that started it
+  };
+  bool probing_ = false;  // a drain is under way
+  Drain drain_;
   double windows_over_target_ = 0;  // in a row, while the limit is used (round trips)
   double limit_over_target_ = 0;  // the limit when that run began
-  double latency_before_probe_ = 0;
-  double limit_in_force_ = 0;  // published while latency_before_probe_ was seen
-  double probe_p50_sum_ = 0;   // sample-weighted, over probe windows once settled
-  double probe_spread_sum_ = 0;  // p50 - p10, the same way
-  double probe_samples_ = 0;
-  double limit_before_probe_ = 0;
-  double limit_before_cuts_ = 0;  // to restore if the drain finds a slower dependency
   bool found_slower_ = false;     // the last drain that measured found the dependency slower
   bool knee_confirmed_ = false;   // the last drain measured under the knee, and nothing since doubts it
-  bool drain_at_knee_ = false;    // the drain under way runs just under the knee Little's law gives
-  double probe_measured_ns_ = 0;   // window time the drain measured (once settled)
-  double probe_mean_sum_ = 0;  // latency sum over the same windows
   double base_mean_ns_ = 0;    // the no-load mean latency, beside the p50
   double base_spread_ns_ = 0;  // the no-load spread p50 - p10, beside the baseline
-  double rate_before_probe_ = 0;  // completions per ns in the window that started the drain
-  bool probe_stuck_ = false;      // latency stuck over the target called the drain under way
   double undelayed_mean_ns_ = 0;  // the no-load mean from before a delay the limit was scaled for; 0: none
   bool drain_undelayed_ = false;  // the next drain runs at the knee without that delay
-  bool probe_undelayed_ = false;  // the drain under way does
   double shape_ = 0;           // the no-load p50 over its spread p50 - p10; 0: not measured yet
   double rate_ = 0;            // completions per ns while the limit is used
   double drained_rate_ = 0;    // rate_ when the last drain ended
