@@ -536,7 +536,7 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
   probing_ = false;
   since_probe_ns_ = 0;
   if (drain_.samples > 0) {
-    settle_drain(limit_);
+    settle_drain();
   } else {
     limit_ = drain_.limit_before;
   }
@@ -544,7 +544,8 @@ double BalancePolicy::probe_update(const Window& w, double p50) {
   return limit_;
 }
 
-void BalancePolicy::settle_drain(double drained_limit) {
+void BalancePolicy::settle_drain() {
+  const double drained_limit = limit_;
   const double drained_p50 = drain_.p50_sum / drain_.samples;
   const double spread = drain_.spread_sum / drain_.samples;
   // A drain that found no more latency than the baseline it compares
@@ -565,7 +566,7 @@ void BalancePolicy::settle_drain(double drained_limit) {
   // either: from a limit with a queue, its latency falls by the whole
   // queue while the limit falls less.
   const double latency_fell = std::log(drain_.latency_before / std::max(measured, 1.0));
-  const double limit_fell = std::log(drain_.limit_in_force / std::max(limit_, 1.0));
+  const double limit_fell = std::log(drain_.limit_in_force / std::max(drained_limit, 1.0));
   // (rate_ is the rate from before the drain: only steady windows move it.)
   const double drained_rate = drain_.samples / std::max(drain_.measured_ns, 1.0);
   const bool above_knee = limit_fell > 0 && latency_fell > kKneeElasticity * limit_fell &&

@@ -48,11 +48,11 @@
 //   a drain    the limit drops to probe_factor × the knee (L / T, or
 //              Little's law's saturated completion rate × no-load mean
 //              latency when lower and the drain does not doubt that
-//              latency; kKneeDrainShare of Little's knee where the last
-//              drain confirmed it; after drops, the knee from before
-//              them) for at least three windows, twice S and 20 calls
-//              measured once in-flight fell to it; their p50 becomes the
-//              baseline, up or down.
+//              latency; 0.95 of Little's knee where the last drain
+//              confirmed it; after drops, the knee from before them)
+//              for at least three windows, twice S and 20 calls measured
+//              once in-flight fell to it; their p50 becomes the baseline,
+//              up or down.
 // A drain is due after probe_interval_ms with the limit in use, and waits
 // for calm (r ≤ T); a window the limit binds all along at the baseline
 // stands for one. It comes early when the baseline may be wrong: latency
@@ -65,9 +65,9 @@
 // alone on the dependency, a delay every call has scales the limit from
 // before the cuts by the mean latency's rise; after drops, the limit goes
 // halfway back to the one before them, or stays at the drained one if
-// that is more and the dependency is as it was. A drain costs about 15% of the
-// admissions of three windows (5% at a confirmed knee), and pins the one
-// host-wide limit: every process on the host sees it at once.
+// that is more and the dependency is as it was. A drain costs about 15%
+// of the admissions of three windows (5% at a confirmed knee), and pins
+// the one host-wide limit: every process on the host sees it at once.
 //
 // For a dependency that other hosts' limiters share, baseline_max_ms
 // bounds the baseline, and other_hosts = 1 counts as the dependency's own
@@ -163,10 +163,10 @@ class BalancePolicy : public Policy {
   // `latency_before`: the smoothed latency before this window.
   double steady_update(const Window& w, double p50, double weight, double latency_before);
   double probe_update(const Window& w, double p50);
-  // Ends a drain that measured calls at `drained_limit`: what it measured
-  // becomes the baseline, and what it found (a slower dependency, a
-  // delay, the knee) sets the limit.
-  void settle_drain(double drained_limit);
+  // Ends a drain that measured calls at the limit it holds: what it
+  // measured becomes the baseline, and what it found (a slower dependency,
+  // a delay, the knee) sets the limit.
+  void settle_drain();
   // The parts of steady_update(), in the order it calls them.
   // Counts the window's drops; on overload backs the limit off (and, when
   // drops persist, the baseline) and returns true: the window moves
