@@ -1,8 +1,15 @@
 #include "daemon/metrics.hpp"
 
+#include <netdb.h>
 #include <prometheus/metric_family.h>
+#include <sys/time.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstring>
 #include <limits>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,6 +28,26 @@ const prometheus::Histogram::BucketBoundaries& latency_bounds() {
 
 constexpr const char* kOutcomes[5] = {"success", "dropped", "ignored", "rejected", "failed"};
 constexpr const char* kStates[3] = {"closed", "open", "half_open"};
+
+// The host of `listen` ("host:port" or "[v6]:port") a connection to the
+// exporter goes to: its own, or loopback when it is a wildcard.
+std::string connect_host(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (host.empty() || host == "0.0.0.0") return "127.0.0.1";
+  if (host == "::") return "::1";
+  return host;
+}
+
+// Opens a connection to `address` and closes it, giving up after 100 ms.
+void poke(const sockaddr_storage& address, socklen_t size) {
+  const int fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  const timeval timeout{0, 100'000};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  (void)::connect(fd, reinterpret_cast<const sockaddr*>(&address), size);
+  ::close(fd);
+}
 
 prometheus::MetricFamily family(const char* name, const char* help, prometheus::MetricType type,
                                 std::size_t series) {
@@ -211,10 +238,40 @@ Metrics::Metrics(const std::string& listen)
   exposer_ = std::make_unique<prometheus::Exposer>(listen);
   exposer_->RegisterCollectable(series_);
   exposer_->RegisterCollectable(registry_);
+
+  // Resolved now, not while stopping: a host name may need a resolver.
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(connect_host(listen).c_str(), std::to_string(port()).c_str(), &hints, &found) == 0) {
+    if (found != nullptr && found->ai_addrlen <= sizeof wake_address_) {
+      std::memcpy(&wake_address_, found->ai_addr, found->ai_addrlen);
+      wake_size_ = found->ai_addrlen;
+    }
+    ::freeaddrinfo(found);
+  }
 }
 
 Metrics::~Metrics() {
-  exposer_.reset();  // stop serving before the records and the registry go
+  // Stop serving before the records and the registry go. civetweb 1.15
+  // (Debian 12) sees the stop only when the poll of its listening socket
+  // returns, up to 2 s (its SOCKET_TIMEOUT_QUANTUM) after the last
+  // connection, or the start; connections opened and closed until the
+  // server is gone end that poll at once.
+  std::atomic<bool> stopped{false};
+  std::thread waker;
+  if (wake_size_ > 0) {
+    waker = std::thread([&] {
+      while (!stopped.load(std::memory_order_acquire)) {
+        poke(wake_address_, wake_size_);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+  }
+  exposer_.reset();
+  stopped.store(true, std::memory_order_release);
+  if (waker.joinable()) waker.join();
 }
 
 std::uint16_t Metrics::port() const {

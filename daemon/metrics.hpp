@@ -23,6 +23,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+#include <sys/socket.h>
 
 #include <array>
 #include <cstdint>
@@ -147,6 +148,10 @@ class Metrics {
   // above the segment bucket's upper edge).
   std::array<std::uint8_t, shm::kHistogramBuckets> bucket_map_{};
   std::unique_ptr<prometheus::Exposer> exposer_;
+  // Where a connection reaches the exporter, to wake it when it stops
+  // (the destructor); wake_size_ 0: unknown.
+  sockaddr_storage wake_address_{};
+  socklen_t wake_size_ = 0;
 };
 
 }  // namespace bulkhead::daemon

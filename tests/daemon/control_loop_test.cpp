@@ -17,6 +17,7 @@
 
 #include "bulkhead/client.hpp"
 #include "tests/support/children.hpp"
+#include "tests/support/daemon_process.hpp"
 #include "tests/support/log_capture.hpp"
 #include "tests/support/temp_segment.hpp"
 #include "tests/support/waiter.hpp"
@@ -367,6 +368,18 @@ TEST_F(ControlLoopTest, TheServiceTimeIsPublishedForTheExpectedWait) {
   EXPECT_EQ(service_ns.load(), 5'000'000u);  // smoothed: 4 + (8 - 4) / 4
   advance_ticks(1);
   EXPECT_EQ(service_ns.load(), 5'000'000u);  // kept through an idle tick
+}
+
+// An exporter on a wildcard address serves on loopback, and once destroyed
+// (which wakes its listener by connecting to it: ~Metrics) nothing listens
+// on its port any more.
+TEST(MetricsExporter, AWildcardAddressServesOnLoopbackAndStopsListening) {
+  std::optional<Metrics> metrics(std::in_place, "0.0.0.0:0");
+  const std::uint16_t port = metrics->port();
+  ASSERT_NE(port, 0);
+  EXPECT_NE(testing::http_get(port, "/metrics").find("bulkhead_daemon_tick_seconds"), std::string::npos);
+  metrics.reset();
+  EXPECT_EQ(testing::http_get(port, "/metrics"), "");
 }
 
 // Each tick adds its own calls to the metrics' latency and wait histograms,
