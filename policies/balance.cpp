@@ -161,19 +161,22 @@ bool BalancePolicy::queued_shape(const Window& w) const {
   return queued(static_cast<double>(w.rtt_p10_ns), static_cast<double>(w.rtt_p50_ns));
 }
 
+bool BalancePolicy::shifted(double p50, double spread) const {
+  // A queue's shape now, none in the no-load latency, and the no-load
+  // spread: every call has the same added latency, a delay or a queue.
+  return queued(p50 - spread, p50) && !queued(drain_.baseline_ns - base_spread_ns_, drain_.baseline_ns) &&
+         spread <= kDelaySpreadGrowth * base_spread_ns_;
+}
+
 double BalancePolicy::delay_factor(double p50, double spread, double mean, double rate, double drained_limit) const {
   // Only alone on the dependency: other hosts' queue shifts every call
   // the same way (own_latency()).
   if (params_.other_hosts != 0 || !drain_.stuck || base_mean_ns_ <= 0) return 1;
-  // A queue's shape now, none in the no-load latency, and the no-load
-  // spread: every call has the same added latency, a delay or a queue.
-  const bool shifted = queued(p50 - spread, p50) && !queued(drain_.baseline_ns - base_spread_ns_, drain_.baseline_ns) &&
-                       spread <= kDelaySpreadGrowth * base_spread_ns_;
   // Not a queue: the drain ran under the knee, its completion rate down
   // with its limit.
   const double limit_fell = std::log(drain_.limit_in_force / std::max(drained_limit, 1.0));
   const bool under_knee = std::log(drain_.rate_before / rate) > kDelayRateElasticity * limit_fell;
-  return shifted && under_knee ? std::max(1.0, mean / base_mean_ns_) : 1.0;
+  return shifted(p50, spread) && under_knee ? std::max(1.0, mean / base_mean_ns_) : 1.0;
 }
 
 bool BalancePolicy::overloaded(const Window& w) const {
@@ -587,6 +590,23 @@ void BalancePolicy::settle_drain() {
   // (update() holds the baseline there): the rest is queueing, which the
   // cuts were right to shed.
   const bool slower = bounded(measured) > (1 + params_.tolerance) * drain_.baseline_ns;
+  // A drain the schedule or a moved rate called, that kept its limit full
+  // and found every call later by the same amount, ran over the knee: the
+  // dependency lost capacity just as it began (in scenarios/capacity-drop
+  // the schedule falls on the drop on 5 seeds of 50). It measured a queue,
+  // not the no-load latency; taken for a slower dependency's latency, it
+  // held the limit at four times the workers left for the 30 s the drop
+  // lasted. The baseline stays: the cuts it calls for, and the drain that
+  // latency stuck over the target then calls, measure the rest (a delay
+  // that began with this drain too: delay_factor()). A drain that left its
+  // limit unfilled kept no queue of its own: there such latency is a delay,
+  // the dependency's own.
+  const bool full = drain_.mean_sum / std::max(drain_.measured_ns, 1.0) >= kSaturatedShare * drained_limit;
+  if (slower && full && !drain_.stuck && params_.other_hosts == 0 && shifted(drained_p50, spread)) {
+    knee_confirmed_ = false;
+    limit_ = drain_.limit_before;
+    return;
+  }
   found_slower_ = slower;
   knee_confirmed_ = !above_knee && !slower && !drain_.after_drops;
   // Measured: the cuts are undone. (Not when the drain starts: drops that

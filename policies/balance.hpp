@@ -63,7 +63,9 @@
 // rose past T) puts it halfway (in ratio) back to the one before the cuts
 // latency caused, and growth stops at G until a drain finds it no slower;
 // alone on the dependency, a delay every call has scales the limit from
-// before the cuts by the mean latency's rise; after drops, the limit goes
+// before the cuts by the mean latency's rise (and a scheduled drain that
+// kept its limit full with every call later measured a queue: nothing);
+// after drops, the limit goes
 // halfway back to the one before them, or stays at the drained one if
 // that is more and the dependency is as it was. A drain costs about 15%
 // of the admissions of three windows (5% at a confirmed knee), and pins
@@ -197,6 +199,10 @@ class BalancePolicy : public Policy {
   // dependency's own: all of it, unless other_hosts; then no more than the
   // learned shape times the spread, nor less than `floor` (or than p50).
   double own_latency(double p50, double spread, double floor) const;
+  // Whether latency with median `p50` and spread p50 - p10 `spread` is
+  // every call later by the same amount than the baseline the drain
+  // compares with: a delay or a queue.
+  bool shifted(double p50, double spread) const;
   // After a drain that found the dependency slower, with latency `p50`,
   // spread `spread` and mean `mean`, completing `rate` calls per ns at
   // `drained_limit`: how many times more calls in flight a delay every

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "tests/policies/window_builder.hpp"
 
@@ -1212,6 +1213,43 @@ TEST(BalancePolicy, WithOtherHostsAnUnusedLimitsMeanLatencyFollowsOnlyWhatTheSpr
   w.rejected = 1;
   EXPECT_DOUBLE_EQ(b.update(w), 73);
   EXPECT_TRUE(b.probing());
+}
+
+// Where a scheduled drain leaves the baseline (ms) and the limit when its
+// windows find p50 `p50_ms` and p10 `p10_ms`, with its limit full (the
+// time-average in-flight at the drained limit) or one call in flight.
+std::pair<double, double> after_a_scheduled_drain_finding(double p50_ms, double p10_ms, bool full) {
+  BalancePolicy b(kBounds, hand());
+  // A trusted baseline of 10 ms, its spread 8 ms, no queue's shape; then
+  // used windows at r = 1.1 until the drain five seconds of use make due.
+  for (int i = 0; i < 2; ++i) b.update(spread_window(10, 2, 10));
+  for (int i = 0; i < 10 && !b.probing(); ++i) b.update(spread_window(11, 2.2, 1000));
+  EXPECT_TRUE(b.probing());
+  for (int i = 0; i < 10 && b.probing(); ++i) {
+    Window w = full ? saturated(b.limit(), p50_ms) : spread_window(p50_ms, p10_ms, 1);
+    w.rtt_p10_ns = w.rtt_min_ns = static_cast<std::uint64_t>(p10_ms * test::kNsPerMs);
+    b.update(w);
+  }
+  EXPECT_FALSE(b.probing());
+  return {b.baseline_ns() / 1e6, b.limit()};
+}
+
+TEST(BalancePolicy, AScheduledDrainThatKeptItsLimitFullWithEveryCallLaterRanOverTheKnee) {
+  // The drain finds the baseline again: the limit comes back.
+  const auto [calm_ms, calm_limit] = after_a_scheduled_drain_finding(10, 2, true);
+  ASSERT_DOUBLE_EQ(calm_ms, 10);
+  // 30 ms more on every call, the spread still 8 ms, and the drained limit
+  // kept full: a queue the drain never got under (the dependency lost
+  // capacity as it began). It measured nothing of the no-load latency:
+  // the baseline stays, and the limit comes back as from the calm drain.
+  const auto [queue_ms, queue_limit] = after_a_scheduled_drain_finding(40, 32, true);
+  EXPECT_DOUBLE_EQ(queue_ms, 10);
+  EXPECT_DOUBLE_EQ(queue_limit, calm_limit);
+  // With one call in flight there is no queue of the drain's: a delay
+  // every call has, the dependency's own latency.
+  EXPECT_DOUBLE_EQ(after_a_scheduled_drain_finding(40, 32, false).first, 40);
+  // Full, but the spread 4x wider with the p50: a dependency 4x slower.
+  EXPECT_DOUBLE_EQ(after_a_scheduled_drain_finding(40, 8, true).first, 40);
 }
 
 // What the drain that latency stuck over the target calls finds, when a
