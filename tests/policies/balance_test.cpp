@@ -1215,6 +1215,30 @@ TEST(BalancePolicy, WithOtherHostsAnUnusedLimitsMeanLatencyFollowsOnlyWhatTheSpr
   EXPECT_TRUE(b.probing());
 }
 
+// The baseline a scheduled drain leaves when the first window it measures
+// finds p50 10 ms and the second `next_ms`, 100 calls each, one in flight.
+double baseline_after_drain_windows(double next_ms) {
+  BalancePolicy b(kBounds, hand());
+  for (int i = 0; i < 2; ++i) b.update(spread_window(10, 2, 10));
+  for (int i = 0; i < 10 && !b.probing(); ++i) b.update(spread_window(11, 2.2, 1000));
+  EXPECT_TRUE(b.probing());
+  b.update(spread_window(10, 2, 1));  // in-flight falls to the drained limit: measured from the next
+  b.update(spread_window(10, 2, 1));
+  b.update(spread_window(next_ms, next_ms / 5, 1));
+  EXPECT_FALSE(b.probing());
+  return b.baseline_ns() / 1e6;
+}
+
+TEST(BalancePolicy, ADrainMeasuresFromAWindowThatSawTheDependencyChange) {
+  // Twice the p50: within what the medians of a few dozen calls may
+  // differ by, so both windows count, (10 + 20) / 2.
+  EXPECT_DOUBLE_EQ(baseline_after_drain_windows(20), 15);
+  // Four times, or a third: the dependency got slower, or healed, under
+  // the drain, which measures what it is now.
+  EXPECT_DOUBLE_EQ(baseline_after_drain_windows(40), 40);
+  EXPECT_DOUBLE_EQ(baseline_after_drain_windows(3), 3);
+}
+
 // Where a scheduled drain leaves the baseline (ms) and the limit when its
 // windows find p50 `p50_ms` and p10 `p10_ms`, with its limit full (the
 // time-average in-flight at the drained limit) or one call in flight.
