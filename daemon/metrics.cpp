@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -235,7 +236,16 @@ Metrics::Metrics(const std::string& listen)
     while (p < bounds.size() && bounds[p] < upper_s) ++p;
     bucket_map_[b] = p;  // == bounds.size(): the +Inf bucket
   }
-  exposer_ = std::make_unique<prometheus::Exposer>(listen);
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(listen);
+  } catch (const std::exception& e) {
+    // civetweb's own message names no cause; the likely one for an IPv6
+    // address is worth naming (mg_check_feature(8) is 0 in Debian 12).
+    if (listen.front() != '[') throw;
+    throw std::runtime_error(std::string(e.what()) +
+                             " (an IPv6 address: the civetweb under prometheus-cpp may be built without IPv6, as "
+                             "Debian 12's 1.15 is; listen on an IPv4 address instead)");
+  }
   exposer_->RegisterCollectable(series_);
   exposer_->RegisterCollectable(registry_);
 

@@ -382,6 +382,17 @@ TEST(MetricsExporter, AWildcardAddressServesOnLoopbackAndStopsListening) {
   EXPECT_EQ(testing::http_get(port, "/metrics"), "");
 }
 
+// An IPv6 address either serves, or fails with a message that names IPv6
+// as the likely cause (Debian 12's civetweb is built without it).
+TEST(MetricsExporter, AnIPv6AddressServesOrSaysWhyNot) {
+  try {
+    const Metrics metrics("[::1]:0");
+    EXPECT_NE(metrics.port(), 0);
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("built without IPv6"), std::string::npos) << e.what();
+  }
+}
+
 // Each tick adds its own calls to the metrics' latency and wait histograms,
 // and a tick without any adds nothing.
 TEST_F(ControlLoopTest, TheMetricsHistogramsTakeEachTicksCallsOnce) {
