@@ -1215,13 +1215,21 @@ TEST(BalancePolicy, WithOtherHostsAnUnusedLimitsMeanLatencyFollowsOnlyWhatTheSpr
   EXPECT_TRUE(b.probing());
 }
 
-// The baseline a scheduled drain leaves when the first window it measures
-// finds p50 10 ms and the second `next_ms`, 100 calls each, one in flight.
-double baseline_after_drain_windows(double next_ms) {
+// Balance (hand()) with a trusted baseline of 10 ms, its spread 8 ms and
+// no queue's shape, run with the limit in use at r = 1.1 until the drain
+// five seconds of use make due has started.
+BalancePolicy in_a_scheduled_drain() {
   BalancePolicy b(kBounds, hand());
   for (int i = 0; i < 2; ++i) b.update(spread_window(10, 2, 10));
   for (int i = 0; i < 10 && !b.probing(); ++i) b.update(spread_window(11, 2.2, 1000));
   EXPECT_TRUE(b.probing());
+  return b;
+}
+
+// The baseline a scheduled drain leaves when the first window it measures
+// finds p50 10 ms and the second `next_ms`, 100 calls each, one in flight.
+double baseline_after_drain_windows(double next_ms) {
+  BalancePolicy b = in_a_scheduled_drain();
   b.update(spread_window(10, 2, 1));  // in-flight falls to the drained limit: measured from the next
   b.update(spread_window(10, 2, 1));
   b.update(spread_window(next_ms, next_ms / 5, 1));
@@ -1243,12 +1251,7 @@ TEST(BalancePolicy, ADrainMeasuresFromAWindowThatSawTheDependencyChange) {
 // windows find p50 `p50_ms` and p10 `p10_ms`, with its limit full (the
 // time-average in-flight at the drained limit) or one call in flight.
 std::pair<double, double> after_a_scheduled_drain_finding(double p50_ms, double p10_ms, bool full) {
-  BalancePolicy b(kBounds, hand());
-  // A trusted baseline of 10 ms, its spread 8 ms, no queue's shape; then
-  // used windows at r = 1.1 until the drain five seconds of use make due.
-  for (int i = 0; i < 2; ++i) b.update(spread_window(10, 2, 10));
-  for (int i = 0; i < 10 && !b.probing(); ++i) b.update(spread_window(11, 2.2, 1000));
-  EXPECT_TRUE(b.probing());
+  BalancePolicy b = in_a_scheduled_drain();
   for (int i = 0; i < 10 && b.probing(); ++i) {
     Window w = full ? saturated(b.limit(), p50_ms) : spread_window(p50_ms, p10_ms, 1);
     w.rtt_p10_ns = w.rtt_min_ns = static_cast<std::uint64_t>(p10_ms * test::kNsPerMs);
