@@ -20,14 +20,12 @@
 #include "shm/partitions.hpp"
 #include "tests/support/children.hpp"
 #include "tests/support/log_capture.hpp"
+#include "tests/support/loop_fixture.hpp"
 #include "tests/support/temp_segment.hpp"
 
 namespace bulkhead {
 namespace {
 
-using testing::TempSegmentName;
-
-constexpr std::uint64_t kTickNs = 100'000'000;
 
 // The admission word with `total` in flight, `c1` and `c2` of partitions 1 and 2.
 constexpr std::uint64_t word_of(std::uint32_t total, std::uint32_t c1, std::uint32_t c2) {
@@ -41,24 +39,16 @@ std::string dependency(const std::string& name, int limit, const std::string& pa
          "\ninitial_limit = " + l + "\n" + (partitions.empty() ? "" : "[dependency." + name + ".partitions]\n" + partitions);
 }
 
-class PartitionTest : public ::testing::Test {
+class PartitionTest : public testing::LoopFixture {
  protected:
+  PartitionTest() : LoopFixture("part", 16) {}
+
+  // The loop publishes the config's dependencies at its first tick.
   void start(const std::string& toml) {
-    segment_.emplace(shm::Segment::create(name_, testing::small_segment(16, 16, 2)));
-    loop_.emplace(*segment_, parse(toml), nullptr);
-    loop_->tick(now_ns_ += kTickNs);
-    client_.emplace(name_.str());
-  }
-  daemon::Config parse(const std::string& toml) {
-    return daemon::parse_config("[daemon]\nsegment = \"" + name_.str() +
-                                    "\"\nmax_dependencies = 16\nmax_processes = 16\nstats_stripes = 2\n" + toml,
-                                "test.toml");
+    LoopFixture::start(toml);
+    advance_ticks(1);
   }
   void reload(const std::string& toml) { loop_->apply(parse(toml)); }
-  void advance_ticks(int n) {
-    for (int i = 0; i < n; ++i) loop_->tick(now_ns_ += kTickNs);
-  }
-  std::uint32_t slot_of(const std::string& dep) { return *shm::find_dependency(*segment_, dep); }
   std::atomic<std::uint64_t>& word(const std::string& dep) { return segment_->dependency(slot_of(dep)).admission.word; }
   std::uint64_t held_total(const std::string& dep) {
     std::uint64_t sum = 0;
@@ -77,12 +67,6 @@ class PartitionTest : public ::testing::Test {
       out.push_back(std::move(p));
     }
   }
-
-  TempSegmentName name_{"part"};
-  std::optional<shm::Segment> segment_;
-  std::optional<daemon::ControlLoop> loop_;
-  std::optional<Client> client_;
-  std::uint64_t now_ns_ = 1'000'000'000;
 };
 
 TEST_F(PartitionTest, EachPartitionGetsItsGuaranteeAndBorrowsOnlyWhatNoneReserves) {

@@ -15,6 +15,7 @@
 #include "shm/wait_queue.hpp"
 #include "tests/support/children.hpp"
 #include "tests/support/log_capture.hpp"
+#include "tests/support/loop_fixture.hpp"
 #include "tests/support/temp_segment.hpp"
 #include "tests/support/waiter.hpp"
 
@@ -22,10 +23,7 @@ namespace bulkhead::daemon {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::TempSegmentName;
 using ClientState = bulkhead::BreakerState;  // what a client reads (BH_BREAKER_*)
-
-constexpr std::uint64_t kTickNs = 100'000'000;  // 100 ms
 
 // A dependency with a breaker: Hystrix's defaults but a 1 s sleep window,
 // 3 trial calls, and a fixed limit of 50 that the trials stay under.
@@ -33,27 +31,10 @@ constexpr const char* kBreakerConfig =
     "[dependency.pay]\npolicy = \"fixed\"\ninitial_limit = 50\nmax_queue = 4\n"
     "[dependency.pay.breaker]\nenabled = true\nsleep_window_ms = 1000\nhalf_open_calls = 3\n";
 
-class BreakerLoopTest : public ::testing::Test {
+class BreakerLoopTest : public testing::LoopFixture {
  protected:
-  // `before` runs on the new segment before the loop starts on it: what a
-  // previous daemon left behind.
-  void start(const std::string& toml, const std::function<void(shm::Segment&)>& before = {},
-             bool with_metrics = false) {
-    config_ = parse_config(daemon_table() + toml, "test.toml");
-    segment_.emplace(shm::Segment::create(name_, testing::small_segment(16, 16, 2)));
-    if (before) before(*segment_);
-    // On a free port of loopback; outlives the loop (declared before it).
-    if (with_metrics) metrics_.emplace("127.0.0.1:0");
-    loop_.emplace(*segment_, config_, with_metrics ? &*metrics_ : nullptr);
-    client_.emplace(name_.str());
-  }
-  std::string daemon_table() const {
-    return "[daemon]\nsegment = \"" + name_.str() +
-           "\"\nmax_dependencies = 16\nmax_processes = 16\nstats_stripes = 2\nqueue_slots = 8\n";
-  }
-  void advance_ticks(int n) {
-    for (int i = 0; i < n; ++i) loop_->tick(now_ns_ += kTickNs);
-  }
+  BreakerLoopTest() : LoopFixture("brk", 16, "queue_slots = 8\n") {}
+
   void advance(std::chrono::milliseconds t) { advance_ticks(static_cast<int>(t / 100ms)); }
   // `processes` forked processes, each with a client of its own, each
   // reporting `calls` calls of `dep` with `outcome` (and `latency`).
@@ -77,21 +58,10 @@ class BreakerLoopTest : public ::testing::Test {
       return 0;
     });
   }
-  shm::DependencyControl& control(const std::string& name) {
-    return segment_->dependency(*shm::find_dependency(*segment_, name)).control;
-  }
-  std::uint64_t admission(const std::string& name) {
-    return segment_->dependency(*shm::find_dependency(*segment_, name)).admission.word.load();
-  }
-  ControlLoop::View view_of(const std::string& name) {
-    for (const auto& v : loop_->view()) {
-      if (v.name == name) return v;
-    }
-    ADD_FAILURE() << "no dependency " << name;
-    return {};
-  }
+  shm::DependencyControl& control(const std::string& name) { return segment_->dependency(slot_of(name)).control; }
+  std::uint64_t admission(const std::string& name) { return segment_->dependency(slot_of(name)).admission.word.load(); }
   std::uint64_t open_rejected(const std::string& name) {
-    return shm::read_counters(*segment_, *shm::find_dependency(*segment_, name)).open_rejected;
+    return shm::read_counters(*segment_, slot_of(name)).open_rejected;
   }
   // Opens the breaker of "pay": 4 processes report 10 failures each.
   void open_it() {
@@ -122,14 +92,6 @@ class BreakerLoopTest : public ::testing::Test {
     EXPECT_EQ(pay.breaker(), ClientState::kHalfOpen);
     EXPECT_EQ(shm::trials_left(control("pay").trials.load()), 3u);
   }
-
-  TempSegmentName name_{"brk"};
-  Config config_;
-  std::optional<shm::Segment> segment_;
-  std::optional<Metrics> metrics_;
-  std::optional<ControlLoop> loop_;
-  std::optional<Client> client_;
-  std::uint64_t now_ns_ = 1'000'000'000;
 };
 
 TEST_F(BreakerLoopTest, OpensFromFailuresOfSeveralProcessesAndRefusesWithoutTouchingInFlight) {
@@ -313,7 +275,7 @@ TEST_F(BreakerLoopTest, ForcedByConfigAndByTheOverrideWhichWins) {
 
   // The config forces closed; the override still wins.
   const std::string forced_closed = std::string(kBreakerConfig) + "force = \"closed\"\n";
-  loop_->apply(parse_config(daemon_table() + forced_closed, "next.toml"));
+  loop_->apply(parse(forced_closed, "next.toml"));
   advance_ticks(1);
   EXPECT_EQ(pay.breaker(), ClientState::kOpen);
   control("pay").breaker_override.store(shm::kOverrideAuto);
@@ -324,7 +286,7 @@ TEST_F(BreakerLoopTest, ForcedByConfigAndByTheOverrideWhichWins) {
   EXPECT_EQ(pay.breaker(), ClientState::kClosed);
 
   // Back to auto by config: failures open it again.
-  loop_->apply(parse_config(daemon_table() + kBreakerConfig, "auto.toml"));
+  loop_->apply(parse(kBreakerConfig, "auto.toml"));
   advance_ticks(1);
   EXPECT_EQ(control("pay").breaker.load(), shm::kBreakerClosed);
   report_from_processes(2, 20, Outcome::kFailed);
@@ -354,7 +316,7 @@ TEST_F(BreakerLoopTest, ShadowModeCountsWouldBeRejectionsAndAdmits) {
   Permit waited = pay.acquire(1s);
   EXPECT_TRUE(waited);
   waited.ignore();
-  const auto c = shm::read_counters(*segment_, *shm::find_dependency(*segment_, "pay"));
+  const auto c = shm::read_counters(*segment_, slot_of("pay"));
   EXPECT_EQ(c.shadow_open, 5u);
   EXPECT_EQ(c.open_rejected, 0u);
 }
@@ -369,7 +331,7 @@ TEST_F(BreakerLoopTest, AWaiterLeavesWhenTheBreakerOpens) {
   Permit held = pay.try_acquire();
   ASSERT_TRUE(held);
   testing::BackgroundWaiter waiter(pay, 60s);
-  const std::uint32_t slot = *shm::find_dependency(*segment_, "pay");
+  const std::uint32_t slot = slot_of("pay");
   while (shm::queue_length(segment_->queue(slot), segment_->queue_slots()) != 1) std::this_thread::yield();
   advance_ticks(1);  // opens, and wakes the queue
   EXPECT_EQ(pay.breaker(), ClientState::kOpen);

@@ -19,6 +19,7 @@
 #include "tests/support/children.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/log_capture.hpp"
+#include "tests/support/loop_fixture.hpp"
 #include "tests/support/temp_segment.hpp"
 #include "tests/support/waiter.hpp"
 
@@ -26,29 +27,11 @@ namespace bulkhead::daemon {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::TempSegmentName;
 
-constexpr std::uint64_t kTickNs = 100'000'000;  // 100 ms, the default tick
-
-class ControlLoopTest : public ::testing::Test {
+class ControlLoopTest : public testing::LoopFixture {
  protected:
-  // `before` runs on the new segment before the loop starts on it: what
-  // clients did (or left behind) before the daemon came.
-  void start(const std::string& toml, const std::function<void(shm::Segment&)>& before = {},
-             bool with_metrics = false) {
-    config_ = parse_config("[daemon]\nsegment = \"" + name_.str() +
-                               "\"\nmax_dependencies = 16\nmax_processes = 8\nstats_stripes = 2\n" + toml,
-                           "test.toml");
-    segment_.emplace(shm::Segment::create(name_, testing::small_segment(16, 8, 2)));
-    if (before) before(*segment_);
-    // On a free port of loopback; outlives the loop (declared before it).
-    if (with_metrics) metrics_.emplace("127.0.0.1:0");
-    loop_.emplace(*segment_, config_, with_metrics ? &*metrics_ : nullptr);
-    client_.emplace(name_.str());
-  }
-  void advance_ticks(int n) {
-    for (int i = 0; i < n; ++i) loop_->tick(now_ns_ += kTickNs);
-  }
+  ControlLoopTest() : LoopFixture("loop", 8) {}
+
   // `n` completed calls of `latency` with `outcome`, admitted one at a time.
   void feed_calls(Dependency& dep, int n, std::chrono::nanoseconds latency, Outcome outcome = Outcome::kSuccess) {
     for (int i = 0; i < n; ++i) {
@@ -72,23 +55,8 @@ class ControlLoopTest : public ::testing::Test {
   }
   // The admission word of a dependency the test looked up.
   std::atomic<std::uint64_t>& admission_word(const std::string& name) {
-    return segment_->dependency(*shm::find_dependency(*segment_, name)).admission.word;
+    return segment_->dependency(slot_of(name)).admission.word;
   }
-  ControlLoop::View view_of(const std::string& name) {
-    for (const auto& v : loop_->view()) {
-      if (v.name == name) return v;
-    }
-    ADD_FAILURE() << "no dependency " << name;
-    return {};
-  }
-
-  TempSegmentName name_{"loop"};
-  Config config_;
-  std::optional<shm::Segment> segment_;
-  std::optional<Metrics> metrics_;
-  std::optional<ControlLoop> loop_;
-  std::optional<Client> client_;
-  std::uint64_t now_ns_ = 1'000'000'000;
 };
 
 TEST_F(ControlLoopTest, ConfiguredDependenciesArePublishedAtStart) {
@@ -103,14 +71,12 @@ TEST_F(ControlLoopTest, ShadowModeIsPublishedPerDependency) {
   Dependency shadowed = client_->dependency("anything");
   advance_ticks(1);
   const auto flags = [&](const char* name) {
-    return segment_->dependency(*shm::find_dependency(*segment_, name)).control.flags.load();
+    return segment_->dependency(slot_of(name)).control.flags.load();
   };
   EXPECT_EQ(flags("anything"), shm::kDependencyShadow);
   EXPECT_EQ(flags("strict-one"), shm::kDependencyConfigured);
   // A reload that enforces clears it.
-  loop_->apply(parse_config("[daemon]\nsegment = \"" + name_.str() +
-                                "\"\nmax_dependencies = 16\nmax_processes = 8\nstats_stripes = 2\n",
-                            "next.toml"));
+  loop_->apply(parse("", "next.toml"));
   EXPECT_EQ(flags("anything"), 0u);
   (void)shadowed;
 }
@@ -193,7 +159,7 @@ TEST_F(ControlLoopTest, AHigherLimitWakesTheQueueAndALowerOrTheSameOneDoesNot) {
         "window_min_samples = 1\n");
   Dependency dep = client_->dependency("orders");
   advance_ticks(1);
-  auto& futex = segment_->dependency(*shm::find_dependency(*segment_, "orders")).admission.futex;
+  auto& futex = segment_->dependency(slot_of("orders")).admission.futex;
   feed_calls(dep, 1, 1ms, Outcome::kDropped);
   futex.store(shm::kFutexSleepers);
   advance_ticks(1);
@@ -221,10 +187,7 @@ TEST_F(ControlLoopTest, ReloadContinuesFromThePublishedLimit) {
   }
   const long before = dep.limit();
   EXPECT_LT(before, 40);
-  Config next = parse_config("[daemon]\nsegment = \"" + name_.str() +
-                                 "\"\nmax_dependencies = 16\nmax_processes = 8\nstats_stripes = 2\n"
-                                 "[defaults]\npolicy = \"gradient2\"\nmin_limit = 1\ninitial_limit = 40\n",
-                             "next.toml");
+  Config next = parse("[defaults]\npolicy = \"gradient2\"\nmin_limit = 1\ninitial_limit = 40\n", "next.toml");
   loop_->apply(next);
   EXPECT_EQ(view_of("svc").policy, "gradient2");
   EXPECT_EQ(dep.limit(), before);  // not reset to 40
@@ -312,7 +275,7 @@ TEST_F(ControlLoopTest, GarbageHeldCountsNeverTakeMoreThanIsInFlight) {
   // A dead process's slot claims it held a billion permits.
   const std::uint32_t p = shm::claim_process_slot(*segment_);
   segment_->process(p).identity.pid.store(0);
-  segment_->held(p, *shm::find_dependency(*segment_, "orders")).store(1'000'000'000);
+  segment_->held(p, slot_of("orders")).store(1'000'000'000);
   advance_ticks(1);
   EXPECT_EQ(dep.inflight(), 0);  // clamped at what was in flight, never below
   EXPECT_EQ(segment_->process(p).identity.state.load(), shm::kSlotFree);
@@ -326,7 +289,7 @@ TEST_F(ControlLoopTest, APidReusedByAnotherProcessCountsAsDead) {
   // time: the pid was reused, the process that held the permit is gone.
   const std::uint32_t p = shm::claim_process_slot(*segment_);
   segment_->process(p).identity.start_time.fetch_add(12345);
-  const std::uint32_t slot = *shm::find_dependency(*segment_, "orders");
+  const std::uint32_t slot = slot_of("orders");
   segment_->dependency(slot).admission.word.fetch_add(shm::kAdmissionAcquire);
   segment_->held(p, slot).store(1);
   EXPECT_EQ(dep.inflight(), 1);
@@ -344,7 +307,7 @@ TEST_F(ControlLoopTest, QueueSettingsArePublishedClampedToTheSegment) {
   client_->dependency("plain");
   advance_ticks(1);
   const auto control = [&](const char* name) -> shm::DependencyControl& {
-    return segment_->dependency(*shm::find_dependency(*segment_, name)).control;
+    return segment_->dependency(slot_of(name)).control;
   };
   EXPECT_EQ(control("plain").max_queue.load(), 3u);
   EXPECT_EQ(control("plain").flags.load() & shm::kDependencyLifo, 0u);
@@ -357,7 +320,7 @@ TEST_F(ControlLoopTest, QueueSettingsArePublishedClampedToTheSegment) {
 TEST_F(ControlLoopTest, TheServiceTimeIsPublishedForTheExpectedWait) {
   start("");
   Dependency dep = client_->dependency("orders");
-  auto& service_ns = segment_->dependency(*shm::find_dependency(*segment_, "orders")).control.service_ns;
+  auto& service_ns = segment_->dependency(slot_of("orders")).control.service_ns;
   advance_ticks(1);
   EXPECT_EQ(service_ns.load(), 0u);  // no call yet: nothing known
   feed_calls(dep, 4, 4ms);
@@ -398,7 +361,7 @@ TEST(MetricsExporter, AnIPv6AddressServesOrSaysWhyNot) {
 TEST_F(ControlLoopTest, TheMetricsHistogramsTakeEachTicksCallsOnce) {
   start("", {}, /*with_metrics=*/true);
   Dependency dep = client_->dependency("orders");
-  const std::uint32_t index = *shm::find_dependency(*segment_, "orders");
+  const std::uint32_t index = slot_of("orders");
   advance_ticks(1);
   const auto count = [](const Metrics::Histogram& h) {
     std::uint64_t n = 0;
@@ -431,7 +394,7 @@ TEST_F(ControlLoopTest, AWaiterKilledInTheQueueGivesItsPlaceBack) {
   start("[defaults]\npolicy = \"fixed\"\ninitial_limit = 1\nmax_queue = 2\n");
   Dependency dep = client_->dependency("orders");
   advance_ticks(1);
-  const std::uint32_t slot = *shm::find_dependency(*segment_, "orders");
+  const std::uint32_t slot = slot_of("orders");
   const auto waiting = [&] { return shm::queue_length(segment_->queue(slot), segment_->queue_slots()); };
   Permit mine = dep.try_acquire();
   ASSERT_TRUE(mine);
@@ -551,7 +514,7 @@ TEST_F(ControlLoopTest, ANewDependencyCarriesTheConfigGenerationThatSetIt) {
   advance_ticks(1);
   const std::uint64_t generation = segment_->header().config_generation.load();
   EXPECT_EQ(generation, 3u);
-  EXPECT_EQ(segment_->dependency(*shm::find_dependency(*segment_, "late")).control.generation.load(), generation);
+  EXPECT_EQ(segment_->dependency(slot_of("late")).control.generation.load(), generation);
 }
 
 // A daemon that let more callers wait (a larger max_queue) left records
@@ -678,7 +641,7 @@ TEST_F(ControlLoopTest, PastItsBudgetTheDriftScanTakesTurnsBySlice) {
 TEST_F(ControlLoopTest, AStoppedProcessMidCallKeepsItsPermitUntilItIsGone) {
   start("");
   Dependency dep = client_->dependency("orders");
-  const std::uint32_t index = *shm::find_dependency(*segment_, "orders");
+  const std::uint32_t index = slot_of("orders");
   const pid_t child = ::fork();
   if (child == 0) {
     // Its own process slot, then a call stopped between its two updates.
