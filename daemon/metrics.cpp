@@ -241,7 +241,7 @@ Metrics::Metrics(const std::string& listen)
   } catch (const std::exception& e) {
     // civetweb's own message names no cause; the likely one for an IPv6
     // address is worth naming (mg_check_feature(8) is 0 in Debian 12).
-    if (listen.front() != '[') throw;
+    if (!listen.starts_with('[')) throw;
     throw std::runtime_error(std::string(e.what()) +
                              " (an IPv6 address: the civetweb under prometheus-cpp may be built without IPv6, as "
                              "Debian 12's 1.15 is; listen on an IPv4 address instead)");

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "bulkhead/client.hpp"
 #include "daemon/config.hpp"
