@@ -16,9 +16,11 @@ void merge_into(shm::WindowExtremes& into, const shm::WindowExtremes& e) {
   into.max_inflight = std::max(into.max_inflight, e.max_inflight);
 }
 
-bool same_policy(const LimitSettings& a, const LimitSettings& b) {
+// Whether `b` builds the policy `a` built, `learns` saying whether that
+// one's limit is learned (else initial_limit is the limit: fixed).
+bool same_policy(const LimitSettings& a, const LimitSettings& b, bool learns) {
   return a.policy == b.policy && a.params == b.params && a.bounds.min == b.bounds.min &&
-         a.bounds.max == b.bounds.max;
+         a.bounds.max == b.bounds.max && (learns || a.bounds.initial == b.bounds.initial);
 }
 
 std::uint64_t to_ns(std::chrono::milliseconds ms) {
@@ -58,18 +60,23 @@ Controller::Controller(const LimitSettings& settings, std::uint32_t current_limi
 }
 
 bool Controller::reconfigure(const LimitSettings& settings) {
-  const bool rebuild = !same_policy(settings_, settings);
+  const bool rebuild = !same_policy(settings_, settings, policy_->learns());
   settings_ = settings;
   if (rebuild) rebuild_policy();
   return rebuild;
 }
 
 void Controller::rebuild_policy() {
+  const policies::Registry& registry = policies::builtin_registry();
   policies::Bounds bounds = settings_.bounds;
-  // Continue from the limit in force, within the new bounds.
+  // Continue from the limit in force, within the new bounds ...
   bounds.initial = std::clamp(limit_ > 0 ? static_cast<double>(limit_) : bounds.initial, bounds.min,
                               bounds.max);
-  policy_ = policies::builtin_registry().create(settings_.policy, bounds, settings_.params);
+  policy_ = registry.create(settings_.policy, bounds, settings_.params);
+  // ... unless the policy does not learn one: then the config's is the limit.
+  if (!policy_->learns() && bounds.initial != settings_.bounds.initial) {
+    policy_ = registry.create(settings_.policy, settings_.bounds, settings_.params);
+  }
   set_limit(policy_->limit());
 }
 

@@ -54,11 +54,13 @@ class Controller {
  public:
   // Builds the policy. It starts from `current_limit` (a limit already
   // published, kept across restarts and reloads), or from initial_limit
-  // when that is 0, clamped to the bounds. Throws policies::ParamError.
+  // when that is 0, clamped to the bounds; a policy that learns no limit
+  // (fixed) from initial_limit always. Throws policies::ParamError.
   Controller(const LimitSettings& settings, std::uint32_t current_limit, std::uint64_t now_ns);
 
   // Switches settings. The policy is rebuilt, from the current limit, only
-  // when its name, parameters or bounds change; true when it was.
+  // when its name, parameters or bounds change (initial_limit counts only
+  // for a policy that learns no limit); true when it was.
   bool reconfigure(const LimitSettings& settings);
 
   // Adds one tick's observation; true when a window went to the policy.

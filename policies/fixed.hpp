@@ -28,6 +28,7 @@ class FixedPolicy final : public Policy {
   std::string_view name() const override { return kName; }
   // Ignores the window: the limit is bounds.initial, always.
   double update(const Window& window) override;
+  bool learns() const override { return false; }
   double limit() const override { return limit_; }
 
  private:

@@ -81,6 +81,10 @@ class Policy {
   virtual double limit() const = 0;
   // What the policy takes for the dependency's no-load latency now.
   virtual Baseline baseline() const { return {}; }
+  // Whether the limit is learned from windows (true), and so continues from
+  // the one in force across reloads and restarts, or is the config's
+  // initial_limit whatever was in force (fixed).
+  virtual bool learns() const { return true; }
 };
 
 using Factory = std::function<std::unique_ptr<Policy>(const Bounds&, const ParamMap&)>;

@@ -171,5 +171,26 @@ TEST(Controller, ReconfigureRebuildsThePolicyOnlyWhenItsSettingsChange) {
   EXPECT_EQ(c.limit(), limit / 2);  // with the new backoff
 }
 
+// A fixed limit is the config's initial_limit: a reload that changes it
+// applies it, and a daemon that takes over does not
+// keep the limit it found in its place. A policy that learns continues.
+TEST(Controller, AFixedLimitIsTheConfigsWhateverLimitWasInForce) {
+  LimitSettings fixed;
+  fixed.policy = "fixed";
+  fixed.bounds = {1, 100, 12};
+  EXPECT_EQ(Controller(fixed, 30, 0).limit(), 12u);
+  Controller c(fixed, 0, 0);
+  LimitSettings raised = fixed;
+  raised.bounds.initial = 20;
+  EXPECT_TRUE(c.reconfigure(raised));
+  EXPECT_EQ(c.limit(), 20u);
+
+  Controller learning(aimd(), 30, 0);
+  LimitSettings other_initial = aimd();
+  other_initial.bounds.initial = 50;
+  EXPECT_FALSE(learning.reconfigure(other_initial));
+  EXPECT_EQ(learning.limit(), 30u);
+}
+
 }  // namespace
 }  // namespace bulkhead::control
