@@ -10,7 +10,7 @@ packages=(
   clang  # tests/fuzz: libFuzzer (scripts/fuzz.sh)
   systemd procps  # tests/systemd: systemd-analyze, systemd-sysusers, and the unit's /bin/kill
   python3 dpkg-dev file binutils  # bindings/python's tests; cpack -G DEB (dpkg-shlibdeps, file), nm, readelf
-  help2man  # the man pages, made from each program's --help at build time (packaging/man)
+  help2man man-db  # the man pages, made from each program's --help at build time (packaging/man); man -l and lexgrog check them
   postgresql libpq-dev  # bench/pgload: a real PostgreSQL server under overload (scripts/pg-overload.sh, the pg_overload test)
 )
 

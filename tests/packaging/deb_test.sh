@@ -40,7 +40,8 @@ field() { dpkg-deb -f "$1" "$2"; }
 
 echo "== contents"
 has "$daemon" usr/bin/bulkheadd usr/bin/bulkheadctl lib/systemd/system/bulkheadd.service usr/lib/sysusers.d/bulkhead.conf \
-  etc/bulkhead/bulkhead.toml usr/share/doc/bulkhead/README.md
+  etc/bulkhead/bulkhead.toml usr/share/doc/bulkhead/README.md usr/share/man/man8/bulkheadd.8.gz \
+  usr/share/man/man1/bulkheadctl.1.gz
 has "$lib" "usr/lib/libbulkhead.so.$major" "usr/lib/libbulkhead.so.$version"
 has "$dev" usr/lib/libbulkhead.so usr/lib/libbulkhead.a usr/include/bulkhead/bulkhead.h \
   usr/include/bulkhead/client.hpp usr/lib/cmake/bulkhead/bulkheadConfig.cmake \
@@ -108,6 +109,9 @@ doc=$(sed -n 's#^Documentation=file://##p' "$unit")
 sysusers_user=$(awk '$1 == "u" { print $2 }' "$root/usr/lib/sysusers.d/bulkhead.conf")
 grep -qx "User=$sysusers_user" "$unit" || fail "the unit's User= is not the sysusers file's user $sysusers_user"
 "$root$binary" --check-config "$root$config" || fail "the packaged bulkheadd refuses the packaged config"
+bash "$src/tests/packaging/check_man_pages.sh" "$version" "$root/usr/share/man/man8/bulkheadd.8.gz" \
+  "$root/usr/bin/bulkheadd" "$root/usr/share/man/man1/bulkheadctl.1.gz" "$root/usr/bin/bulkheadctl" ||
+  fail "the packaged man pages do not document the packaged programs"
 readelf -d "$root/usr/lib/libbulkhead.so.$version" | grep -q "Library soname: \[libbulkhead.so.$major\]" ||
   fail "the packaged library has no soname libbulkhead.so.$major"
 [ "$(readlink "$root/usr/lib/libbulkhead.so")" = "libbulkhead.so.$major" ] ||

@@ -27,9 +27,12 @@ outside=$(grep -v "^$prefix/" "$build/install_manifest.txt" || true)
 $outside"
 
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")
+mandir=$(sed -n 's/^CMAKE_INSTALL_MANDIR:PATH=//p' "$build/CMakeCache.txt")
+mandir=${mandir:-share/man}  # GNUInstallDirs leaves the entry empty for its default, DATAROOTDIR/man
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")
 major=${version%%.*}
-for f in bin/bulkheadd "$libdir/libbulkhead.so.$version" "$libdir/libbulkhead.so.$major" \
+for f in bin/bulkheadd bin/bulkheadctl "$mandir/man8/bulkheadd.8.gz" "$mandir/man1/bulkheadctl.1.gz" \
+    "$libdir/libbulkhead.so.$version" "$libdir/libbulkhead.so.$major" \
     "$libdir/libbulkhead.so" "$libdir/libbulkhead.a" include/bulkhead/bulkhead.h \
     include/bulkhead/client.hpp "$libdir/cmake/bulkhead/bulkheadConfig.cmake" \
     "$libdir/cmake/bulkhead/bulkheadConfigVersion.cmake" "$libdir/pkgconfig/bulkhead.pc" \
@@ -45,6 +48,9 @@ readelf -d "$prefix/$libdir/libbulkhead.so.$version" | grep -q "Library soname: 
 # The installed daemon accepts the installed config.
 "$prefix/bin/bulkheadd" --check-config "$prefix/etc/bulkhead/bulkhead.toml" ||
   fail "bulkheadd --check-config refuses the installed config"
+bash "$src/tests/packaging/check_man_pages.sh" "$version" "$prefix/$mandir/man8/bulkheadd.8.gz" \
+  "$prefix/bin/bulkheadd" "$prefix/$mandir/man1/bulkheadctl.1.gz" "$prefix/bin/bulkheadctl" ||
+  fail "the installed man pages do not document the installed programs"
 
 # Each consumer must resolve libbulkhead to the scratch install, not to the
 # build tree or the system.
