@@ -14,6 +14,7 @@
 #include "bulkhead/client.hpp"
 #include "tests/support/children.hpp"
 #include "tests/support/daemon_process.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/json.hpp"
 #include "tests/support/temp_segment.hpp"
 
@@ -22,17 +23,10 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::DaemonProcess;
+using testing::eventually;
 using testing::Json;
 using testing::JsonParser;
 
-// Waits until `done`, up to 20 s (a loaded CI machine); true if it came.
-bool eventually(const std::function<bool()>& done) {
-  for (auto give_up = std::chrono::steady_clock::now() + 20s; std::chrono::steady_clock::now() < give_up;) {
-    if (done()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return done();
-}
 
 class BreakerIntegration : public ::testing::Test {
  protected:

@@ -29,6 +29,7 @@
 
 #include "bulkhead/client.hpp"
 #include "tests/support/daemon_process.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/temp_segment.hpp"
 
 namespace bulkhead {
@@ -39,11 +40,7 @@ using boost::property_tree::ptree;
 
 // Calls `done` every 200 ms until it returns true or `patience` runs out.
 bool eventually(const std::function<bool()>& done, std::chrono::seconds patience = 60s) {
-  for (const auto give_up = std::chrono::steady_clock::now() + patience;
-       std::chrono::steady_clock::now() < give_up; std::this_thread::sleep_for(200ms)) {
-    if (done()) return true;
-  }
-  return done();
+  return testing::eventually(done, patience, 200ms);
 }
 
 std::string body_of(const std::string& response) {
