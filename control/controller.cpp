@@ -86,7 +86,27 @@ void Controller::set_limit(double limit) {
   limit_ = static_cast<std::uint32_t>(std::max(1.0, std::floor(clamped)));
 }
 
+void Controller::pin(std::uint32_t limit) { pinned_ = std::max<std::uint32_t>(limit, 1); }
+
+void Controller::unpin(std::uint64_t now_ns) {
+  if (pinned_ == 0) return;
+  limit_ = pinned_;
+  pinned_ = 0;
+  rebuild_policy();
+  discard_window(now_ns);
+}
+
+void Controller::discard_window(std::uint64_t now_ns) {
+  open_.clear();
+  extremes_ = {};
+  window_start_ns_ = now_ns;
+}
+
 bool Controller::observe(const TickObservation& o, std::uint64_t now_ns) {
+  if (pinned_ != 0) {
+    discard_window(now_ns);
+    return false;
+  }
   open_.add(o.delta);
   merge_into(extremes_, o.extremes);
   const std::uint64_t samples = open_.ok + open_.dropped;
@@ -96,11 +116,7 @@ bool Controller::observe(const TickObservation& o, std::uint64_t now_ns) {
     close_window(o.inflight, now_ns);
     return true;
   }
-  if (age_ns >= max_age_ns) {
-    open_.clear();
-    extremes_ = {};
-    window_start_ns_ = now_ns;
-  }
+  if (age_ns >= max_age_ns) discard_window(now_ns);
   return false;
 }
 
@@ -135,9 +151,7 @@ void Controller::close_window(std::uint32_t inflight, std::uint64_t now_ns) {
   set_limit(policy_->update(w));
   last_window_ = w;
   ++windows_;
-  open_.clear();
-  extremes_ = {};
-  window_start_ns_ = now_ns;
+  discard_window(now_ns);
 }
 
 }  // namespace bulkhead::control

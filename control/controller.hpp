@@ -66,8 +66,22 @@ class Controller {
   // Adds one tick's observation; true when a window went to the policy.
   bool observe(const TickObservation& observation, std::uint64_t now_ns);
 
-  // The limit to publish: the policy's answer, clamped, integer, >= 1.
-  std::uint32_t limit() const { return limit_; }
+  // Pins the limit at `limit` (an operator's: bulkheadctl pin), over the
+  // bounds too, until unpin(). Meanwhile the policy learns nothing: ticks
+  // are discarded, as an idle dependency's are, since what calls do under
+  // a limit the policy did not choose says little of the one it would.
+  void pin(std::uint32_t limit);
+  // Ends a pin. The policy is rebuilt and continues from the pinned limit,
+  // within the bounds, as after a restart (its state from before the pin
+  // would undo what the operator set; fixed goes back to initial_limit);
+  // a fresh window opens at now_ns.
+  void unpin(std::uint64_t now_ns);
+  // The pinned limit; 0 when not pinned.
+  std::uint32_t pinned() const { return pinned_; }
+
+  // The limit to publish: the pin, else the policy's answer, clamped,
+  // integer, >= 1.
+  std::uint32_t limit() const { return pinned_ != 0 ? pinned_ : limit_; }
   const LimitSettings& settings() const { return settings_; }
   const policies::Policy& policy() const { return *policy_; }
   // Windows handed to the policy so far, and the last of them.
@@ -78,6 +92,7 @@ class Controller {
   void rebuild_policy();
   void set_limit(double limit);
   void close_window(std::uint32_t inflight, std::uint64_t now_ns);
+  void discard_window(std::uint64_t now_ns);
 
   // The open window: what the policy is given of the deltas, and the
   // latency histogram's buckets in [first, end) only (the others hold
@@ -101,7 +116,8 @@ class Controller {
 
   LimitSettings settings_;
   std::unique_ptr<policies::Policy> policy_;
-  std::uint32_t limit_ = 0;
+  std::uint32_t limit_ = 0;   // the policy's, clamped
+  std::uint32_t pinned_ = 0;  // pin(); 0: none
   OpenWindow open_;  // deltas of the open window
   shm::WindowExtremes extremes_;  // of the open window
   std::uint64_t window_start_ns_ = 0;

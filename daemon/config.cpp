@@ -43,9 +43,8 @@
 namespace bulkhead::daemon {
 namespace {
 
-// A limit is a count of concurrent calls to one dependency from one host. A
-// million is far above any real one and far inside the 32-bit in-flight count.
-constexpr std::int64_t kMaxLimit = 1'000'000;  // calls
+// A limit is a count of concurrent calls to one dependency from one host.
+constexpr std::int64_t kMaxLimit = shm::kMaxLimit;  // calls
 // A config file with 16384 dependencies is a few MiB; anything much larger is
 // not a config file (or is /dev/zero), and is refused before parsing.
 constexpr std::size_t kMaxFileBytes = 16u << 20;

@@ -372,6 +372,7 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
   o.extremes = {};
   d.stats->take(segment_, d.index, o.delta, o.extremes);
   o.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
+  follow_pin(d, now_ns);
   if (d.controller->observe(o, now_ns)) publish_limit(d);
   publish_service_time(d, o.delta);
   update_breaker(d, o.delta, now_ns);
@@ -379,6 +380,7 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
   if (d.metrics != nullptr) {
     Metrics::Tick t;
     t.limit = d.controller->limit();
+    t.pinned = d.controller->pinned() != 0;
     t.inflight = o.inflight;
     t.waiters = count_waiters(d);
     t.success = o.delta.ok;
@@ -532,6 +534,39 @@ void ControlLoop::publish_limit(const Dependency& d) {
   // A higher limit lets waiters in: tell them now rather than at their
   // next poll.
   if (d.controller->limit() > before) shm::wake_waiters(segment_.dependency(d.index).admission.futex);
+}
+
+void ControlLoop::follow_pin(Dependency& d, std::uint64_t now_ns) {
+  std::atomic<std::uint64_t>& word = segment_.dependency(d.index).control.limit_pin;
+  // Relaxed: a lone value that bulkheadctl writes. Anyone who may write
+  // the segment may pin (as they may force a breaker); what they write is
+  // clamped into a limit, and a word no bulkheadctl writes is cleared.
+  std::uint64_t pin = word.load(std::memory_order_relaxed);
+  const bool junk = pin != 0 && shm::pin_junk(pin, now_ns);
+  const bool ended = pin != 0 && (junk || !shm::pin_holds(pin, now_ns));
+  if (junk) {
+    spdlog::warn("dependency {}: limit pin {:#x} is not one bulkheadctl writes (a limit of 0, or more than {} s "
+                 "to go); cleared",
+                 d.name, pin, shm::kMaxPinSeconds);
+  }
+  if (ended) {
+    // Cleared only if no new pin replaced it since the load.
+    word.compare_exchange_strong(pin, 0, std::memory_order_relaxed);
+    pin = 0;
+  }
+  if (pin == d.pin) return;
+  if (pin == 0) {
+    const std::uint32_t pinned = d.controller->pinned();
+    d.controller->unpin(now_ns);
+    spdlog::info("dependency {}: pin of the limit at {} {}; policy {} continues from {}", d.name, pinned,
+                 ended ? "ended" : "lifted", d.controller->settings().policy, d.controller->limit());
+  } else {
+    d.controller->pin(std::min(shm::pin_limit(pin), shm::kMaxLimit));
+    spdlog::info("dependency {}: limit pinned at {} by an operator for {} s (bulkheadctl pin)", d.name,
+                 d.controller->limit(), shm::pin_until_s(pin) - now_ns / 1'000'000'000);
+  }
+  d.pin = pin;
+  publish_limit(d);
 }
 
 void ControlLoop::reclaim_dead_processes() {
@@ -753,6 +788,7 @@ std::vector<ControlLoop::View> ControlLoop::view() const {
            d.controller->windows(),
            d.breaker->state(),
            d.breaker->forced(),
+           d.controller->pinned(),
            index,
            {}};
     if (const PartitionPlan* plan = plan_of(index)) {

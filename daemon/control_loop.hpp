@@ -6,7 +6,8 @@
 //      abandon claims that never finished).
 //   2. Per dependency: read the counters and hand the deltas since the last
 //      tick to its control::Controller (window carry-over, policy, clamp);
-//      publish the limit it answers.
+//      publish the limit it answers, or the limit an operator pinned
+//      (bulkheadctl pin) until the pin ends.
 //      Then its circuit breaker (daemon/breaker.hpp) from the same deltas
 //      and the operator's override in the segment; publish its state.
 //   3. Give back the permits of processes that died holding them, and
@@ -64,6 +65,7 @@ class ControlLoop {
     std::uint64_t windows;  // windows handed to the policy so far
     BreakerState breaker;
     bool breaker_forced;
+    std::uint32_t pinned;  // an operator's pin in force; 0: none
     std::uint32_t index;  // slot
     // Partitions (empty without): name, guaranteed count, in flight, capped.
     struct Partition {
@@ -93,6 +95,7 @@ class ControlLoop {
     std::uint64_t service_ns = 0;  // published as DependencyControl::service_ns
     std::optional<Breaker> breaker;
     std::uint32_t bad_override = 0;  // an unknown override value already logged
+    std::uint64_t pin = 0;           // the pin word in force (0: none), as last read
     std::uint32_t queue_scan = 0;    // wait-queue records the waiters gauge counts (count_waiters())
   };
 
@@ -107,6 +110,10 @@ class ControlLoop {
   // Gives back permits counted in flight that no process holds.
   void scan_drift();
   void publish_limit(const Dependency& d);
+  // Follows bulkheadctl's pin in the segment: pins or unpins the
+  // controller, publishes the limit when that changes it, and clears a pin
+  // that has ended.
+  void follow_pin(Dependency& d, std::uint64_t now_ns);
   // Runs the breaker on a tick's deltas; publishes its state (and trial
   // permits on entering half open); logs and counts transitions.
   void update_breaker(Dependency& d, const shm::DependencyCounters& delta, std::uint64_t now_ns);

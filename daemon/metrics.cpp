@@ -108,6 +108,9 @@ class Metrics::DependencySeries : public prometheus::Collectable {
     using prometheus::MetricType;
     auto limit = family("bulkhead_limit", "Concurrency limit published for the dependency, in calls.",
                         MetricType::Gauge, n);
+    auto pinned = family("bulkhead_limit_pinned",
+                         "1 while an operator's pin (bulkheadctl pin) holds the limit, else 0.",
+                         MetricType::Gauge, n);
     auto inflight = family("bulkhead_inflight", "Calls to the dependency in flight host-wide at the last tick.",
                            MetricType::Gauge, n);
     auto requests = family("bulkhead_requests_total",
@@ -162,6 +165,7 @@ class Metrics::DependencySeries : public prometheus::Collectable {
                             MetricType::Gauge, n);
     for (const Dependency& d : deps) {
       gauge(limit, d.name, d.limit);
+      gauge(pinned, d.name, d.pinned ? 1 : 0);
       if (d.baseline_s > 0) gauge(baseline, d.name, d.baseline_s);
       gauge(measuring, d.name, d.measuring ? 1 : 0);
       gauge(inflight, d.name, d.inflight);
@@ -183,8 +187,8 @@ class Metrics::DependencySeries : public prometheus::Collectable {
       counter(breaker_shadow, d.name, d.breaker_shadow);
     }
     std::vector<prometheus::MetricFamily> out;
-    out.reserve(17);
-    for (auto* f : {&limit, &inflight, &requests, &latency, &shadow, &min_limit, &max_limit, &queue_rejections,
+    out.reserve(18);
+    for (auto* f : {&limit, &pinned, &inflight, &requests, &latency, &shadow, &min_limit, &max_limit, &queue_rejections,
                     &waiters, &wait, &waiters_reclaimed, &breaker_state, &transitions, &breaker_rejected,
                     &breaker_shadow, &baseline, &measuring}) {
       out.push_back(std::move(*f));
@@ -311,6 +315,7 @@ void Metrics::add(Histogram& into, std::span<const std::uint64_t> counts, std::u
 void Metrics::observe(Dependency& d, const Tick& t) {
   const std::lock_guard<std::mutex> lock(mu_);
   d.limit = t.limit;
+  d.pinned = t.pinned;
   d.inflight = t.inflight;
   d.waiters = t.waiters;
   d.requests[0] += static_cast<double>(t.success);

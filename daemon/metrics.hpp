@@ -51,6 +51,7 @@ class Metrics {
   struct Dependency {
     std::string name;
     double limit = 0;
+    bool pinned = false;  // an operator's pin holds the limit
     double inflight = 0;
     double min_limit = 0;
     double max_limit = 0;
@@ -74,6 +75,7 @@ class Metrics {
   // What one tick adds to a dependency's counters and sets its gauges to.
   struct Tick {
     std::uint32_t limit = 0;
+    bool pinned = false;
     std::uint32_t inflight = 0;
     std::uint32_t waiters = 0;
     std::uint64_t success = 0, dropped = 0, ignored = 0, rejected = 0, failed = 0;

@@ -74,8 +74,10 @@ inline constexpr std::uint64_t kMagic = 0x444145484B4C5542ull;
 // stripe, queue wait per dependency, no longer per stripe); stripes of two
 // lines; the wait sum on a line of the slot. A major-3 client would add
 // 64-bit counts where 32-bit ones are, past the end of a shorter stripe.
+// ABI 4.1: DependencyControl::limit_pin (bulkheadctl pin). A minor-0 daemon
+// ignores it, so bulkheadctl refuses to pin in a minor-0 segment.
 inline constexpr std::uint16_t kAbiMajor = 4;
-inline constexpr std::uint16_t kAbiMinor = 0;
+inline constexpr std::uint16_t kAbiMinor = 1;
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
@@ -177,6 +179,35 @@ inline constexpr std::uint32_t kOverrideAuto = 0;
 inline constexpr std::uint32_t kOverrideOpen = 1;
 inline constexpr std::uint32_t kOverrideClosed = 2;
 
+// The largest limit anything publishes: the config's max_limit and an
+// operator's pin. A million calls in flight to one dependency from one host
+// is far above any real limit and far inside the 32-bit in-flight count.
+inline constexpr std::uint32_t kMaxLimit = 1'000'000;
+
+// DependencyControl::limit_pin: an operator's pin of the limit (bulkheadctl
+// pin), (until << 32) | limit, `until` in whole seconds of CLOCK_MONOTONIC
+// (the host's, the same in every process). 0: no pin. While now is before
+// `until`, the daemon publishes `limit` (at most kMaxLimit) whatever the
+// policy says; once it passes, or when the word is junk (pin_junk()), the
+// daemon clears the word.
+constexpr std::uint32_t pin_limit(std::uint64_t word) { return static_cast<std::uint32_t>(word); }
+constexpr std::uint32_t pin_until_s(std::uint64_t word) { return static_cast<std::uint32_t>(word >> 32); }
+constexpr std::uint64_t pin_word(std::uint32_t limit, std::uint32_t until_s) {
+  return (std::uint64_t{until_s} << 32) | limit;
+}
+// The longest pin bulkheadctl writes. A pin is for an incident: one that
+// ends further away than this (and a second's rounding) is junk.
+inline constexpr std::uint32_t kMaxPinSeconds = 7 * 86400;
+// Whether `word` holds the limit at `now_ns` (CLOCK_MONOTONIC).
+constexpr bool pin_holds(std::uint64_t word, std::uint64_t now_ns) {
+  return pin_limit(word) != 0 && now_ns / 1'000'000'000 < pin_until_s(word);
+}
+// Whether `word`, nonzero, is junk at `now_ns`: a limit of 0, or an end
+// further away than kMaxPinSeconds.
+constexpr bool pin_junk(std::uint64_t word, std::uint64_t now_ns) {
+  return pin_limit(word) == 0 || pin_until_s(word) > now_ns / 1'000'000'000 + kMaxPinSeconds + 1;
+}
+
 struct alignas(kCacheLine) DependencyControl {
   std::atomic<std::uint32_t> limit;       // calls admitted at once, host-wide
   std::atomic<std::uint32_t> breaker;     // kBreaker* state | kBreakerForced: written by the daemon
@@ -193,7 +224,11 @@ struct alignas(kCacheLine) DependencyControl {
   // kOverride*: written by bulkheadctl (`bulkheadctl breaker`), read by the
   // daemon. Untrusted: an unknown value counts as kOverrideAuto.
   std::atomic<std::uint32_t> breaker_override;
-  std::uint8_t reserved[20];
+  std::uint32_t reserved0;
+  // pin_word(): written by bulkheadctl (`bulkheadctl pin`), read and, once
+  // it ends, cleared by the daemon. Untrusted: the daemon clamps the limit.
+  std::atomic<std::uint64_t> limit_pin;
+  std::uint8_t reserved[8];
 };
 
 // The admission word: low 32 bits the host-wide in-flight count T, every
@@ -408,6 +443,7 @@ static_assert(offsetof(DependencyPartitions, names) == 24);
 static_assert(offsetof(DependencyControl, service_ns) == 24);
 static_assert(offsetof(DependencyControl, trials) == 32);
 static_assert(offsetof(DependencyControl, breaker_override) == 40);
+static_assert(offsetof(DependencyControl, limit_pin) == 48);
 static_assert(offsetof(DependencyAdmission, futex) == 8);
 static_assert(offsetof(DependencyAdmission, tickets) == 16);
 static_assert(offsetof(StatsStripe, shadow_admitted) == 56);

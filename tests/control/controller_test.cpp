@@ -42,6 +42,28 @@ TEST(Controller, StartsFromThePublishedLimitNotTheInitialOne) {
   EXPECT_EQ(Controller(aimd(), 500, 0).limit(), 100u);  // within the bounds
 }
 
+// A pin answers over the bounds; the ticks under it never reach the
+// policy, and none of them is left in the first window after it; unpinned,
+// the policy starts from the pin within the bounds.
+TEST(Controller, APinHoldsTheLimitAndTheTicksUnderItTeachNothing) {
+  Controller c(aimd(), 0, 0);
+  c.pin(300);
+  EXPECT_EQ(c.limit(), 300u);
+  EXPECT_EQ(c.pinned(), 300u);
+  EXPECT_FALSE(c.observe(tick_of(50, 4'000'000, 50, 300), kTickNs));
+  EXPECT_EQ(c.windows(), 0u);
+  EXPECT_EQ(c.limit(), 300u);
+  c.unpin(2 * kTickNs);
+  EXPECT_EQ(c.pinned(), 0u);
+  EXPECT_EQ(c.limit(), 100u);  // 300 within [1, 100]
+  // The first window after it holds its own tick only, no drop.
+  ASSERT_TRUE(c.observe(tick_of(10, 4'000'000, 0, 100), 3 * kTickNs));
+  EXPECT_EQ(c.last_window().dropped, 0u);
+  EXPECT_EQ(c.last_window().duration_ns, kTickNs);
+  c.pin(0);  // a pin is at least one call
+  EXPECT_EQ(c.limit(), 1u);
+}
+
 TEST(Controller, WindowCarriesPercentilesAndClampsThePeakToTheLimit) {
   Controller c(aimd(), 0, 0);
   ASSERT_TRUE(c.observe(tick_of(10, 4'000'000, 2, 1000), kTickNs));
@@ -172,7 +194,7 @@ TEST(Controller, ReconfigureRebuildsThePolicyOnlyWhenItsSettingsChange) {
 }
 
 // A fixed limit is the config's initial_limit: a reload that changes it
-// applies it, and a daemon that takes over does not
+// applies it, and a daemon that takes over (or a pin that ends) does not
 // keep the limit it found in its place. A policy that learns continues.
 TEST(Controller, AFixedLimitIsTheConfigsWhateverLimitWasInForce) {
   LimitSettings fixed;
@@ -183,6 +205,9 @@ TEST(Controller, AFixedLimitIsTheConfigsWhateverLimitWasInForce) {
   LimitSettings raised = fixed;
   raised.bounds.initial = 20;
   EXPECT_TRUE(c.reconfigure(raised));
+  EXPECT_EQ(c.limit(), 20u);
+  c.pin(5);
+  c.unpin(kTickNs);
   EXPECT_EQ(c.limit(), 20u);
 
   Controller learning(aimd(), 30, 0);

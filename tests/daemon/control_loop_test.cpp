@@ -388,6 +388,93 @@ TEST_F(ControlLoopTest, TheMetricsHistogramsTakeEachTicksCallsOnce) {
   EXPECT_EQ(count(m.wait), 2u);
 }
 
+// bulkheadctl pin: the pinned limit goes out over the policy and the
+// bounds, the policy learns nothing meanwhile, and once the pin's time is
+// up the daemon clears it and the policy continues from the pinned limit,
+// within the bounds.
+TEST_F(ControlLoopTest, APinHoldsTheLimitUntilItEndsThenThePolicyContinuesFromIt) {
+  start("[dependency.pay]\npolicy = \"aimd\"\nmin_limit = 1\nmax_limit = 40\ninitial_limit = 10\n",
+        {}, /*with_metrics=*/true);
+  Dependency pay = client_->dependency("pay");
+  advance_ticks(1);
+  std::atomic<std::uint64_t>& pin = segment_->dependency(slot_of("pay")).control.limit_pin;
+  const auto until_s = static_cast<std::uint32_t>(now_ns_ / 1'000'000'000 + 3);
+  pin.store(shm::pin_word(60, until_s));
+  advance_ticks(1);
+  EXPECT_EQ(pay.limit(), 60);
+  EXPECT_EQ(view_of("pay").pinned, 60u);
+  EXPECT_TRUE(metrics_->dependency("pay").pinned);
+  // Drops, which halve an aimd limit, teach it nothing while pinned.
+  const std::uint64_t windows = view_of("pay").windows;
+  for (int i = 0; i < 5; ++i) {
+    feed_calls(pay, 10, 1ms, Outcome::kDropped);
+    advance_ticks(1);
+  }
+  EXPECT_EQ(pay.limit(), 60);
+  EXPECT_EQ(view_of("pay").windows, windows);
+  EXPECT_EQ(pin.load(), shm::pin_word(60, until_s));
+
+  while (now_ns_ / 1'000'000'000 < until_s) advance_ticks(1);
+  EXPECT_EQ(pin.load(), 0u);
+  EXPECT_EQ(view_of("pay").pinned, 0u);
+  EXPECT_FALSE(metrics_->dependency("pay").pinned);
+  EXPECT_EQ(pay.limit(), 40);  // 60 within [1, 40]
+  // The policy acts again, from there.
+  feed_calls(pay, 10, 1ms, Outcome::kDropped);
+  advance_ticks(1);
+  EXPECT_EQ(view_of("pay").windows, windows + 1);
+  EXPECT_LT(pay.limit(), 40);
+}
+
+// An operator's `pin NAME off` (the word zeroed) hands the limit back at
+// the next tick, from the pinned limit; a new pin replaces the one in
+// force; a pin outlasts a daemon restart; junk in the word (a limit of 0,
+// a time already past, one further away than bulkheadctl writes) pins
+// nothing and is cleared, with a warning for what no bulkheadctl writes.
+TEST_F(ControlLoopTest, APinIsLiftedReplacedAndKeptAcrossARestart) {
+  start("[dependency.pay]\npolicy = \"aimd\"\nmin_limit = 1\nmax_limit = 40\ninitial_limit = 10\n");
+  Dependency pay = client_->dependency("pay");
+  advance_ticks(1);
+  std::atomic<std::uint64_t>& pin = segment_->dependency(slot_of("pay")).control.limit_pin;
+  const auto later_s = static_cast<std::uint32_t>(now_ns_ / 1'000'000'000 + 600);
+  pin.store(shm::pin_word(5, later_s));
+  advance_ticks(1);
+  EXPECT_EQ(pay.limit(), 5);
+  pin.store(shm::pin_word(7, later_s));
+  advance_ticks(1);
+  EXPECT_EQ(pay.limit(), 7);
+
+  // A new daemon on the same segment finds the pin and keeps it.
+  loop_.emplace(*segment_, config_, nullptr);
+  advance_ticks(1);
+  EXPECT_EQ(pay.limit(), 7);
+  EXPECT_EQ(view_of("pay").pinned, 7u);
+
+  pin.store(0);
+  advance_ticks(1);
+  EXPECT_EQ(view_of("pay").pinned, 0u);
+  EXPECT_EQ(pay.limit(), 7);  // the policy continues from the pin, not from 10
+
+  const testing::LogCapture log;
+  const std::uint32_t now_s = static_cast<std::uint32_t>(now_ns_ / 1'000'000'000);
+  for (const std::uint64_t junk : {shm::pin_word(0, later_s), shm::pin_word(30, 1),
+                                   shm::pin_word(30, now_s + shm::kMaxPinSeconds + 100)}) {
+    pin.store(junk);
+    advance_ticks(1);
+    EXPECT_EQ(pin.load(), 0u);
+    EXPECT_EQ(view_of("pay").pinned, 0u);
+    EXPECT_EQ(pay.limit(), 7);
+  }
+  EXPECT_EQ(log.count("is not one bulkheadctl writes"), 2u) << log.text();
+  pin.store(shm::pin_word(30, now_s + shm::kMaxPinSeconds));  // the longest bulkheadctl writes
+  advance_ticks(1);
+  EXPECT_EQ(pay.limit(), 30);
+  // A limit past what any config allows is held at kMaxLimit.
+  pin.store(shm::pin_word(0xffffffffu, later_s));
+  advance_ticks(1);
+  EXPECT_EQ(pay.limit(), static_cast<int>(shm::kMaxLimit));
+}
+
 // A waiter killed in the queue keeps its place only until the next tick,
 // and the waiter behind it then gets the permit.
 TEST_F(ControlLoopTest, AWaiterKilledInTheQueueGivesItsPlaceBack) {

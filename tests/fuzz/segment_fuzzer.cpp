@@ -7,10 +7,11 @@
 // segment: validate it, and when it is valid, adopt its slots and run the
 // control loop over it for a few ticks. A valid segment with any contents
 // must leave the daemon running, every published limit inside its
-// configured bounds, every breaker word a state clients know, and no more
-// trial permits than half_open_calls; an invalid one must be refused with a
-// reason. Clients (and bulkheadctl) may write the breaker's trials and
-// override words, so the seed has a breaker (payments) that runs.
+// configured bounds (or at a pin, at most kMaxLimit), every breaker word a
+// state clients know, and no more trial permits than half_open_calls; an
+// invalid one must be refused with a reason. Clients (and bulkheadctl) may
+// write the breaker's trials and override words and the limit pin, so the
+// seed has a breaker (payments) that runs.
 //
 // Input: a sequence of patches, each
 //   region (1 byte) | index (1 byte) | offset (2 bytes, LE) | length (1 byte) | bytes
@@ -173,7 +174,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (std::uint64_t t = 2; t <= 5; ++t) loop.tick(t * 1'000'000'000);
   for (const auto& v : loop.view()) {
     const daemon::DependencyConfig d = f.config.effective(v.name);
-    if (v.limit < d.bounds.min || v.limit > d.bounds.max) std::abort();
+    // An operator's pin may hold it anywhere up to kMaxLimit; nothing else
+    // takes it outside the configured bounds.
+    if (v.pinned != 0 ? v.limit != v.pinned || v.limit > shm::kMaxLimit
+                      : v.limit < d.bounds.min || v.limit > d.bounds.max) {
+      std::abort();
+    }
     const shm::DependencyControl& control = f.segment->dependency(v.index).control;
     const std::uint32_t breaker = control.breaker.load() & ~shm::kBreakerForced;
     if (breaker > shm::kBreakerHalfOpen) std::abort();

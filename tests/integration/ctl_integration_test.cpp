@@ -15,6 +15,7 @@
 #include "shm/histogram.hpp"
 #include "tests/support/children.hpp"
 #include "tests/support/daemon_process.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/json.hpp"
 #include "tests/support/temp_segment.hpp"
 
@@ -154,6 +155,52 @@ TEST_F(CtlIntegration, StatusGetAndProcessesShowWhatTheClientDid) {
   EXPECT_EQ(stopped["daemon"]["state"].string, "none");
   EXPECT_TRUE(stopped["daemon"]["pid"].is_null());
   EXPECT_EQ(dependency(stopped, "orders")["limit"].number, kHeld);  // the last published limit
+}
+
+// `bulkheadctl pin` through a real daemon: the pinned limit goes out and
+// shows in bulkheadctl and /metrics; `pin off` hands it back, and a pin
+// whose time is up is cleared; the log says each step.
+TEST_F(CtlIntegration, APinHoldsTheLimitUntilLiftedOrOver) {
+  testing::DaemonProcess daemon(BULKHEADD_PATH, dir_, config());
+  auto seg = daemon.wait_ready(segment_);
+  ASSERT_TRUE(seg) << daemon.log();
+  Client client(segment_.str());
+  Dependency orders = client.dependency("orders");
+  auto ctl = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv{BULKHEADCTL_PATH, "--segment", segment_.str()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::run_command(argv, dir_);
+  };
+  const auto port = static_cast<std::uint16_t>(seg->header().metrics_port.load());
+  auto pinned_gauge = [&] {
+    const std::string body = testing::http_get(port, "/metrics");
+    const std::string series = "bulkhead_limit_pinned{dependency=\"orders\"} ";
+    const auto at = body.find(series);
+    return at == std::string::npos ? std::string("absent") : body.substr(at + series.size(), 1);
+  };
+
+  auto r = ctl({"pin", "orders", "9", "--for", "10m"});
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  ASSERT_TRUE(testing::eventually([&] { return orders.limit() == 9; })) << daemon.log();
+  EXPECT_EQ(dependency(ctl_json({"status", "--interval", "0.05"}), "orders")["pin"]["limit"].number, 9);
+  EXPECT_TRUE(testing::eventually([&] { return pinned_gauge() == "1"; })) << pinned_gauge();
+  EXPECT_NE(daemon.log().find("dependency orders: limit pinned at 9 by an operator for "), std::string::npos)
+      << daemon.log();
+
+  ASSERT_EQ(ctl({"pin", "orders", "off"}).exit_code, 0);
+  ASSERT_TRUE(testing::eventually([&] { return orders.limit() == 5; })) << daemon.log();  // fixed: initial_limit
+  EXPECT_TRUE(testing::eventually([&] { return pinned_gauge() == "0"; })) << pinned_gauge();
+  EXPECT_NE(daemon.log().find("dependency orders: pin of the limit at 9 lifted; policy fixed continues from 5"),
+            std::string::npos)
+      << daemon.log();
+
+  ASSERT_EQ(ctl({"pin", "orders", "2", "--for", "1s"}).exit_code, 0);
+  ASSERT_TRUE(testing::eventually([&] { return orders.limit() == 2; })) << daemon.log();
+  ASSERT_TRUE(testing::eventually([&] { return orders.limit() == 5; })) << daemon.log();
+  const auto& pin = seg->dependency(*shm::find_dependency(*seg, "orders")).control.limit_pin;
+  EXPECT_EQ(pin.load(), 0u);
+  EXPECT_NE(daemon.log().find("dependency orders: pin of the limit at 2 ended"), std::string::npos) << daemon.log();
+  EXPECT_TRUE(dependency(ctl_json({"status", "--interval", "0.05"}), "orders")["pin"].is_null());
 }
 
 }  // namespace

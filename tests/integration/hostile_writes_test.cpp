@@ -3,8 +3,9 @@
 // part of the segment (the header's live fields, every dependency slot's
 // identity, control and admission lines and wait-queue records, every
 // statistics stripe, every process slot and held count). The daemon must keep running, keep
-// ticking, and once the vandal stops publish limits inside their
-// configured bounds again.
+// ticking, and once the vandal stops (and an operator lifts any limit pin
+// it left: writers may pin, as they may force a breaker) publish limits
+// inside their configured bounds again.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -106,7 +107,11 @@ TEST(HostileWrites, TheDaemonKeepsRunningAndPublishingSaneLimits) {
   const bool ticking = changes == 2;
   EXPECT_TRUE(ticking) << daemon.log();
   // ... and every dependency it tracks gets a limit inside its configured
-  // bounds again (it republishes at each window's end).
+  // bounds again (it republishes at each window's end), once any pin the
+  // vandal's bytes made is lifted, as `bulkheadctl pin NAME off` does.
+  for (const char* name : {"payments", "recs"}) {
+    if (const auto index = shm::find_dependency(s, name)) s.dependency(*index).control.limit_pin.store(0);
+  }
   const auto sane = [&] {
     for (const char* name : {"payments", "recs"}) {
       const auto index = shm::find_dependency(s, name);

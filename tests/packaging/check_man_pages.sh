@@ -67,7 +67,7 @@ check "$ctl_page" "$ctl" 1 --segment BULKHEAD_SEGMENT "bulkheadd(8)"
 # Each subcommand as an entry of the list: the word starting a line of the
 # text, alone or before its description.
 ctl_text=$(render "$ctl_page")
-for sub in status top get processes breaker; do
+for sub in status top get processes breaker pin; do
   grep -qE "^ +$sub( |$)" <<<"$ctl_text" || fail "$ctl_page does not list the subcommand $sub"
 done
 echo "ok: $(basename "$daemon_page") and $(basename "$ctl_page") render and document their programs"

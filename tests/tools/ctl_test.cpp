@@ -407,6 +407,45 @@ TEST_F(CtlSegment, GetShowsEveryCounterPercentilesAndHolders) {
             std::string::npos);
 }
 
+// An operator's pin shows while it holds at the second reading: a "*" on
+// the limit, what and how long in `get`, `pin` in the JSON; one whose time
+// is up shows nowhere, though the daemon has not cleared it yet.
+TEST_F(CtlSegment, APinShowsWhileItHolds) {
+  const std::uint64_t second_reading_s = (kT0 + 2 * kSecond) / kSecond;
+  segment_.dependency(recs_).control.limit_pin.store(shm::pin_word(25, second_reading_s + 150));
+  segment_.dependency(payments_).control.limit_pin.store(shm::pin_word(3, second_reading_s));
+  const Status st = standard_status();
+  const std::string text = status_text(st);
+  EXPECT_EQ(cells_of_line(text, "recs ").at(1), "25*") << text;
+  EXPECT_EQ(cells_of_line(text, "payments ").at(1), "12") << text;
+
+  const Json j = JsonParser::parse(status_json(st));
+  for (const Json& d : j["dependencies"].array) {
+    if (d["name"].string == "recs") {
+      EXPECT_EQ(d["pin"]["limit"].number, 25);
+      EXPECT_EQ(d["pin"]["seconds_left"].number, 150);
+    } else {
+      EXPECT_TRUE(d["pin"].is_null());
+    }
+  }
+  const DependencyStatus& r = st.dependencies[0].now.name == "recs" ? st.dependencies[0] : st.dependencies[1];
+  const std::string get = dependency_text(st, r);
+  EXPECT_NE(get.find("  limit       25* (pinned by an operator at 25, 2 min 30 s left; `bulkheadctl pin recs off` "
+                     "ends it)\n"),
+            std::string::npos)
+      << get;
+  EXPECT_EQ(JsonParser::parse(dependency_json(st, r))["dependency"]["pin"]["limit"].number, 25);
+}
+
+TEST(DescribeDuration, SaysSecondsMinutesHoursAndDays) {
+  EXPECT_EQ(describe_duration(0), "0 s");
+  EXPECT_EQ(describe_duration(90), "90 s");
+  EXPECT_EQ(describe_duration(600), "10 min");
+  EXPECT_EQ(describe_duration(150), "2 min 30 s");
+  EXPECT_EQ(describe_duration(5400), "1 h 30 min");
+  EXPECT_EQ(describe_duration(7 * 86400 + 3600), "7 d 1 h");
+}
+
 TEST_F(CtlSegment, ProcessesListPidStartStateAndPermits) {
   segment_.held(process_, payments_).store(2);
   segment_.held(process_, recs_).store(5);
@@ -686,6 +725,58 @@ TEST_F(CtlBinary, GetPrintsTheNamedDependencyOfSeveral) {
   EXPECT_NE(r.output().find("dependency payments (slot "), std::string::npos) << r.output();
   EXPECT_NE(r.output().find("  limit       20\n"), std::string::npos) << r.output();
   EXPECT_EQ(r.output().find("orders"), std::string::npos) << r.output();
+}
+
+// `pin` writes the limit and the second the pin ends (now + --for, on
+// CLOCK_MONOTONIC, rounded up), `pin NAME off` clears it; bad limits and
+// durations are usage errors that write nothing, and a segment whose
+// daemon would not read a pin (ABI 4.0) is refused.
+TEST_F(CtlBinary, PinWritesTheLimitAndWhenItEnds) {
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  const std::uint32_t index = shm::find_or_claim_dependency(s, "payments", 12, 0).index;
+  std::atomic<std::uint64_t>& pin = s.dependency(index).control.limit_pin;
+  const std::uint64_t before_s = monotonic_now_ns() / kSecond;
+  auto r = run({"--segment", name.str(), "pin", "payments", "8", "--for", "15m"});
+  const std::uint64_t after_s = monotonic_now_ns() / kSecond + 1;
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.output().find("limit of payments: pinned at 8 for 15 min; bulkheadd applies it at its next tick"),
+            std::string::npos)
+      << r.output();
+  EXPECT_EQ(shm::pin_limit(pin.load()), 8u);
+  EXPECT_GE(shm::pin_until_s(pin.load()), before_s + 900);
+  EXPECT_LE(shm::pin_until_s(pin.load()), after_s + 900);
+
+  r = run({"--segment", name.str(), "pin", "payments", "off"});
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(pin.load(), 0u);
+  r = run({"--segment", name.str(), "pin", "payments", "40"});  // 10 minutes unless told
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_GE(shm::pin_until_s(pin.load()), before_s + 600);
+  EXPECT_LE(shm::pin_until_s(pin.load()), monotonic_now_ns() / kSecond + 1 + 600);
+
+  pin.store(0);
+  for (const std::vector<std::string> bad : {std::vector<std::string>{"0"}, {"1000001"}, {"8x"}, {"-3"},
+                                             {"8", "--for", "8d"}, {"8", "--for", "3w"}, {"8", "--for", "0"}}) {
+    std::vector<std::string> args{"--segment", name.str(), "pin", "payments"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << bad[0] << ": " << r.output();
+    EXPECT_EQ(pin.load(), 0u) << bad[0];
+  }
+  EXPECT_NE(run({"--segment", name.str(), "pin", "payments", "0"}).output().find(
+                "bulkheadctl pin: limit '0': must be a number of calls in [1, 1000000], or off"),
+            std::string::npos);
+  r = run({"--segment", name.str(), "pin", "nope", "8"});
+  EXPECT_EQ(r.exit_code, 3) << r.output();
+  EXPECT_NE(r.output().find("no dependency 'nope'"), std::string::npos) << r.output();
+
+  s.header().abi_minor = 0;
+  r = run({"--segment", name.str(), "pin", "payments", "8"});
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_NE(r.output().find("has segment ABI 4.0, whose daemon does not read pins"), std::string::npos)
+      << r.output();
+  EXPECT_EQ(pin.load(), 0u);
 }
 
 // Forcing a breaker writes to the segment: a user who may only read it is

@@ -1,12 +1,14 @@
 // bulkheadctl: inspect a live bulkhead segment, read-only, with or without
-// a running daemon; and force a dependency's circuit breaker (the one
-// command that writes, and only one word: the override bulkheadd reads).
+// a running daemon; force a dependency's circuit breaker, or pin its limit
+// for a while (the two commands that write, each one word that bulkheadd
+// reads).
 //
 //   bulkheadctl [--segment NAME] status    [--interval S] [--stale-after S] [--json]
 //   bulkheadctl [--segment NAME] top       [--interval S] [-n N]
 //   bulkheadctl [--segment NAME] get NAME  [--interval S] [--json]
 //   bulkheadctl [--segment NAME] processes [--json]
 //   bulkheadctl [--segment NAME] breaker NAME open|closed|auto
+//   bulkheadctl [--segment NAME] pin NAME LIMIT|off [--for DURATION]
 //
 // Exit status: 0 done, 1 the segment cannot be opened or trusted, 2 usage,
 // 3 no dependency of that name. docs/operations.md describes the output and
@@ -21,11 +23,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -49,6 +53,8 @@ struct Options {
   std::string dependency;  // get
   unsigned frames = 0;     // top -n; 0: until q or a signal
   std::string force;       // breaker: open, closed, auto
+  std::string pin;         // pin: a limit, or "off"
+  double pin_for_s = 600;  // pin --for
 };
 
 void write_all(const std::string& text) {
@@ -92,40 +98,89 @@ int run_processes(const shm::Segment& segment, const Options& o) {
   return 0;
 }
 
-// --- breaker ---------------------------------------------------------------
+// --- breaker, pin -----------------------------------------------------------
+
+// Attaches to write one word of a dependency's control line, `what` saying
+// why in the error when the segment's permissions refuse.
+shm::Segment attach_to_write(const Options& o, const std::string& what) {
+  try {
+    return shm::Segment::attach(o.segment, shm::Access::kReadWrite);
+  } catch (const shm::SegmentError& e) {
+    if (e.code() == EACCES) {
+      throw shm::SegmentError(e.code(), std::string(e.what()) + " (" + what +
+                                            " writes to the segment: run as a member of its group, as clients do)");
+    }
+    throw;
+  }
+}
+
+// The control line of the dependency named in `o`, or null (said on stderr).
+shm::DependencyControl* control_of(shm::Segment& segment, const Options& o) {
+  const auto index = shm::find_dependency(segment, o.dependency);
+  if (!index) {
+    std::cerr << "bulkheadctl: no dependency '" << o.dependency << "' in /dev/shm/" << o.segment
+              << " (bulkheadctl status lists them)\n";
+    return nullptr;
+  }
+  return &segment.dependency(*index).control;
+}
 
 // Writes the breaker override of one dependency: the daemon reads it every
 // tick and holds the breaker open or closed until it is set back to auto.
 // It lives in the segment, so it outlasts a daemon restart. Needs write
 // access to the segment (its group, as clients have).
 int run_breaker(const Options& o) {
-  shm::Segment segment = [&] {
-    try {
-      return shm::Segment::attach(o.segment, shm::Access::kReadWrite);
-    } catch (const shm::SegmentError& e) {
-      if (e.code() == EACCES) {
-        throw shm::SegmentError(e.code(), std::string(e.what()) +
-                                              " (forcing a breaker writes to the segment: run as a member of "
-                                              "its group, as clients do)");
-      }
-      throw;
-    }
-  }();
-  const auto index = shm::find_dependency(segment, o.dependency);
-  if (!index) {
-    std::cerr << "bulkheadctl: no dependency '" << o.dependency << "' in /dev/shm/" << o.segment
-              << " (bulkheadctl status lists them)\n";
-    return kExitNoDependency;
-  }
+  shm::Segment segment = attach_to_write(o, "forcing a breaker");
+  shm::DependencyControl* control = control_of(segment, o);
+  if (control == nullptr) return kExitNoDependency;
   const std::uint32_t value = o.force == "open" ? shm::kOverrideOpen
                               : o.force == "closed" ? shm::kOverrideClosed
                                                     : shm::kOverrideAuto;
-  shm::DependencyControl& control = segment.dependency(*index).control;
   // Relaxed: a lone value the daemon reads each tick.
-  control.breaker_override.store(value, std::memory_order_relaxed);
+  control->breaker_override.store(value, std::memory_order_relaxed);
   std::cout << "breaker of " << o.dependency << ": override " << o.force
             << (value == shm::kOverrideAuto ? " (the config's force, else the outcomes, decide)" : "")
             << "; bulkheadd applies it at its next tick\n";
+  return 0;
+}
+
+// Writes the limit pin of one dependency (shm::pin_word): the daemon
+// publishes the pinned limit from its next tick until the pin ends, then
+// clears it and the policy continues from the pinned limit. Like the
+// breaker override it outlasts a daemon restart, and needs write access.
+int run_pin(const Options& o) {
+  std::uint32_t limit = 0;
+  if (o.pin != "off") {
+    const auto [end, ec] = std::from_chars(o.pin.data(), o.pin.data() + o.pin.size(), limit);
+    if (ec != std::errc{} || end != o.pin.data() + o.pin.size() || limit < 1 || limit > shm::kMaxLimit) {
+      std::cerr << "bulkheadctl pin: limit '" << o.pin << "': must be a number of calls in [1, " << shm::kMaxLimit
+                << "], or off\n";
+      return kExitUsage;
+    }
+  }
+  shm::Segment segment = attach_to_write(o, "pinning a limit");
+  if (segment.header().abi_minor < 1) {
+    std::cerr << "bulkheadctl pin: /dev/shm/" << o.segment << " has segment ABI " << segment.header().abi_major
+              << "." << segment.header().abi_minor
+              << ", whose daemon does not read pins (4.1 and later do): upgrade bulkheadd\n";
+    return kExitSegment;
+  }
+  shm::DependencyControl* control = control_of(segment, o);
+  if (control == nullptr) return kExitNoDependency;
+  if (limit == 0) {
+    // Relaxed: a lone value the daemon reads each tick.
+    control->limit_pin.store(0, std::memory_order_relaxed);
+    std::cout << "limit of " << o.dependency
+              << ": unpinned; bulkheadd hands it back to the policy at its next tick\n";
+    return 0;
+  }
+  const auto seconds = static_cast<std::uint64_t>(std::ceil(o.pin_for_s));
+  // Rounded up: the pin holds at least as long as asked, at most a second more.
+  const std::uint64_t until_s = (ctl::monotonic_now_ns() + seconds * 1'000'000'000 + 999'999'999) / 1'000'000'000;
+  control->limit_pin.store(shm::pin_word(limit, static_cast<std::uint32_t>(until_s)), std::memory_order_relaxed);
+  std::cout << "limit of " << o.dependency << ": pinned at " << limit << " for " << ctl::describe_duration(seconds)
+            << "; bulkheadd applies it at its next tick, and when the pin ends the policy continues from "
+            << limit << " (`bulkheadctl pin " << o.dependency << " off` ends it sooner)\n";
   return 0;
 }
 
@@ -239,11 +294,12 @@ int run_top(const shm::Segment& segment, const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{
-      "bulkheadctl: inspect a live bulkhead segment (read-only; works with bulkheadd down),\n"
-      "and force a dependency's circuit breaker (`breaker`: writes one word the daemon reads)."};
+      "bulkheadctl: inspect a live bulkhead segment (read-only; works with bulkheadd down);\n"
+      "force a dependency's circuit breaker (`breaker`) or pin its limit for a while (`pin`):\n"
+      "each writes one word the daemon reads."};
   app.footer(
       "Exit status: 0 done; 1 the segment is missing, unreadable or not a valid segment;\n"
-      "2 usage; 3 get, breaker: no dependency of that name. Output and JSON schema:\n"
+      "2 usage; 3 get, breaker, pin: no dependency of that name. Output and JSON schema:\n"
       "docs/operations.md, \"bulkheadctl\".");
   app.require_subcommand(1);
   app.fallthrough();
@@ -286,6 +342,18 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::IsMember({"open", "closed", "auto"}));
 
+  CLI::App* pin = app.add_subcommand(
+      "pin", "hold a dependency's limit at LIMIT for a while, whatever its policy says; off hands it back");
+  pin->add_option("name", o.dependency, "dependency name")->required();
+  pin->add_option("limit", o.pin, "calls admitted at once, host-wide (1 to 1000000), or off")->required();
+  pin->add_option("--for", o.pin_for_s, "how long the pin holds: 90s, 15m, 2h, 1d (plain: seconds; at most 7d)")
+      ->transform(CLI::AsNumberWithUnit(std::map<std::string, double>{{"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}},
+                                        CLI::AsNumberWithUnit::CASE_SENSITIVE)
+                      .description(""))
+      ->check(CLI::Range(1.0, static_cast<double>(shm::kMaxPinSeconds)).description(""))
+      ->type_name("DURATION")
+      ->default_str("10m");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -295,6 +363,7 @@ int main(int argc, char** argv) {
 
   try {
     if (*breaker) return run_breaker(o);
+    if (*pin) return run_pin(o);
     const shm::Segment segment = ctl::open_read_only(o.segment);
     if (*status) return run_status(segment, o);
     if (*top) return run_top(segment, o);

@@ -155,6 +155,24 @@ void write_breaker(JsonWriter& j, const DependencyReading& r) {
   j.end_object();
 }
 
+// The pin as JSON: {"limit", "seconds_left"}, or null without one.
+void write_pin(JsonWriter& j, const DependencyReading& r) {
+  j.key("pin");
+  if (r.pin_limit == 0) {
+    j.null();
+    return;
+  }
+  j.begin_object();
+  j.key("limit").value(r.pin_limit);
+  j.key("seconds_left").value(r.pin_left_s);
+  j.end_object();
+}
+
+// The limit; "*" when an operator pinned it.
+std::string limit_cell(const DependencyReading& r) {
+  return std::to_string(r.limit) + (r.pin_limit != 0 ? "*" : "");
+}
+
 // "open", "half_open", "closed"; "*" when an operator forced it.
 std::string breaker_cell(const DependencyReading& r) {
   return std::string(r.breaker_state()) + (r.breaker_forced() ? "*" : "");
@@ -165,7 +183,7 @@ std::string breaker_cell(const DependencyReading& r) {
 const std::vector<StatusColumn>& status_columns() {
   static const std::vector<StatusColumn> columns{
       {"dependency", true, [](const DependencyStatus& d) { return d.now.name; }},
-      {"limit", false, [](const DependencyStatus& d) { return std::to_string(d.now.limit); }},
+      {"limit", false, [](const DependencyStatus& d) { return limit_cell(d.now); }},
       {"in-flight", false, [](const DependencyStatus& d) { return std::to_string(d.now.inflight); }},
       {"waiting", false,
        [](const DependencyStatus& d) {
@@ -227,6 +245,7 @@ std::string status_json(const Status& st) {
     j.key("name_valid").value(d.now.name_valid);
     j.key("slot").value(d.now.index);
     j.key("limit").value(d.now.limit);
+    write_pin(j, d.now);
     j.key("inflight").value(d.now.inflight);
     j.key("waiters").value(d.now.waiters);
     j.key("max_queue").value(d.now.max_queue);
@@ -286,7 +305,12 @@ std::string dependency_text(const Status& st, const DependencyStatus& d) {
   const shm::DependencyCounters& c = r.counters;
   std::string out = format("dependency %s (slot %u) on /dev/shm/%s\n", r.name.c_str(), r.index,
                            st.after.segment.c_str());
-  out += format("  limit       %u\n  in flight   %u\n", r.limit, r.inflight);
+  out += format("  limit       %s", limit_cell(r).c_str());
+  if (r.pin_limit != 0) {
+    out += format(" (pinned by an operator at %u, %s left; `bulkheadctl pin %s off` ends it)", r.pin_limit,
+                  describe_duration(r.pin_left_s).c_str(), r.name.c_str());
+  }
+  out += format("\n  in flight   %u\n", r.inflight);
   out += std::string("  config      ") +
          (r.configured() ? "own table in the config" : "[defaults] (not in the config)") + "\n";
   out += std::string("  mode        ") +
@@ -367,6 +391,7 @@ std::string dependency_json(const Status& st, const DependencyStatus& d) {
   j.key("name_valid").value(r.name_valid);
   j.key("slot").value(r.index);
   j.key("limit").value(r.limit);
+  write_pin(j, r);
   j.key("inflight").value(r.inflight);
   j.key("waiters").value(r.waiters);
   j.key("max_queue").value(r.max_queue);
@@ -444,6 +469,23 @@ std::string dependency_json(const Status& st, const DependencyStatus& d) {
   j.end_object();
   j.end_object();
   return j.str();
+}
+
+std::string describe_duration(std::uint64_t s) {
+  std::string out;
+  auto part = [&](std::uint64_t n, const char* unit) {
+    if (n == 0) return;
+    out += (out.empty() ? "" : " ") + std::to_string(n) + " " + unit;
+  };
+  if (s < 120) {
+    part(s, "s");
+  } else {
+    part(s / 86400, "d");
+    part(s % 86400 / 3600, "h");
+    part(s % 3600 / 60, "min");
+    part(s < 3600 ? s % 60 : 0, "s");
+  }
+  return out.empty() ? "0 s" : out;
 }
 
 std::string start_time_utc(const Snapshot& s, std::uint64_t ticks) {

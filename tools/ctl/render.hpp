@@ -39,6 +39,9 @@ std::string dependency_json(const Status& status, const DependencyStatus& depend
 std::string processes_text(const Snapshot& snapshot);
 std::string processes_json(const Snapshot& snapshot);
 
+// Seconds as "90 s", "10 min", "1 h 30 min", "2 d 4 h".
+std::string describe_duration(std::uint64_t seconds);
+
 // Clock ticks after boot as UTC "2026-11-30T06:40:12Z"; "?" when unknown.
 std::string start_time_utc(const Snapshot& snapshot, std::uint64_t start_time_ticks);
 

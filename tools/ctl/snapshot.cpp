@@ -158,6 +158,11 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     r.breaker = slot.control.breaker.load(std::memory_order_relaxed);
     r.breaker_override = slot.control.breaker_override.load(std::memory_order_relaxed);
     r.trials_left = shm::trials_left(slot.control.trials.load(std::memory_order_relaxed));
+    if (const std::uint64_t pin = slot.control.limit_pin.load(std::memory_order_relaxed);
+        shm::pin_holds(pin, now_ns)) {
+      r.pin_limit = std::min(shm::pin_limit(pin), shm::kMaxLimit);
+      r.pin_left_s = shm::pin_until_s(pin) - now_ns / 1'000'000'000;
+    }
     if ((r.flags & shm::kDependencyPartitioned) != 0) {
       const std::uint64_t word = slot.admission.word.load(std::memory_order_relaxed);
       const std::uint64_t rule = slot.partitions.rule.load(std::memory_order_relaxed);

@@ -61,6 +61,11 @@ struct DependencyReading {
   std::uint32_t breaker = 0;
   std::uint32_t breaker_override = 0;
   std::uint32_t trials_left = 0;
+  // bulkheadctl's pin of the limit (shm::pin_word), when one holds at the
+  // reading: the pinned limit and the whole seconds it has left; 0 and 0
+  // without.
+  std::uint32_t pin_limit = 0;
+  std::uint64_t pin_left_s = 0;
   // Partitions (empty without): "default" first, then the named ones.
   struct Partition {
     std::string name;  // junk characters shown as '?', as the dependency's
