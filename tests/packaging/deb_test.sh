@@ -41,7 +41,8 @@ field() { dpkg-deb -f "$1" "$2"; }
 echo "== contents"
 has "$daemon" usr/bin/bulkheadd usr/bin/bulkheadctl lib/systemd/system/bulkheadd.service usr/lib/sysusers.d/bulkhead.conf \
   etc/bulkhead/bulkhead.toml usr/share/doc/bulkhead/README.md usr/share/man/man8/bulkheadd.8.gz \
-  usr/share/man/man1/bulkheadctl.1.gz
+  usr/share/man/man1/bulkheadctl.1.gz usr/share/doc/bulkhead/docs/operations.md \
+  usr/share/doc/bulkhead/docs/prometheus/bulkhead-alerts.yml usr/share/doc/bulkhead/docs/grafana/bulkhead.json
 has "$lib" "usr/lib/libbulkhead.so.$major" "usr/lib/libbulkhead.so.$version"
 has "$dev" usr/lib/libbulkhead.so usr/lib/libbulkhead.a usr/include/bulkhead/bulkhead.h \
   usr/include/bulkhead/client.hpp usr/lib/cmake/bulkhead/bulkheadConfig.cmake \

@@ -37,8 +37,13 @@ for f in bin/bulkheadd bin/bulkheadctl "$mandir/man8/bulkheadd.8.gz" "$mandir/ma
     include/bulkhead/client.hpp "$libdir/cmake/bulkhead/bulkheadConfig.cmake" \
     "$libdir/cmake/bulkhead/bulkheadConfigVersion.cmake" "$libdir/pkgconfig/bulkhead.pc" \
     lib/systemd/system/bulkheadd.service lib/sysusers.d/bulkhead.conf etc/bulkhead/bulkhead.toml \
-    share/doc/bulkhead/README.md; do
+    share/doc/bulkhead/README.md share/doc/bulkhead/docs/operations.md \
+    share/doc/bulkhead/docs/prometheus/bulkhead-alerts.yml share/doc/bulkhead/docs/grafana/bulkhead.json; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
+done
+# Every link of the installed README into docs/ resolves beside it.
+for link in $(grep -oE '\]\(docs/[^)#]+' "$prefix/share/doc/bulkhead/README.md" | cut -c3- | sort -u); do
+  [ -e "$prefix/share/doc/bulkhead/$link" ] || fail "README links to $link, which is not installed"
 done
 [ -x "$prefix/bin/bulkheadd" ] || fail "bin/bulkheadd is not executable"
 cmp -s "$src/daemon/default_config.toml" "$prefix/etc/bulkhead/bulkhead.toml" ||
