@@ -57,6 +57,23 @@ class ControlLoopTest : public testing::LoopFixture {
   std::atomic<std::uint64_t>& admission_word(const std::string& name) {
     return segment_->dependency(slot_of(name)).admission.word;
   }
+  // Its limit pin, the word bulkheadctl pin writes.
+  std::atomic<std::uint64_t>& limit_pin(const std::string& name) {
+    return segment_->dependency(slot_of(name)).control.limit_pin;
+  }
+  // The fake clock in whole seconds, as a pin counts them.
+  std::uint32_t now_s() const { return static_cast<std::uint32_t>(now_ns_ / 1'000'000'000); }
+  // Starts with "pay" (aimd, limit 10 in [1, 40]) named and ticked once,
+  // then pins its limit at `limit` for `seconds` and ticks: the pin holds.
+  Dependency pinned_pay(std::uint32_t limit, std::uint32_t seconds, bool with_metrics = false) {
+    start("[dependency.pay]\npolicy = \"aimd\"\nmin_limit = 1\nmax_limit = 40\ninitial_limit = 10\n", {},
+          with_metrics);
+    Dependency pay = client_->dependency("pay");
+    advance_ticks(1);
+    limit_pin("pay").store(shm::pin_word(limit, now_s() + seconds));
+    advance_ticks(1);
+    return pay;
+  }
 };
 
 TEST_F(ControlLoopTest, ConfiguredDependenciesArePublishedAtStart) {
@@ -393,14 +410,9 @@ TEST_F(ControlLoopTest, TheMetricsHistogramsTakeEachTicksCallsOnce) {
 // up the daemon clears it and the policy continues from the pinned limit,
 // within the bounds.
 TEST_F(ControlLoopTest, APinHoldsTheLimitUntilItEndsThenThePolicyContinuesFromIt) {
-  start("[dependency.pay]\npolicy = \"aimd\"\nmin_limit = 1\nmax_limit = 40\ninitial_limit = 10\n",
-        {}, /*with_metrics=*/true);
-  Dependency pay = client_->dependency("pay");
-  advance_ticks(1);
-  std::atomic<std::uint64_t>& pin = segment_->dependency(slot_of("pay")).control.limit_pin;
-  const auto until_s = static_cast<std::uint32_t>(now_ns_ / 1'000'000'000 + 3);
-  pin.store(shm::pin_word(60, until_s));
-  advance_ticks(1);
+  Dependency pay = pinned_pay(60, 3, /*with_metrics=*/true);
+  std::atomic<std::uint64_t>& pin = limit_pin("pay");
+  const std::uint32_t until_s = shm::pin_until_s(pin.load());
   EXPECT_EQ(pay.limit(), 60);
   EXPECT_EQ(view_of("pay").pinned, 60u);
   EXPECT_TRUE(metrics_->dependency("pay").pinned);
@@ -414,7 +426,7 @@ TEST_F(ControlLoopTest, APinHoldsTheLimitUntilItEndsThenThePolicyContinuesFromIt
   EXPECT_EQ(view_of("pay").windows, windows);
   EXPECT_EQ(pin.load(), shm::pin_word(60, until_s));
 
-  while (now_ns_ / 1'000'000'000 < until_s) advance_ticks(1);
+  while (now_s() < until_s) advance_ticks(1);
   EXPECT_EQ(pin.load(), 0u);
   EXPECT_EQ(view_of("pay").pinned, 0u);
   EXPECT_FALSE(metrics_->dependency("pay").pinned);
@@ -432,13 +444,9 @@ TEST_F(ControlLoopTest, APinHoldsTheLimitUntilItEndsThenThePolicyContinuesFromIt
 // a time already past, one further away than bulkheadctl writes) pins
 // nothing and is cleared, with a warning for what no bulkheadctl writes.
 TEST_F(ControlLoopTest, APinIsLiftedReplacedAndKeptAcrossARestart) {
-  start("[dependency.pay]\npolicy = \"aimd\"\nmin_limit = 1\nmax_limit = 40\ninitial_limit = 10\n");
-  Dependency pay = client_->dependency("pay");
-  advance_ticks(1);
-  std::atomic<std::uint64_t>& pin = segment_->dependency(slot_of("pay")).control.limit_pin;
-  const auto later_s = static_cast<std::uint32_t>(now_ns_ / 1'000'000'000 + 600);
-  pin.store(shm::pin_word(5, later_s));
-  advance_ticks(1);
+  Dependency pay = pinned_pay(5, 600);
+  std::atomic<std::uint64_t>& pin = limit_pin("pay");
+  const std::uint32_t later_s = shm::pin_until_s(pin.load());
   EXPECT_EQ(pay.limit(), 5);
   pin.store(shm::pin_word(7, later_s));
   advance_ticks(1);
@@ -456,9 +464,9 @@ TEST_F(ControlLoopTest, APinIsLiftedReplacedAndKeptAcrossARestart) {
   EXPECT_EQ(pay.limit(), 7);  // the policy continues from the pin, not from 10
 
   const testing::LogCapture log;
-  const std::uint32_t now_s = static_cast<std::uint32_t>(now_ns_ / 1'000'000'000);
+  const std::uint32_t junk_s = now_s();
   for (const std::uint64_t junk : {shm::pin_word(0, later_s), shm::pin_word(30, 1),
-                                   shm::pin_word(30, now_s + shm::kMaxPinSeconds + 100)}) {
+                                   shm::pin_word(30, junk_s + shm::kMaxPinSeconds + 100)}) {
     pin.store(junk);
     advance_ticks(1);
     EXPECT_EQ(pin.load(), 0u);
@@ -466,7 +474,7 @@ TEST_F(ControlLoopTest, APinIsLiftedReplacedAndKeptAcrossARestart) {
     EXPECT_EQ(pay.limit(), 7);
   }
   EXPECT_EQ(log.count("is not one bulkheadctl writes"), 2u) << log.text();
-  pin.store(shm::pin_word(30, now_s + shm::kMaxPinSeconds));  // the longest bulkheadctl writes
+  pin.store(shm::pin_word(30, junk_s + shm::kMaxPinSeconds));  // the longest bulkheadctl writes
   advance_ticks(1);
   EXPECT_EQ(pay.limit(), 30);
   // A limit past what any config allows is held at kMaxLimit.
