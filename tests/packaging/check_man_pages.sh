@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The man pages of bulkheadd and bulkheadctl render without a warning, give
 # whatis a NAME line, come from this version's programs and document each
-# program: every option its --help lists, bulkheadctl's subcommands, and the
-# other page. Run as a ctest on the build's pages (man_pages) and by
-# install_test.sh and deb_test.sh on the installed and packaged ones.
+# program: every option its --help lists, bulkheadctl's subcommands with
+# their own options, and the other page. Run as a ctest on the build's
+# pages (man_pages) and by install_test.sh and deb_test.sh on the installed
+# and packaged ones.
 # usage: check_man_pages.sh VERSION BULKHEADD_PAGE BULKHEADD BULKHEADCTL_PAGE BULKHEADCTL
 #   a PAGE is PROGRAM.SECTION.gz; each PROGRAM is the binary its page is
 #   checked against.
@@ -69,5 +70,10 @@ check "$ctl_page" "$ctl" 1 --segment BULKHEAD_SEGMENT "bulkheadd(8)"
 ctl_text=$(render "$ctl_page")
 for sub in status top get processes breaker pin; do
   grep -qE "^ +$sub( |$)" <<<"$ctl_text" || fail "$ctl_page does not list the subcommand $sub"
+  # ... and has its own options, in its own --help's words.
+  grep -qE "^ +Usage: bulkheadctl $sub " <<<"$ctl_text" || fail "$ctl_page has no usage of $sub"
+  for option in $("$ctl" "$sub" --help | grep -oE '(^|[ ,])--[a-z][a-z-]*' | sed 's/^[ ,]//' | sort -u); do
+    grep -qF -- "$option" <<<"$ctl_text" || fail "$ctl_page does not mention $sub's $option"
+  done
 done
 echo "ok: $(basename "$daemon_page") and $(basename "$ctl_page") render and document their programs"
