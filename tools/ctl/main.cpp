@@ -179,8 +179,8 @@ int run_pin(const Options& o) {
   const std::uint64_t until_s = (ctl::monotonic_now_ns() + seconds * 1'000'000'000 + 999'999'999) / 1'000'000'000;
   control->limit_pin.store(shm::pin_word(limit, static_cast<std::uint32_t>(until_s)), std::memory_order_relaxed);
   std::cout << "limit of " << o.dependency << ": pinned at " << limit << " for " << ctl::describe_duration(seconds)
-            << "; bulkheadd applies it at its next tick, and when the pin ends the policy continues from "
-            << limit << " (`bulkheadctl pin " << o.dependency << " off` ends it sooner)\n";
+            << "; bulkheadd applies it at its next tick and hands the limit back to the policy when it ends"
+            << " (`bulkheadctl pin " << o.dependency << " off` ends it sooner)\n";
   return 0;
 }
 
