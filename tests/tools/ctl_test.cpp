@@ -756,7 +756,7 @@ TEST_F(CtlBinary, PinWritesTheLimitAndWhenItEnds) {
   EXPECT_LE(shm::pin_until_s(pin.load()), monotonic_now_ns() / kSecond + 1 + 600);
 
   pin.store(0);
-  for (const std::vector<std::string> bad : {std::vector<std::string>{"0"}, {"1000001"}, {"8x"}, {"-3"},
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"0"}, {"1000001"}, {"8x"}, {"-3"},
                                              {"8", "--for", "8d"}, {"8", "--for", "3w"}, {"8", "--for", "0"}}) {
     std::vector<std::string> args{"--segment", name.str(), "pin", "payments"};
     args.insert(args.end(), bad.begin(), bad.end());
