@@ -309,12 +309,14 @@ int main(int argc, char** argv) {
 
   auto add_interval = [&](CLI::App* sub) {
     sub->add_option("--interval,-i", o.interval_s,
-                    "seconds between the two readings that rates and latency come from")
-        ->check(CLI::Range(0.05, 3600.0))
+                    "seconds between the two readings that rates and latency come from (0.05 to 3600)")
+        ->check(CLI::Range(0.05, 3600.0).description(""))
+        ->type_name("SECONDS")
         ->capture_default_str();
     sub->add_option("--stale-after", o.status.stale_after_s,
-                    "call the daemon's heartbeat stale when older than this, in seconds")
-        ->check(CLI::Range(0.01, 86400.0))
+                    "call the daemon's heartbeat stale when older than this, in seconds (0.01 to 86400)")
+        ->check(CLI::Range(0.01, 86400.0).description(""))
+        ->type_name("SECONDS")
         ->capture_default_str();
   };
   CLI::App* status = app.add_subcommand(
@@ -324,10 +326,10 @@ int main(int argc, char** argv) {
 
   CLI::App* top = app.add_subcommand("top", "status, redrawn every interval; q or Ctrl-C quits");
   add_interval(top);
-  top->add_option("-n,--iterations", o.frames, "stop after N frames (default: run until q)");
+  top->add_option("-n,--iterations", o.frames, "stop after N frames (default: run until q)")->type_name("N");
 
   CLI::App* get = app.add_subcommand("get", "one dependency in detail: counters, percentiles, holders");
-  get->add_option("name", o.dependency, "dependency name")->required();
+  get->add_option("name", o.dependency, "dependency name")->required()->type_name("NAME");
   add_interval(get);
   get->add_flag("--json", o.json, "JSON for scripts (schema in docs/operations.md)");
 
@@ -337,15 +339,18 @@ int main(int argc, char** argv) {
 
   CLI::App* breaker = app.add_subcommand(
       "breaker", "force a dependency's circuit breaker open or closed, or hand it back to the daemon (auto)");
-  breaker->add_option("name", o.dependency, "dependency name")->required();
+  breaker->add_option("name", o.dependency, "dependency name")->required()->type_name("NAME");
   breaker->add_option("state", o.force, "open, closed, or auto")
       ->required()
-      ->check(CLI::IsMember({"open", "closed", "auto"}));
+      ->check(CLI::IsMember({"open", "closed", "auto"}).description(""))
+      ->type_name("STATE");
 
   CLI::App* pin = app.add_subcommand(
       "pin", "hold a dependency's limit at LIMIT for a while, whatever its policy says; off hands it back");
-  pin->add_option("name", o.dependency, "dependency name")->required();
-  pin->add_option("limit", o.pin, "calls admitted at once, host-wide (1 to 1000000), or off")->required();
+  pin->add_option("name", o.dependency, "dependency name")->required()->type_name("NAME");
+  pin->add_option("limit", o.pin, "calls admitted at once, host-wide (1 to 1000000), or off")
+      ->required()
+      ->type_name("LIMIT|off");
   pin->add_option("--for", o.pin_for_s, "how long the pin holds: 90s, 15m, 2h, 1d (plain: seconds; at most 7d)")
       ->transform(CLI::AsNumberWithUnit(std::map<std::string, double>{{"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}},
                                         CLI::AsNumberWithUnit::CASE_SENSITIVE)
