@@ -154,11 +154,19 @@ void keep_process_lifetime_settings(const Config& running, Config& next) {
 std::string status_line(const bulkhead::daemon::ControlLoop& loop, const Config& config,
                         const shm::Header& header, const std::string& reload_problem) {
   std::uint64_t inflight = 0;
+  std::size_t pinned = 0;
   const auto view = loop.view();
-  for (const auto& d : view) inflight += d.inflight;
+  for (const auto& d : view) {
+    inflight += d.inflight;
+    pinned += d.pinned != 0;
+  }
   std::string line = std::to_string(view.size()) + " dependencies, " + std::to_string(inflight) +
                      " calls in flight on /dev/shm/" + config.daemon.segment + ", config generation " +
                      std::to_string(header.config_generation.load(std::memory_order_relaxed));
+  if (pinned != 0) {
+    line += "; " + std::to_string(pinned) + (pinned == 1 ? " limit" : " limits") +
+            " pinned by an operator (bulkheadctl pin)";
+  }
   if (!reload_problem.empty()) {
     line += "; reload rejected: " + reload_problem.substr(0, reload_problem.find('\n'));
   }

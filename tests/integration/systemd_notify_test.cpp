@@ -151,6 +151,25 @@ class SystemdNotify : public ::testing::Test {
   NotifySocket notify_{dir_ + "/notify.sock"};
 };
 
+// A limit an operator pinned shows in the STATUS= line `systemctl status`
+// prints, for as long as the pin holds.
+TEST_F(SystemdNotify, StatusSaysWhileALimitIsPinned) {
+  testing::DaemonProcess daemon(BULKHEADD_PATH, dir_, config(), {notify_.env(), "WATCHDOG_USEC=2000000"});
+  ASSERT_TRUE(notify_.wait_for(with("READY=1"))) << daemon.log();
+  shm::Segment seg = shm::Segment::attach(segment_, shm::Access::kReadWrite);
+  std::atomic<std::uint64_t>& pin = seg.dependency(*shm::find_dependency(seg, "pinned")).control.limit_pin;
+  pin.store(shm::pin_word(3, static_cast<std::uint32_t>(monotonic_us() / 1'000'000 + 600)));
+  const auto pinned = notify_.wait_for([](const Notification& n) {
+    return n.value("STATUS").find("; 1 limit pinned by an operator (bulkheadctl pin)") != std::string::npos;
+  });
+  ASSERT_TRUE(pinned) << daemon.log();
+  pin.store(0);
+  const auto lifted = notify_.wait_for([](const Notification& n) {
+    return n.has("WATCHDOG=1") && !n.value("STATUS").empty() && n.value("STATUS").find("pinned") == std::string::npos;
+  });
+  EXPECT_TRUE(lifted) << daemon.log();
+}
+
 TEST_F(SystemdNotify, StartReloadBrokenReloadStopInOrder) {
   testing::DaemonProcess daemon(BULKHEADD_PATH, dir_, config(), {notify_.env(), "WATCHDOG_USEC=2000000"});
 
