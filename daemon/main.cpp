@@ -111,6 +111,14 @@ shm::Segment open_segment(const Config& config, bool recreate) {
     if (segment.capacities() == wanted) {
       spdlog::info("adopted segment /dev/shm/{} left by pid {} (heartbeat {})", name, pid,
                    h.heartbeat.load(std::memory_order_relaxed));
+      // One an older minor made: this daemon reads the fields the newer
+      // minors added, in space the older one left zero, so the segment now
+      // has this minor (bulkheadctl checks it before it writes a limit pin).
+      if (h.abi_minor < shm::kAbiMinor) {
+        spdlog::info("segment /dev/shm/{}: ABI {}.{} raised to {}.{}", name, h.abi_major, h.abi_minor,
+                     shm::kAbiMajor, shm::kAbiMinor);
+        segment.header().abi_minor = shm::kAbiMinor;
+      }
       return segment;
     }
     if (!recreate) {

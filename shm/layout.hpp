@@ -75,7 +75,8 @@ inline constexpr std::uint64_t kMagic = 0x444145484B4C5542ull;
 // lines; the wait sum on a line of the slot. A major-3 client would add
 // 64-bit counts where 32-bit ones are, past the end of a shorter stripe.
 // ABI 4.1: DependencyControl::limit_pin (bulkheadctl pin). A minor-0 daemon
-// ignores it, so bulkheadctl refuses to pin in a minor-0 segment.
+// ignores it, so bulkheadctl refuses to pin in a minor-0 segment (a 4.1
+// daemon that adopts one raises its minor).
 inline constexpr std::uint16_t kAbiMajor = 4;
 inline constexpr std::uint16_t kAbiMinor = 1;
 
@@ -87,7 +88,8 @@ inline constexpr std::uint32_t kHeaderStrict = 1u << 0;  // unknown names are re
 
 struct alignas(kCacheLine) Header {
   // Line 0: what the segment is. Written once by the daemon before it stores
-  // `magic`; never changed after.
+  // `magic`; never changed after, but for abi_minor, which a daemon of a
+  // newer minor raises to its own when it adopts the segment.
   std::atomic<std::uint64_t> magic;  // stored last at creation (release)
   std::uint16_t abi_major;
   std::uint16_t abi_minor;

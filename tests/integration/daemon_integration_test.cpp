@@ -299,6 +299,27 @@ TEST_F(DaemonIntegration, ARestartedDaemonAdoptsTheSegmentAndItsLimits) {
   EXPECT_EQ(kept.inflight(), 1);  // the in-flight count survived
 }
 
+// A daemon that adopts a segment an older minor made serves it at its own
+// minor (it reads what that minor added); and a fixed limit is the new
+// config's, not the one the segment kept.
+TEST_F(DaemonIntegration, AnAdoptedSegmentOfAnOlderMinorTakesTheDaemonsAndAFixedLimitTheConfigs) {
+  {
+    DaemonProcess first(BULKHEADD_PATH, dir_, config("\n[dependency.kept]\npolicy = \"fixed\"\ninitial_limit = 11\n"));
+    ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
+    first.signal(SIGTERM);
+    ASSERT_TRUE(first.wait_exit(10s));
+  }
+  shm::Segment::attach(segment_.str(), shm::Access::kReadWrite).header().abi_minor = 0;  // as ABI 4.0 left it
+  DaemonProcess second(BULKHEADD_PATH, dir_, config("\n[dependency.kept]\npolicy = \"fixed\"\ninitial_limit = 13\n"));
+  auto seg = second.wait_ready(segment_);
+  ASSERT_TRUE(seg) << second.log();
+  EXPECT_EQ(seg->header().abi_minor, shm::kAbiMinor);
+  EXPECT_NE(second.log().find("ABI 4.0 raised to 4." + std::to_string(shm::kAbiMinor)), std::string::npos)
+      << second.log();
+  Client client(segment_.str());
+  EXPECT_EQ(client.dependency("kept").limit(), 13);
+}
+
 // stats_stripes = "auto": a new segment gets a stripe for every possible
 // CPU and a spare; an existing one is adopted whatever its stripe count.
 TEST_F(DaemonIntegration, AutoStripesFitTheHostAndAdoptAnySegment) {
