@@ -79,6 +79,8 @@ inline constexpr std::uint64_t kMagic = 0x444145484B4C5542ull;
 // daemon that adopts one raises its minor).
 inline constexpr std::uint16_t kAbiMajor = 4;
 inline constexpr std::uint16_t kAbiMinor = 1;
+// The first minor of this major whose daemon reads DependencyControl::limit_pin.
+inline constexpr std::uint16_t kPinAbiMinor = 1;
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);

@@ -146,7 +146,7 @@ int run_breaker(const Options& o) {
 
 // Writes the limit pin of one dependency (shm::pin_word): the daemon
 // publishes the pinned limit from its next tick until the pin ends, then
-// clears it and the policy continues from the pinned limit. Like the
+// clears it and hands the limit back to the policy. Like the
 // breaker override it outlasts a daemon restart, and needs write access.
 int run_pin(const Options& o) {
   std::uint32_t limit = 0;
@@ -159,7 +159,7 @@ int run_pin(const Options& o) {
     }
   }
   shm::Segment segment = attach_to_write(o, "pinning a limit");
-  if (segment.header().abi_minor < 1) {
+  if (segment.header().abi_minor < shm::kPinAbiMinor) {
     std::cerr << "bulkheadctl pin: /dev/shm/" << o.segment << " has segment ABI " << segment.header().abi_major
               << "." << segment.header().abi_minor
               << ", whose daemon does not read pins (4.1 and later do): upgrade bulkheadd\n";
