@@ -561,7 +561,7 @@ void ControlLoop::follow_pin(Dependency& d, std::uint64_t now_ns) {
     spdlog::info("dependency {}: pin of the limit at {} {}; policy {} continues from {}", d.name, pinned,
                  ended ? "ended" : "lifted", d.controller->settings().policy, d.controller->limit());
   } else {
-    d.controller->pin(std::min(shm::pin_limit(pin), shm::kMaxLimit));
+    d.controller->pin(shm::pin_limit(pin));
     spdlog::info("dependency {}: limit pinned at {} by an operator for {} s (bulkheadctl pin)", d.name,
                  d.controller->limit(), shm::pin_until_s(pin) - now_ns / 1'000'000'000);
   }

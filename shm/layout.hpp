@@ -44,6 +44,7 @@
 // is what makes them valid across processes.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -194,7 +195,10 @@ inline constexpr std::uint32_t kMaxLimit = 1'000'000;
 // `until`, the daemon publishes `limit` (at most kMaxLimit) whatever the
 // policy says; once it passes, or when the word is junk (pin_junk()), the
 // daemon clears the word.
-constexpr std::uint32_t pin_limit(std::uint64_t word) { return static_cast<std::uint32_t>(word); }
+// The limit the word pins, as the daemon publishes it: at most kMaxLimit.
+constexpr std::uint32_t pin_limit(std::uint64_t word) {
+  return std::min(static_cast<std::uint32_t>(word), kMaxLimit);
+}
 constexpr std::uint32_t pin_until_s(std::uint64_t word) { return static_cast<std::uint32_t>(word >> 32); }
 constexpr std::uint64_t pin_word(std::uint32_t limit, std::uint32_t until_s) {
   return (std::uint64_t{until_s} << 32) | limit;

@@ -160,7 +160,7 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     r.trials_left = shm::trials_left(slot.control.trials.load(std::memory_order_relaxed));
     if (const std::uint64_t pin = slot.control.limit_pin.load(std::memory_order_relaxed);
         shm::pin_holds(pin, now_ns)) {
-      r.pin_limit = std::min(shm::pin_limit(pin), shm::kMaxLimit);
+      r.pin_limit = shm::pin_limit(pin);
       r.pin_left_s = shm::pin_until_s(pin) - now_ns / 1'000'000'000;
     }
     if ((r.flags & shm::kDependencyPartitioned) != 0) {
