@@ -314,11 +314,14 @@ int run(const Options& options) {
 int main(int argc, char** argv) {
   CLI::App app{"bulkheadd: host-wide adaptive concurrency limits"};
   Options options;
-  app.add_option("--config,-c", options.config_path, "TOML config file (default: the embedded one)");
-  app.add_option("--check-config", options.check_path, "validate a config file and exit");
-  app.add_option("--segment", options.segment, "segment name, overriding daemon.segment");
+  app.add_option("--config,-c", options.config_path, "TOML config file (default: the embedded one)")
+      ->type_name("FILE");
+  app.add_option("--check-config", options.check_path, "validate a config file and exit")->type_name("FILE");
+  app.add_option("--segment", options.segment, "segment name, /dev/shm/NAME, overriding daemon.segment")
+      ->type_name("NAME");
   app.add_option("--metrics-listen", options.metrics_listen,
-                 "host:port for /metrics, overriding daemon.metrics_listen (\"\" turns it off)");
+                 "where /metrics listens, overriding daemon.metrics_listen (\"\" turns it off)")
+      ->type_name("HOST:PORT");
   app.add_flag("--recreate-segment", options.recreate_segment,
                "replace a segment that cannot be adopted (corrupt, other ABI or capacities)");
   app.set_version_flag("--version", BULKHEAD_VERSION);

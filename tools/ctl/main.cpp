@@ -304,7 +304,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();
   app.add_option("--segment", o.segment,
-                 "segment name, /dev/shm/NAME (default: $BULKHEAD_SEGMENT, else \"bulkhead\")");
+                 "segment name, /dev/shm/NAME (default: $BULKHEAD_SEGMENT, else \"bulkhead\")")
+      ->type_name("NAME");
   app.set_version_flag("--version", BULKHEAD_VERSION);
 
   auto add_interval = [&](CLI::App* sub) {

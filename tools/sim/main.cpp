@@ -164,33 +164,40 @@ int main(int argc, char** argv) {
 
   RunArgs run_args;
   CLI::App* run_cmd = app.add_subcommand("run", "run scenarios for every policy and the two references");
-  run_cmd->add_option("scenarios", run_args.scenarios, "scenario TOML files")->required();
+  run_cmd->add_option("scenarios", run_args.scenarios, "scenario TOML files")->required()->type_name("FILE");
   // One value per --policy: a greedy vector would take the scenario files.
   run_cmd
       ->add_option("--policy", run_args.policies,
                    "a policy to run (repeatable; default: every registered policy but fixed)")
-      ->allow_extra_args(false);
+      ->allow_extra_args(false)
+      ->type_name("NAME");
   run_cmd
       ->add_option("--param", run_args.params,
-                   "a policy parameter POLICY.KEY=VALUE over the scenarios' own (repeatable)")
-      ->allow_extra_args(false);
-  run_cmd->add_option("--out", run_args.out_dir, "write DIR/<scenario>.csv, .gp, .png and DIR/summary.json");
+                   "a policy parameter over the scenarios' own (repeatable)")
+      ->allow_extra_args(false)
+      ->type_name("POLICY.KEY=VALUE");
+  run_cmd->add_option("--out", run_args.out_dir, "write DIR/<scenario>.csv, .gp, .png and DIR/summary.json")
+      ->type_name("DIR");
   run_cmd->add_flag("--json", run_args.json, "print the summary as JSON instead of tables");
   run_cmd->add_flag("--no-plot", run_args.no_plot, "with --out: skip gnuplot (no .gp, no .png)");
-  run_cmd->add_option("--jobs,-j", run_args.jobs, "runs at once (threads); the output does not depend on it")
-      ->check(CLI::Range(1u, 64u));
+  run_cmd->add_option("--jobs,-j", run_args.jobs, "runs at once (threads, 1 to 64); the output does not depend on it")
+      ->check(CLI::Range(1u, 64u).description(""))
+      ->type_name("N");
 
   ReplayArgs replay_args;
   CLI::App* replay_cmd = app.add_subcommand(
       "replay", "read windows as CSV rtt_ns,inflight,dropped on stdin; print the limit after each");
-  replay_cmd->add_option("--policy", replay_args.policy, "the policy")->required();
-  replay_cmd->add_option("--param", replay_args.params, "a policy parameter KEY=VALUE (repeatable)")
-      ->allow_extra_args(false);
-  replay_cmd->add_option("--min-limit", replay_args.min_limit, "lower bound (default 1)");
-  replay_cmd->add_option("--max-limit", replay_args.max_limit, "upper bound (default 1000)");
-  replay_cmd->add_option("--initial-limit", replay_args.initial_limit, "the limit before any window (default 20)");
+  replay_cmd->add_option("--policy", replay_args.policy, "the policy")->required()->type_name("NAME");
+  replay_cmd->add_option("--param", replay_args.params, "a policy parameter (repeatable)")
+      ->allow_extra_args(false)
+      ->type_name("KEY=VALUE");
+  replay_cmd->add_option("--min-limit", replay_args.min_limit, "lower bound (default 1)")->type_name("N");
+  replay_cmd->add_option("--max-limit", replay_args.max_limit, "upper bound (default 1000)")->type_name("N");
+  replay_cmd->add_option("--initial-limit", replay_args.initial_limit, "the limit before any window (default 20)")
+      ->type_name("N");
   replay_cmd->add_option("--window-ms", replay_args.window_ms,
-                         "how long each window lasted, in ms (default 100, the daemon's tick)");
+                         "how long each window lasted, in ms (default 100, the daemon's tick)")
+      ->type_name("MS");
 
   CLI11_PARSE(app, argc, argv);
   try {
