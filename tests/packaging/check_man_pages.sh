@@ -43,6 +43,9 @@ check() {
   # so that a build makes the same bytes every time.
   [ "$(od -An -tu1 -j3 -N5 "$page" | tr -s ' ')" = " 0 0 0 0 0" ] ||
     fail "$page has a file name or a time in its gzip header: not made by gzip -n"
+  # Each option's names bold, short and long (options.sed).
+  ! zcat "$page" | grep -F '\fR,\-' >/dev/null ||
+    fail "$page has an option name half bold: $(zcat "$page" | grep -F '\fR,\-' | head -n1)"
   text=$(render "$page")
   echo "-- $page: $(sed -n 1p <<<"$text")"
   grep -q "^${name^^}($section) " <<<"$text" || fail "$page's header is not ${name^^}($section)"
