@@ -298,14 +298,19 @@ std::uint32_t ControlLoop::flags_for(std::string_view name) const {
 void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
   const std::uint32_t capacity = segment_.capacities().max_dependencies;
   const std::uint64_t patience = abandon_after_ticks(config_);
+  std::uint32_t taken = 0;
   for (std::uint32_t i = 0; i < capacity; ++i) {
     // A bitmap, not dependencies_.contains(): this runs over every slot
     // every tick, and a tree lookup each was a millisecond at 4096.
-    if (i < tracked_.size() && tracked_[i]) continue;
+    if (i < tracked_.size() && tracked_[i]) {
+      ++taken;
+      continue;
+    }
     auto& tag = segment_.dependency(i).identity.tag;
     // Pairs with the release CAS to kSlotReady in find_or_claim_dependency().
     std::uint64_t t = tag.load(std::memory_order_acquire);
     const auto state = t & 0xff;
+    taken += state != shm::kSlotFree;
     if (state == shm::kSlotReady) {
       claiming_since_.erase(i);
       if (ignored_.contains(i)) continue;
@@ -324,14 +329,38 @@ void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
       }
     }
   }
+  occupancy_.dependencies = taken;
+  occupancy_.max_dependencies = capacity;
+}
+
+void ControlLoop::report_occupancy(const Occupancy& before) {
+  const Occupancy& now = occupancy_;
+  if (now.dependencies == now.max_dependencies && before.dependencies < now.max_dependencies) {
+    spdlog::error("dependency table full: all {} slots taken; a new name is refused (-ENOSPC) until the "
+                  "segment is made again with a larger daemon.max_dependencies",
+                  now.max_dependencies);
+  }
+  if (now.processes == now.max_processes && before.processes < now.max_processes) {
+    spdlog::error("process table full: all {} slots taken; bh_client_open is refused (-ENOSPC) and a child "
+                  "forked now runs standalone until a process exits (daemon.max_processes)",
+                  now.max_processes);
+  } else if (now.processes < now.max_processes && before.processes == before.max_processes &&
+             before.max_processes != 0) {
+    spdlog::info("process table no longer full: {} of {} slots taken", now.processes, now.max_processes);
+  }
+  if (metrics_ != nullptr) {
+    metrics_->set_occupancy(now.dependencies, now.max_dependencies, now.processes, now.max_processes);
+  }
 }
 
 void ControlLoop::tick(std::uint64_t now_ns) {
+  const Occupancy before = occupancy_;
   if (!unclaimed_.empty()) claim_configured();
   adopt_new_slots(now_ns);
   for (auto& [index, d] : dependencies_) update(d, now_ns);
   reclaim_dead_processes();
   scan_drift();
+  report_occupancy(before);
   ++heartbeat_;
   shm::Header& h = segment_.header();
   // Relaxed: observers (bulkheadctl, clients' staleness checks) read each on
@@ -574,12 +603,14 @@ void ControlLoop::reclaim_dead_processes() {
   const std::uint32_t capacity = segment_.capacities().max_dependencies;
   const std::uint64_t patience = abandon_after_ticks(config_);
   watch_.poll();
+  std::uint32_t taken = 0;
   for (std::uint32_t p = 0; p < processes; ++p) {
     shm::ProcessIdentity& id = segment_.process(p).identity;
     // Pairs with the release store of kSlotReady in claim_process_slot().
     const std::uint32_t state = id.state.load(std::memory_order_acquire);
     if (state != shm::kSlotReady) watch_.forget(p);
     if (state == shm::kSlotFree) continue;
+    ++taken;  // less the slots freed below
     if (state == shm::kSlotClaiming) {
       // Nothing is held yet in a slot being claimed; free it if the claim
       // never finishes.
@@ -587,6 +618,7 @@ void ControlLoop::reclaim_dead_processes() {
       if (!fresh && heartbeat_ - it->second >= patience) {
         process_claiming_since_.erase(it);
         shm::release_process_slot(segment_, p);
+        --taken;
       }
       continue;
     }
@@ -629,8 +661,11 @@ void ControlLoop::reclaim_dead_processes() {
     }
     permits_reclaimed_ += total;
     shm::release_process_slot(segment_, p);
+    --taken;
     watch_.forget(p);
   }
+  occupancy_.processes = taken;
+  occupancy_.max_processes = processes;
 }
 
 void ControlLoop::scan_drift() {

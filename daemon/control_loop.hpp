@@ -12,7 +12,9 @@
 //      and the operator's override in the segment; publish its state.
 //   3. Give back the permits of processes that died holding them, and
 //      their places in wait queues; wake the waiters.
-//   4. Advance the heartbeat; update metrics.
+//   4. Count the slots taken in the segment's tables (steps 1 and 3 walk
+//      them); log a table that fills, since clients are what it refuses.
+//   5. Advance the heartbeat; update metrics.
 //
 // Sampling: the counters only grow; the loop keeps the last reading per
 // dependency and never writes a counter. A reading is not a snapshot: calls
@@ -78,6 +80,18 @@ class ControlLoop {
   };
   std::vector<View> view() const;
 
+  // The segment's tables: slots taken (claimed, in use, or abandoned) of
+  // each, as the last tick counted them. A name takes a dependency slot
+  // for the segment's life; a process slot is freed when its process dies.
+  // A full table refuses what would take a slot (-ENOSPC).
+  struct Occupancy {
+    std::uint32_t dependencies = 0;
+    std::uint32_t max_dependencies = 0;
+    std::uint32_t processes = 0;
+    std::uint32_t max_processes = 0;
+  };
+  Occupancy occupancy() const { return occupancy_; }
+
   std::uint64_t permits_reclaimed() const { return permits_reclaimed_; }
   // Wait-queue places freed on behalf of processes that died waiting.
   std::uint64_t waiters_reclaimed() const { return waiters_reclaimed_; }
@@ -100,6 +114,9 @@ class ControlLoop {
   };
 
   void adopt_new_slots(std::uint64_t now_ns);
+  // Logs a table's filling up and, for processes, its emptying (once
+  // each way), and publishes the counts to the metrics.
+  void report_occupancy(const Occupancy& before);
   void claim_configured();
   // Adopts a ready slot; false (and nothing adopted) when its name is junk.
   bool track(std::uint32_t index, std::uint64_t now_ns);
@@ -182,6 +199,7 @@ class ControlLoop {
   control::TickObservation observation_;  // update()'s, reused for every dependency
   std::uint64_t permits_reclaimed_ = 0;
   std::uint64_t waiters_reclaimed_ = 0;
+  Occupancy occupancy_;
 };
 
 }  // namespace bulkhead::daemon

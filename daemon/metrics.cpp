@@ -29,6 +29,8 @@ const prometheus::Histogram::BucketBoundaries& latency_bounds() {
 
 constexpr const char* kOutcomes[5] = {"success", "dropped", "ignored", "rejected", "failed"};
 constexpr const char* kStates[3] = {"closed", "open", "half_open"};
+// Labels of bulkhead_segment_slots(_used), in Metrics::slots_of_'s order.
+constexpr std::array<const char*, 2> kTables = {"dependencies", "processes"};
 
 // The host of `listen` ("host:port" or "[v6]:port") a connection to the
 // exporter goes to: its own, or loopback when it is a wildcard.
@@ -227,11 +229,25 @@ Metrics::Metrics(const std::string& listen)
                               .Help("Calls of the partition refused at admission (the dependency at its "
                                     "limit, capacity reserved for other partitions, or a hard cap).")
                               .Register(*registry_)),
+      slots_(prometheus::BuildGauge()
+                 .Name("bulkhead_segment_slots")
+                 .Help("Slots of the segment's table (dependencies, processes): daemon.max_dependencies and "
+                       "daemon.max_processes as the segment was made.")
+                 .Register(*registry_)),
+      slots_used_(prometheus::BuildGauge()
+                      .Name("bulkhead_segment_slots_used")
+                      .Help("Slots of the segment's table taken at the last tick. A name keeps its dependency "
+                            "slot for the segment's life; a full table refuses new names or processes (-ENOSPC).")
+                      .Register(*registry_)),
       tick_seconds_(tick_.Add({}, prometheus::Histogram::BucketBoundaries{
                                       0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05})),
       reloads_ok_(reloads_.Add({{"result", "applied"}})),
       reloads_failed_(reloads_.Add({{"result", "rejected"}})),
       series_(std::make_shared<DependencySeries>(*this)) {
+  for (std::size_t t = 0; t < kTables.size(); ++t) {
+    slots_of_[t] = &slots_.Add({{"table", kTables[t]}});
+    slots_used_of_[t] = &slots_used_.Add({{"table", kTables[t]}});
+  }
   const auto& bounds = latency_bounds();
   static_assert(kBuckets == 17);
   for (std::uint32_t b = 0; b < shm::kHistogramBuckets; ++b) {
@@ -362,6 +378,14 @@ void Metrics::count_reclaimed_waiters(const std::string& name, std::uint64_t pla
   Dependency& d = dependency(name);
   const std::lock_guard<std::mutex> lock(mu_);
   d.waiters_reclaimed += static_cast<double>(places);
+}
+
+void Metrics::set_occupancy(std::uint32_t dependencies, std::uint32_t max_dependencies, std::uint32_t processes,
+                            std::uint32_t max_processes) {
+  slots_used_of_[0]->Set(dependencies);
+  slots_of_[0]->Set(max_dependencies);
+  slots_used_of_[1]->Set(processes);
+  slots_of_[1]->Set(max_processes);
 }
 
 void Metrics::observe_partition(const std::string& dependency, const std::string& partition,

@@ -118,6 +118,10 @@ class Metrics {
   // compare the limit with them (pinned at the minimum).
   void set_limit_bounds(const std::string& dependency, double min_limit, double max_limit);
   void count_reclaimed_waiters(const std::string& dependency, std::uint64_t places);
+  // The segment's tables: slots taken and slots there are, of dependencies
+  // and of processes.
+  void set_occupancy(std::uint32_t dependencies, std::uint32_t max_dependencies, std::uint32_t processes,
+                     std::uint32_t max_processes);
   // One breaker transition, into state `to` ("closed", "open", "half_open").
   void count_breaker_transition(const std::string& dependency, const std::string& to);
   // One tick of a partition: its in-flight count and guarantee, and the
@@ -136,9 +140,14 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& partition_inflight_;
   prometheus::Family<prometheus::Gauge>& partition_guaranteed_;
   prometheus::Family<prometheus::Counter>& partition_rejected_;
+  prometheus::Family<prometheus::Gauge>& slots_;
+  prometheus::Family<prometheus::Gauge>& slots_used_;
   prometheus::Histogram& tick_seconds_;
   prometheus::Counter& reloads_ok_;
   prometheus::Counter& reloads_failed_;
+  // By table: dependencies, processes.
+  std::array<prometheus::Gauge*, 2> slots_of_{};
+  std::array<prometheus::Gauge*, 2> slots_used_of_{};
   // `counts`: segment buckets from `first` on.
   void add(Histogram& into, std::span<const std::uint64_t> counts, std::uint32_t first, std::uint64_t sum_ns);
 

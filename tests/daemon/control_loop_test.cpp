@@ -483,6 +483,60 @@ TEST_F(ControlLoopTest, APinIsLiftedReplacedAndKeptAcrossARestart) {
   EXPECT_EQ(pay.limit(), static_cast<int>(shm::kMaxLimit));
 }
 
+// The segment's tables are counted every tick, for the metrics and the
+// operator: a full one is logged once as it fills (and the process table
+// once as it frees), since what it refuses happens in the clients.
+TEST_F(ControlLoopTest, TheSegmentsTablesAreCountedAndAFullOneIsLoggedOnce) {
+  start("[dependency.configured]\n", {}, /*with_metrics=*/true);
+  advance_ticks(1);
+  ControlLoop::Occupancy o = loop_->occupancy();
+  EXPECT_EQ(o.dependencies, 1u);  // the configured name
+  EXPECT_EQ(o.max_dependencies, 16u);
+  EXPECT_EQ(o.processes, 1u);  // this test's client
+  EXPECT_EQ(o.max_processes, 8u);
+
+  const testing::LogCapture log;
+  std::vector<Dependency> names;
+  for (int i = 0; i < 15; ++i) names.push_back(client_->dependency("name-" + std::to_string(i)));
+  try {
+    client_->dependency("one-too-many");
+    ADD_FAILURE() << "a 17th name took a slot of 16";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code().value(), ENOSPC);
+  }
+  advance_ticks(2);
+  EXPECT_EQ(loop_->occupancy().dependencies, 16u);
+  EXPECT_EQ(log.count("dependency table full: all 16 slots taken"), 1u) << log.text();
+
+  // Seven children take the process slots left (a forked child takes one
+  // of its own); the eighth finds none and runs standalone.
+  std::vector<std::unique_ptr<testing::PausedChild>> children;
+  for (int i = 0; i < 7; ++i) {
+    children.push_back(std::make_unique<testing::PausedChild>(
+        [&] { return client_->status().find("standalone") == std::string_view::npos; }));
+    ASSERT_TRUE(children.back()->ok()) << i;
+  }
+  const testing::PausedChild standalone(
+      [&] { return client_->status().find("standalone after fork") != std::string_view::npos; });
+  ASSERT_TRUE(standalone.ok());
+  advance_ticks(2);
+  o = loop_->occupancy();
+  EXPECT_EQ(o.processes, 8u);
+  EXPECT_EQ(log.count("process table full: all 8 slots taken"), 1u) << log.text();
+  const std::string scrape = testing::http_get(metrics_->port(), "/metrics");
+  EXPECT_NE(scrape.find("bulkhead_segment_slots_used{table=\"dependencies\"} 16"), std::string::npos) << scrape;
+  EXPECT_NE(scrape.find("bulkhead_segment_slots{table=\"dependencies\"} 16"), std::string::npos);
+  EXPECT_NE(scrape.find("bulkhead_segment_slots_used{table=\"processes\"} 8"), std::string::npos);
+  EXPECT_NE(scrape.find("bulkhead_segment_slots{table=\"processes\"} 8"), std::string::npos);
+
+  children.front()->kill();
+  advance_ticks(1);
+  EXPECT_EQ(loop_->occupancy().processes, 7u);
+  EXPECT_EQ(log.count("process table no longer full: 7 of 8 slots taken"), 1u) << log.text();
+  advance_ticks(1);
+  EXPECT_EQ(log.count("table full"), 2u);  // still once each
+}
+
 // A waiter killed in the queue keeps its place only until the next tick,
 // and the waiter behind it then gets the permit.
 TEST_F(ControlLoopTest, AWaiterKilledInTheQueueGivesItsPlaceBack) {

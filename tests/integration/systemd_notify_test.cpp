@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bulkhead/client.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/temp_segment.hpp"
 
@@ -168,6 +169,23 @@ TEST_F(SystemdNotify, StatusSaysWhileALimitIsPinned) {
     return n.has("WATCHDOG=1") && !n.value("STATUS").empty() && n.value("STATUS").find("pinned") == std::string::npos;
   });
   EXPECT_TRUE(lifted) << daemon.log();
+}
+
+// A full table of the segment shows in the STATUS= line too: what it
+// refuses, it refuses in the clients, where the operator does not look.
+TEST_F(SystemdNotify, StatusSaysWhenTheDependencyTableIsFull) {
+  std::string two_slots = config();
+  two_slots.replace(two_slots.find("max_dependencies = 16"), 21, "max_dependencies = 2");
+  testing::DaemonProcess daemon(BULKHEADD_PATH, dir_, two_slots, {notify_.env(), "WATCHDOG_USEC=2000000"});
+  const auto ready = notify_.wait_for(with("READY=1"));
+  ASSERT_TRUE(ready) << daemon.log();
+  EXPECT_EQ(ready->value("STATUS").find("table full"), std::string::npos) << ready->value("STATUS");
+  Client client(segment_.str());
+  [[maybe_unused]] Dependency second = client.dependency("second");  // the configured name took the first
+  const auto full = notify_.wait_for([](const Notification& n) {
+    return n.value("STATUS").find("; dependency table full (2): new names refused") != std::string::npos;
+  });
+  EXPECT_TRUE(full) << daemon.log();
 }
 
 TEST_F(SystemdNotify, StartReloadBrokenReloadStopInOrder) {

@@ -334,6 +334,12 @@ TEST_F(PrometheusCheck, PrometheusScrapesTheDaemonEvaluatesTheRulesAndAnswersThe
     ratio = first_value("dependency:bulkhead_rejection_ratio:rate5m{dependency=\"checkout\"}");
     return ratio > 0.0 && ratio < 1.0;
   })) << "recorded rejection ratio " << ratio.value_or(-1);
+  // What BulkheadSegmentTableNearlyFull divides, one ratio per table, from
+  // the real daemon: the two series match label for label.
+  std::optional<ptree> tables;
+  EXPECT_TRUE(eventually([&] {
+    return (tables = query("bulkhead_segment_slots_used / bulkhead_segment_slots > 0")) && tables->size() == 2;
+  })) << "segment tables' ratios: " << (tables ? tables->size() : 0);
 }
 
 }  // namespace

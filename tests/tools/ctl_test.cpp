@@ -158,6 +158,38 @@ TEST_F(CtlSegment, SnapshotReadsDependenciesProcessesAndDaemon) {
   EXPECT_EQ(s.daemon.pid, ::getpid());
   EXPECT_EQ(s.daemon.config_generation, 3u);
   EXPECT_EQ(s.capacities, (shm::Capacities{16, 8, 4, 8}));
+  EXPECT_EQ(s.dependency_slots_taken, 2u);
+  EXPECT_EQ(s.process_slots_taken, 1u);
+}
+
+// A slot counts as taken from its claim on: one being claimed, or
+// abandoned, is as unavailable to a new name as a ready one. The segment
+// line says how many of each table are taken, and when one is full.
+TEST_F(CtlSegment, SlotsTakenCountEveryClaimAndTheSegmentLineSaysWhenATableIsFull) {
+  std::vector<std::uint32_t> free_slots;
+  for (std::uint32_t i = 0; i < 16; ++i) {
+    if (segment_.dependency(i).identity.tag.load() == shm::kSlotFree) free_slots.push_back(i);
+  }
+  ASSERT_EQ(free_slots.size(), 14u);
+  segment_.dependency(free_slots[0]).identity.tag.store(shm::kSlotClaiming);
+  segment_.dependency(free_slots[1]).identity.tag.store(shm::kSlotAbandoned);
+  Snapshot s = snapshot_at(kT0);
+  EXPECT_EQ(s.dependencies.size(), 2u);
+  EXPECT_EQ(s.dependency_slots_taken, 4u);
+  EXPECT_NE(status_text(derive_status(s, s)).find(", 4 of 16 dependency slots taken, 1 of 8 process slots, 4 "
+                                                  "stripes\n"),
+            std::string::npos)
+      << status_text(derive_status(s, s));
+  for (std::uint32_t p = 0; p < 7; ++p) shm::claim_process_slot(segment_);
+  for (std::uint32_t i = 0; i < 12; ++i) shm::find_or_claim_dependency(segment_, "d" + std::to_string(i), 1, 0);
+  EXPECT_THROW(shm::find_or_claim_dependency(segment_, "one-too-many", 1, 0), shm::SegmentError);
+  s = snapshot_at(kT0);
+  const std::string text = status_text(derive_status(s, s));
+  EXPECT_NE(text.find("16 of 16 dependency slots taken (full), 8 of 8 process slots (full)"), std::string::npos)
+      << text;
+  const Json j = JsonParser::parse(status_json(derive_status(s, s)));
+  EXPECT_EQ(j["segment"]["dependency_slots_taken"].number, 16);
+  EXPECT_EQ(j["segment"]["process_slots_taken"].number, 8);
 }
 
 TEST_F(CtlSegment, AJunkNameCannotDriveTheTerminal) {

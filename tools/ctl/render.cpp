@@ -67,9 +67,13 @@ std::string dependency_name(const Snapshot& s, std::uint32_t index) {
 }
 
 std::string segment_line(const Snapshot& s) {
-  return format("segment /dev/shm/%s: ABI %u.%u, %u dependency slots, %u process slots, %u stripes\n",
-                s.segment.c_str(), s.abi_major, s.abi_minor, s.capacities.max_dependencies,
-                s.capacities.max_processes, s.capacities.stats_stripes);
+  const auto full = [](std::uint32_t taken, std::uint32_t slots) { return taken >= slots ? " (full)" : ""; };
+  return format("segment /dev/shm/%s: ABI %u.%u, %u of %u dependency slots taken%s, %u of %u process slots%s, "
+                "%u stripes\n",
+                s.segment.c_str(), s.abi_major, s.abi_minor, s.dependency_slots_taken,
+                s.capacities.max_dependencies, full(s.dependency_slots_taken, s.capacities.max_dependencies),
+                s.process_slots_taken, s.capacities.max_processes,
+                full(s.process_slots_taken, s.capacities.max_processes), s.capacities.stats_stripes);
 }
 
 std::string daemon_line(const Status& st) {
@@ -104,7 +108,9 @@ void write_segment(JsonWriter& j, const Snapshot& s) {
   j.key("abi_minor").value(std::uint32_t{s.abi_minor});
   j.key("size_bytes").value(s.size);
   j.key("max_dependencies").value(s.capacities.max_dependencies);
+  j.key("dependency_slots_taken").value(s.dependency_slots_taken);
   j.key("max_processes").value(s.capacities.max_processes);
+  j.key("process_slots_taken").value(s.process_slots_taken);
   j.key("stats_stripes").value(s.capacities.stats_stripes);
   j.end_object();
 }

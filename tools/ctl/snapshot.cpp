@@ -135,6 +135,7 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     // Acquire pairs with the release CAS to kSlotReady in
     // find_or_claim_dependency(): a ready tag means the name is written.
     const std::uint64_t tag = slot.identity.tag.load(std::memory_order_acquire);
+    s.dependency_slots_taken += (tag & 0xff) != shm::kSlotFree;
     if ((tag & 0xff) != shm::kSlotReady) continue;
     DependencyReading r;
     r.index = i;
@@ -194,7 +195,9 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     const shm::ProcessIdentity& id = segment.process(p).identity;
     // Acquire pairs with the release store of kSlotReady in
     // claim_process_slot(): a ready slot has its pid and start time.
-    if (id.state.load(std::memory_order_acquire) != shm::kSlotReady) continue;
+    const std::uint32_t state = id.state.load(std::memory_order_acquire);
+    s.process_slots_taken += state != shm::kSlotFree;
+    if (state != shm::kSlotReady) continue;
     ProcessReading r;
     r.slot = p;
     r.pid = id.pid.load(std::memory_order_relaxed);

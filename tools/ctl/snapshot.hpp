@@ -109,6 +109,10 @@ struct Snapshot {
   DaemonReading daemon;
   std::vector<DependencyReading> dependencies;  // ready slots, by index
   std::vector<ProcessReading> processes;        // ready slots, by index
+  // Slots taken, of capacities' (ready, being claimed, or abandoned): a
+  // table with none left refuses new names or processes (-ENOSPC).
+  std::uint32_t dependency_slots_taken = 0;
+  std::uint32_t process_slots_taken = 0;
 
   const DependencyReading* find(std::string_view name) const;
   const DependencyReading* at_index(std::uint32_t index) const;
