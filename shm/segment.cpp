@@ -353,7 +353,7 @@ ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
     }
   }
   throw SegmentError(ENOSPC, "dependency table full (" + std::to_string(capacity) +
-                                 " slots): cannot add '" + std::string(name) + "'");
+                                 " slots, daemon.max_dependencies): cannot add '" + std::string(name) + "'");
 }
 
 // --- The process table ---------------------------------------------------
@@ -438,7 +438,7 @@ std::uint32_t claim_process_slot(Segment& segment) {
     id.state.store(kSlotReady, std::memory_order_release);
     return i;
   }
-  throw SegmentError(ENOSPC, "process table full (" + std::to_string(capacity) + " slots)");
+  throw SegmentError(ENOSPC, "process table full (" + std::to_string(capacity) + " slots, daemon.max_processes)");
 }
 
 void release_process_slot(Segment& segment, std::uint32_t index) {

@@ -503,6 +503,10 @@ TEST_F(ControlLoopTest, TheSegmentsTablesAreCountedAndAFullOneIsLoggedOnce) {
     ADD_FAILURE() << "a 17th name took a slot of 16";
   } catch (const Error& e) {
     EXPECT_EQ(e.code().value(), ENOSPC);
+    // The error names the setting that sizes the table.
+    EXPECT_NE(std::string(e.what()).find("dependency table full (16 slots, daemon.max_dependencies)"),
+              std::string::npos)
+        << e.what();
   }
   advance_ticks(2);
   EXPECT_EQ(loop_->occupancy().dependencies, 16u);
