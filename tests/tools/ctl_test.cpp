@@ -192,6 +192,36 @@ TEST_F(CtlSegment, SlotsTakenCountEveryClaimAndTheSegmentLineSaysWhenATableIsFul
   EXPECT_EQ(j["segment"]["process_slots_taken"].number, 8);
 }
 
+// The column orders rank the largest first, ties by name; p99 puts a
+// dependency with no call in the interval last.
+TEST_F(CtlSegment, StatusOrdersByAColumnLargestFirst) {
+  Status st = standard_status();  // payments: 9 in flight, limit 12, calls; recs: none, limit 25
+  const auto order = [&](StatusOrder o) {
+    StatusOptions options;
+    options.order = o;
+    const Status sorted = derive_status(st.before, st.after, options);
+    std::vector<std::string> names;
+    for (const auto& d : sorted.dependencies) names.push_back(d.now.name);
+    return names;
+  };
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(order(StatusOrder::kName), (Names{"payments", "recs"}));
+  EXPECT_EQ(order(StatusOrder::kLimit), (Names{"recs", "payments"}));
+  EXPECT_EQ(order(StatusOrder::kInflight), (Names{"payments", "recs"}));
+  EXPECT_EQ(order(StatusOrder::kAdmitted), (Names{"payments", "recs"}));
+  EXPECT_EQ(order(StatusOrder::kRejected), (Names{"payments", "recs"}));
+  EXPECT_EQ(order(StatusOrder::kP99), (Names{"payments", "recs"}));
+  // Slot order is the order read.
+  const Names slots = order(StatusOrder::kSlot);
+  EXPECT_EQ(slots, (payments_ < recs_ ? Names{"payments", "recs"} : Names{"recs", "payments"}));
+  // Every order has a name that parses back to it.
+  for (StatusOrder o : {StatusOrder::kSlot, StatusOrder::kName, StatusOrder::kLimit, StatusOrder::kInflight,
+                        StatusOrder::kAdmitted, StatusOrder::kRejected, StatusOrder::kP99}) {
+    EXPECT_EQ(parse_status_order(status_order_name(o)), o);
+  }
+  EXPECT_EQ(parse_status_order("bogus"), std::nullopt);
+}
+
 TEST_F(CtlSegment, AJunkNameCannotDriveTheTerminal) {
   // A client in the segment's group may write anything into a slot.
   shm::DependencyIdentity& id = segment_.dependency(recs_).identity;
@@ -747,6 +777,36 @@ TEST_F(CtlBinary, UsageErrorsExitTwoAndUnknownDependencyThree) {
 }
 
 // `get` reads every dependency, and prints the one it was asked for.
+// status PATTERN... shows only the dependencies the patterns match, in
+// the --sort order; patterns that match none exit 3, as get's unknown name.
+TEST_F(CtlBinary, StatusShowsWhatThePatternsMatchInTheOrderAsked) {
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  for (const char* dep : {"payments", "orders", "pay-eu"}) shm::find_or_claim_dependency(s, dep, 12, 0);
+  s.dependency(*shm::find_dependency(s, "pay-eu")).control.limit.store(30);
+  const auto rows = [](const std::string& text) {
+    std::vector<std::string> names;
+    std::istringstream lines(text.substr(text.find("\ndependency ") + 1));
+    std::string line;
+    std::getline(lines, line);  // the header
+    while (std::getline(lines, line)) names.push_back(line.substr(0, line.find(' ')));
+    return names;
+  };
+  auto r = run({"--segment", name.str(), "status", "pay*", "--sort", "name", "--interval", "0.05"});
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(rows(r.output()), (std::vector<std::string>{"pay-eu", "payments"})) << r.output();
+  r = run({"--segment", name.str(), "status", "--sort", "limit", "--interval", "0.05"});
+  EXPECT_EQ(rows(r.output()), (std::vector<std::string>{"pay-eu", "orders", "payments"})) << r.output();
+  r = run({"--segment", name.str(), "status", "ord?rs", "pay-*", "--interval", "0.05", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(r.output().find("\"payments\""), std::string::npos) << r.output();
+  EXPECT_NE(r.output().find("\"orders\""), std::string::npos) << r.output();
+  r = run({"--segment", name.str(), "status", "nothing*", "--interval", "0.05"});
+  EXPECT_EQ(r.exit_code, 3) << r.output();
+  EXPECT_NE(r.output().find("no dependency matches 'nothing*'\n"), std::string::npos) << r.output();
+  EXPECT_EQ(run({"--segment", name.str(), "status", "--sort", "bogus"}).exit_code, 2);
+}
+
 TEST_F(CtlBinary, GetPrintsTheNamedDependencyOfSeveral) {
   TempSegmentName name{"ctl-bin"};
   shm::Segment s = shm::Segment::create(name, testing::small_segment());
@@ -942,12 +1002,15 @@ TEST_F(CtlBinary, TopOnATerminalFitsTheScreenAndQuitsOnQ) {
     // Four rows: three line feeds, none after the last (it would scroll).
     EXPECT_EQ(std::count(frame.begin(), frame.end(), '\n'), 3) << frame;
     std::istringstream lines(frame);
-    for (std::string line; std::getline(lines, line);) {
+    std::string last;
+    for (std::string line; std::getline(lines, line); last = line) {
       // A line is its text and "\x1b[K".
       const std::size_t erase = line.find("\x1b[K");
       ASSERT_NE(erase, std::string::npos) << line;
       EXPECT_LE(erase, 30u) << line;
     }
+    // The last row says how many lines were cut: the frame has 9.
+    EXPECT_EQ(last.rfind("... 6 more lines: name PATT", 0), 0u) << frame;
   }
   // Taller than a frame: every line of the status, and no empty one after
   // its last.

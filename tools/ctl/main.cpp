@@ -3,8 +3,9 @@
 // for a while (the two commands that write, each one word that bulkheadd
 // reads).
 //
-//   bulkheadctl [--segment NAME] status    [--interval S] [--stale-after S] [--json]
-//   bulkheadctl [--segment NAME] top       [--interval S] [-n N]
+//   bulkheadctl [--segment NAME] status    [PATTERN...] [--sort ORDER] [--interval S]
+//                                          [--stale-after S] [--json]
+//   bulkheadctl [--segment NAME] top       [PATTERN...] [--sort ORDER] [--interval S] [-n N]
 //   bulkheadctl [--segment NAME] get NAME  [--interval S] [--json]
 //   bulkheadctl [--segment NAME] processes [--json]
 //   bulkheadctl [--segment NAME] breaker NAME open|closed|auto
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -31,6 +33,7 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "tools/ctl/render.hpp"
@@ -53,6 +56,7 @@ struct Options {
   std::string dependency;  // get
   unsigned frames = 0;     // top -n; 0: until q or a signal
   std::string force;       // breaker: open, closed, auto
+  std::string order;       // status, top --sort; "": the subcommand's default
   std::string pin;         // pin: a limit, or "off"
   double pin_for_s = 600;  // pin --for
 };
@@ -73,7 +77,8 @@ ctl::Status sample(const shm::Segment& segment, const Options& o) {
 int run_status(const shm::Segment& segment, const Options& o) {
   const ctl::Status st = sample(segment, o);
   write_all(o.json ? ctl::status_json(st) : ctl::status_text(st));
-  return 0;
+  // Patterns that match nothing are as a name get does not know.
+  return !o.status.names.empty() && st.dependencies.empty() ? kExitNoDependency : 0;
 }
 
 int run_get(const shm::Segment& segment, const Options& o) {
@@ -245,19 +250,29 @@ std::string clock_utc() {
 }
 
 // Cuts a frame to the terminal: each line to `columns`, at most `rows`
-// lines, each ending in erase-to-end-of-line; then erase below.
+// lines, each ending in erase-to-end-of-line; then erase below. When the
+// frame has more lines, the last row says how many are not shown.
 std::string fit_to_screen(const std::string& frame) {
   winsize ws{};
   const bool known = ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 && ws.ws_row > 0;
   const std::size_t columns = known ? ws.ws_col : 1000, rows = known ? ws.ws_row : 1000;
+  std::size_t lines = static_cast<std::size_t>(std::count(frame.begin(), frame.end(), '\n'));
+  if (!frame.empty() && frame.back() != '\n') ++lines;
+  const std::size_t shown = lines > rows && rows > 1 ? rows - 1 : rows;
   std::string out = "\x1b[H";
   std::size_t start = 0, row = 0;
-  while (start < frame.size() && row < rows) {
+  const auto put = [&](std::string_view line) {
+    out += std::string(line.substr(0, columns)) + "\x1b[K";
+    if (++row < rows) out += "\n";  // the terminal adds the carriage return (ONLCR)
+  };
+  while (start < frame.size() && row < shown) {
     std::size_t end = frame.find('\n', start);
     if (end == std::string::npos) end = frame.size();
-    out += frame.substr(start, std::min(end - start, columns)) + "\x1b[K";
-    if (++row < rows) out += "\n";  // the terminal adds the carriage return (ONLCR)
+    put(std::string_view(frame).substr(start, end - start));
     start = end + 1;
+  }
+  if (shown < lines) {
+    put("... " + std::to_string(lines - shown) + " more lines: name PATTERNs, or --sort, choose what shows");
   }
   return out + "\x1b[J";
 }
@@ -299,8 +314,8 @@ int main(int argc, char** argv) {
       "each writes one word the daemon reads."};
   app.footer(
       "Exit status: 0 done; 1 the segment is missing, unreadable or not a valid segment;\n"
-      "2 usage; 3 get, breaker, pin: no dependency of that name. Output and JSON schema:\n"
-      "docs/operations.md, \"bulkheadctl\".");
+      "2 usage; 3 get, breaker, pin: no dependency of that name (status: none matches). Output and JSON\n"
+      "schema: docs/operations.md, \"bulkheadctl\".");
   app.require_subcommand(1);
   app.fallthrough();
   app.add_option("--segment", o.segment,
@@ -320,13 +335,31 @@ int main(int argc, char** argv) {
         ->type_name("SECONDS")
         ->capture_default_str();
   };
+  // Which dependencies, in which order: status and top.
+  auto add_selection = [&](CLI::App* sub, const char* default_order) {
+    sub->add_option("pattern", o.status.names,
+                    "only the dependencies whose name one of these shell patterns matches (* ? [...]; quote them)")
+        ->type_name("PATTERN");
+    std::vector<std::string> orders;
+    for (const char* name : {"slot", "name", "limit", "inflight", "admitted", "rejected", "p99"}) {
+      orders.emplace_back(name);
+    }
+    sub->add_option("--sort", o.order,
+                    "order of the rows: slot (as claimed), name, or a column, largest first: limit, inflight, "
+                    "admitted, rejected (every refusal), p99")
+        ->check(CLI::IsMember(orders).description(""))
+        ->type_name("ORDER")
+        ->default_str(default_order);
+  };
   CLI::App* status = app.add_subcommand(
       "status", "limits, in-flight, latency and rates of every dependency; the daemon's health");
   add_interval(status);
+  add_selection(status, "slot");
   status->add_flag("--json", o.json, "JSON for scripts (schema in docs/operations.md)");
 
   CLI::App* top = app.add_subcommand("top", "status, redrawn every interval; q or Ctrl-C quits");
   add_interval(top);
+  add_selection(top, "inflight");
   top->add_option("-n,--iterations", o.frames, "stop after N frames (default: run until q)")->type_name("N");
 
   CLI::App* get = app.add_subcommand("get", "one dependency in detail: counters, percentiles, holders");
@@ -366,6 +399,8 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitUsage;
   }
+
+  o.status.order = *ctl::parse_status_order(o.order.empty() ? (*top ? "inflight" : "slot") : o.order);
 
   try {
     if (*breaker) return run_breaker(o);

@@ -218,7 +218,12 @@ std::string status_text(const Status& st) {
   std::string out = segment_line(st.after) + daemon_line(st);
   out += format("processes: %zu attached, %u alive\n", st.after.processes.size(), st.processes_alive);
   out += format("rates and latency of successful calls over the last %.2f s\n\n", st.interval_s);
-  if (st.dependencies.empty()) return out + "no dependencies yet\n";
+  if (st.dependencies.empty()) {
+    if (st.names.empty()) return out + "no dependencies yet\n";
+    std::string names;
+    for (const std::string& n : st.names) names += (names.empty() ? "'" : ", '") + n + "'";
+    return out + "no dependency matches " + names + "\n";
+  }
   std::vector<std::string> headers;
   std::vector<bool> left;
   for (const StatusColumn& c : status_columns()) {

@@ -1,15 +1,19 @@
 #include "tools/ctl/snapshot.hpp"
 
+#include <fnmatch.h>
 #include <grp.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <time.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string_view>
+#include <utility>
 
 #include "shm/histogram.hpp"
 #include "shm/partitions.hpp"
@@ -270,6 +274,67 @@ std::optional<double> DependencyStatus::total_latency_ms(double q) const {
   return quantile_ms(now.counters.histogram, q);
 }
 
+namespace {
+
+constexpr std::array<std::pair<StatusOrder, const char*>, 7> kOrders{{
+    {StatusOrder::kSlot, "slot"},
+    {StatusOrder::kName, "name"},
+    {StatusOrder::kLimit, "limit"},
+    {StatusOrder::kInflight, "inflight"},
+    {StatusOrder::kAdmitted, "admitted"},
+    {StatusOrder::kRejected, "rejected"},
+    {StatusOrder::kP99, "p99"},
+}};
+
+// The value a column order ranks by, the largest first. Rejected counts
+// every refusal (limit, queue, deadline, open breaker); a p99 with no call
+// in the interval ranks last.
+double order_key(const DependencyStatus& d, StatusOrder order) {
+  switch (order) {
+    case StatusOrder::kLimit: return d.now.limit;
+    case StatusOrder::kInflight: return d.now.inflight;
+    case StatusOrder::kAdmitted: return d.admitted_per_s();
+    case StatusOrder::kRejected:
+      return d.rejected_limit_per_s() + d.rejected_queue_full_per_s() + d.rejected_deadline_per_s() +
+             d.rejected_open_circuit_per_s();
+    case StatusOrder::kP99: return d.interval_latency_ms(0.99).value_or(-1.0);
+    case StatusOrder::kSlot:
+    case StatusOrder::kName: break;
+  }
+  return 0;
+}
+
+void order_dependencies(std::vector<DependencyStatus>& deps, StatusOrder order) {
+  if (order == StatusOrder::kSlot) return;  // as read
+  const auto by_name = [](const DependencyStatus& a, const DependencyStatus& b) {
+    return a.now.name != b.now.name ? a.now.name < b.now.name : a.now.index < b.now.index;
+  };
+  if (order == StatusOrder::kName) {
+    std::sort(deps.begin(), deps.end(), by_name);
+    return;
+  }
+  std::sort(deps.begin(), deps.end(), [&](const DependencyStatus& a, const DependencyStatus& b) {
+    const double ka = order_key(a, order), kb = order_key(b, order);
+    return ka != kb ? ka > kb : by_name(a, b);
+  });
+}
+
+}  // namespace
+
+const char* status_order_name(StatusOrder order) {
+  for (const auto& [o, name] : kOrders) {
+    if (o == order) return name;
+  }
+  return "slot";
+}
+
+std::optional<StatusOrder> parse_status_order(std::string_view name) {
+  for (const auto& [o, n] : kOrders) {
+    if (name == n) return o;
+  }
+  return std::nullopt;
+}
+
 Status derive_status(Snapshot before, Snapshot after, const StatusOptions& options) {
   Status st;
   st.interval_s = after.taken_ns > before.taken_ns
@@ -292,9 +357,15 @@ Status derive_status(Snapshot before, Snapshot after, const StatusOptions& optio
   for (const ProcessReading& p : after.processes) {
     if (p.liveness != shm::Liveness::kDead) ++st.processes_alive;
   }
+  st.names = options.names;
+  const auto wanted = [&](const std::string& name) {
+    return std::any_of(options.names.begin(), options.names.end(),
+                       [&](const std::string& pattern) { return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0; });
+  };
   // Both lists are in slot order: walk them together.
   auto earlier = before.dependencies.begin();
   for (const DependencyReading& r : after.dependencies) {
+    if (!st.names.empty() && !wanted(r.name)) continue;
     DependencyStatus ds;
     ds.now = r;
     ds.interval_s = st.interval_s;
@@ -303,6 +374,7 @@ Status derive_status(Snapshot before, Snapshot after, const StatusOptions& optio
     ds.delta = r.counters.since(seen ? earlier->counters : shm::DependencyCounters{});
     st.dependencies.push_back(std::move(ds));
   }
+  order_dependencies(st.dependencies, options.order);
   st.before = std::move(before);
   st.after = std::move(after);
   return st;

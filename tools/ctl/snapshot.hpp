@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shm/segment.hpp"
@@ -133,10 +134,22 @@ enum class DaemonState {
 };
 const char* daemon_state_name(DaemonState state);  // "running", "stale", "none"
 
+// The order of a status's dependencies: by slot (the order names were
+// claimed in, configured ones first), by name, or by one of the columns,
+// the largest first (ties by name).
+enum class StatusOrder { kSlot, kName, kLimit, kInflight, kAdmitted, kRejected, kP99 };
+// "slot", "name", "limit", "inflight", "admitted", "rejected", "p99".
+const char* status_order_name(StatusOrder order);
+std::optional<StatusOrder> parse_status_order(std::string_view name);
+
 struct StatusOptions {
   // A heartbeat older than this is stale. The segment does not publish
   // tick_ms; 5 s is 50 default ticks and half the unit's WatchdogSec=.
   double stale_after_s = 5.0;
+  // Only the dependencies whose name matches one of these shell patterns
+  // (fnmatch(3): * ? [...]); empty: all of them.
+  std::vector<std::string> names;
+  StatusOrder order = StatusOrder::kSlot;
 };
 
 struct DependencyStatus {
@@ -167,7 +180,9 @@ struct Status {
   DaemonState daemon_state = DaemonState::kNone;
   std::optional<double> heartbeat_age_s;  // nullopt: no tick recorded yet
   std::uint32_t processes_alive = 0;      // attached and alive (or unknown)
-  std::vector<DependencyStatus> dependencies;  // those in `after`
+  // Those in `after` that StatusOptions::names selects, in its order.
+  std::vector<DependencyStatus> dependencies;
+  std::vector<std::string> names;  // StatusOptions::names
 };
 
 // Derives the status from two readings of one segment, `before` first.
