@@ -16,6 +16,7 @@
 #include "daemon/config.hpp"
 
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -182,6 +183,28 @@ DaemonConfig read_daemon(const Reporter& report, const toml::table& table) {
     }
   }
   return d;
+}
+
+// A [dependency."KEY"] whose key has a glob character is a pattern
+// (fnmatch(3)): no dependency name has one.
+bool is_pattern(std::string_view key) { return key.find_first_of("*?[") != std::string_view::npos; }
+
+// Why `pattern` is not one, or null: the characters of names and * ? [ ] !,
+// brackets closed, at most as long as a name.
+const char* check_pattern(std::string_view pattern) {
+  if (pattern.size() > shm::kMaxNameLength) return "is longer than 47 bytes";
+  bool open = false;
+  for (char c : pattern) {
+    if (c == '[') {
+      if (open) return "has a [ inside [...]";
+      open = true;
+    } else if (c == ']') {
+      open = false;
+    } else if (c != '*' && c != '?' && c != '!' && shm::check_dependency_name(std::string_view(&c, 1)) != nullptr) {
+      return "has a character other than A-Z a-z 0-9 . _ - and * ? [ ] !";
+    }
+  }
+  return open ? "has a [ without its ]" : nullptr;
 }
 
 // [defaults] or one [dependency.NAME] as written: only the keys it sets.
@@ -597,9 +620,18 @@ const DependencyConfig* Config::find(std::string_view name) const {
   return it != dependencies.end() && it->name == name ? &*it : nullptr;
 }
 
+const DependencyConfig* Config::table_for(std::string_view name) const {
+  if (const DependencyConfig* dep = find(name)) return dep;
+  const std::string n(name);
+  for (const DependencyConfig& p : patterns) {
+    if (::fnmatch(p.name.c_str(), n.c_str(), 0) == 0) return &p;
+  }
+  return nullptr;
+}
+
 DependencyConfig Config::effective(std::string_view name) const {
-  if (const DependencyConfig* dep = find(name)) return *dep;
   DependencyConfig dep = defaults;
+  if (const DependencyConfig* table = table_for(name)) dep = *table;
   dep.name = name;
   return dep;
 }
@@ -614,6 +646,7 @@ Config parse_config(std::string_view text, std::string_view source) {
   RawTable raw_defaults;  // [defaults] may be left out
   raw_defaults.path = "defaults";
   std::vector<RawTable> raw_dependencies;
+  std::vector<RawTable> raw_patterns;
   for (const Entry& e : in_file_order(root)) {
     const std::string path = key_path("", e.key);
     if (e.key == "daemon") {
@@ -624,11 +657,12 @@ Config parse_config(std::string_view text, std::string_view source) {
       for (const Entry& d : in_file_order(read_table(report, e, path))) {
         const std::string dep_path = key_path(path, d.key);
         if (!d.node->is_table()) report.fail(d.line, dep_path, "must be a table: [dependency.NAME]");
-        if (const char* why = shm::check_dependency_name(d.key)) {
-          report.fail(d.line, dep_path, std::string("name ") + why);
+        const bool pattern = is_pattern(d.key);
+        if (const char* why = pattern ? check_pattern(d.key) : shm::check_dependency_name(d.key)) {
+          report.fail(d.line, dep_path, std::string(pattern ? "pattern " : "name ") + why);
         }
-        raw_dependencies.push_back(
-            read_dependency_table(report, *d.node->as_table(), dep_path, std::string(d.key), d.line));
+        (pattern ? raw_patterns : raw_dependencies)
+            .push_back(read_dependency_table(report, *d.node->as_table(), dep_path, std::string(d.key), d.line));
       }
     } else {
       unknown(report, e, path);
@@ -652,6 +686,14 @@ Config parse_config(std::string_view text, std::string_view source) {
   }
   std::sort(config.dependencies.begin(), config.dependencies.end(),
             [](const DependencyConfig& a, const DependencyConfig& b) { return a.name < b.name; });
+  if (config.daemon.strict && !raw_patterns.empty()) {
+    report.fail(raw_patterns.front().line, raw_patterns.front().path,
+                "a pattern table would never apply with daemon.strict = true: a strict daemon refuses every "
+                "name it has no table of its own for");
+  }
+  for (const RawTable& raw : raw_patterns) {
+    config.patterns.push_back(resolve(report, config.defaults, raw, queue_slots, "from [defaults]"));
+  }
   return config;
 }
 

@@ -68,11 +68,19 @@ struct Config {
   DaemonConfig daemon;
   DependencyConfig defaults;
   std::vector<DependencyConfig> dependencies;  // sorted by name, names unique
+  // [dependency."PATTERN"] tables (a key with * ? or [), in file order;
+  // `name` is the pattern. They claim no slot: they give their settings to
+  // the names clients claim that match them.
+  std::vector<DependencyConfig> patterns;
 
   // The configured dependency of that name, or nullptr.
   const DependencyConfig* find(std::string_view name) const;
-  // The settings a dependency of that name runs with: its own table, else
-  // [defaults] under that name.
+  // The table that gives a dependency of that name its settings: its own,
+  // else the first pattern table (in file order) that matches it; nullptr
+  // when neither does ([defaults] then).
+  const DependencyConfig* table_for(std::string_view name) const;
+  // The settings a dependency of that name runs with: table_for()'s under
+  // that name, else [defaults].
   DependencyConfig effective(std::string_view name) const;
 };
 

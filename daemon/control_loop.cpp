@@ -287,7 +287,7 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
 
 std::uint32_t ControlLoop::flags_for(std::string_view name) const {
   std::uint32_t flags = 0;
-  if (config_.find(name) != nullptr) flags |= shm::kDependencyConfigured;
+  if (config_.table_for(name) != nullptr) flags |= shm::kDependencyConfigured;
   const DependencyConfig settings = config_.effective(name);
   if (!settings.enforce) flags |= shm::kDependencyShadow;
   if (settings.queue_order == QueueOrder::kLifo) flags |= shm::kDependencyLifo;

@@ -248,8 +248,8 @@ int run(const Options& options) {
   }
 
   bulkhead::daemon::ControlLoop loop(segment, config, metrics.get());
-  spdlog::info("bulkheadd {} on /dev/shm/{}: {} configured dependencies, tick {} ms", BULKHEAD_VERSION,
-               config.daemon.segment, config.dependencies.size(), config.daemon.tick.count());
+  spdlog::info("bulkheadd {} on /dev/shm/{}: {} configured dependencies, {} patterns, tick {} ms", BULKHEAD_VERSION,
+               config.daemon.segment, config.dependencies.size(), config.patterns.size(), config.daemon.tick.count());
   warn_if_watchdog_too_short(config);
 
   bool ready = false;
@@ -342,7 +342,8 @@ int main(int argc, char** argv) {
   if (!options.check_path.empty()) {
     try {
       const Config c = bulkhead::daemon::load_config_file(options.check_path);
-      std::cout << c.source << ": ok (" << c.dependencies.size() << " dependencies)\n";
+      std::cout << c.source << ": ok (" << c.dependencies.size() << " dependencies"
+                << (c.patterns.empty() ? "" : ", " + std::to_string(c.patterns.size()) + " patterns") << ")\n";
       return 0;
     } catch (const ConfigError& e) {
       std::cerr << e.what() << "\n";

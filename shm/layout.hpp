@@ -139,7 +139,7 @@ struct alignas(kCacheLine) DependencyIdentity {
 };
 
 // DependencyControl::flags
-inline constexpr std::uint32_t kDependencyConfigured = 1u << 0;  // has its own table
+inline constexpr std::uint32_t kDependencyConfigured = 1u << 0;  // has a table of its own, or a pattern's
 // Shadow mode (enforce = false): admit past the limit, counting each such
 // admission in StatsStripe::shadow_admitted.
 inline constexpr std::uint32_t kDependencyShadow = 1u << 1;

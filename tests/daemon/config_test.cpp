@@ -177,6 +177,8 @@ TEST(EmbeddedDefaultConfig, ExampleDependencyIsValid) {
   EXPECT_EQ(dep.bounds.max, 200);
   EXPECT_TRUE(dep.breaker.enabled);
   EXPECT_EQ(dep.breaker.half_open_calls, 3u);
+  ASSERT_EQ(config.patterns.size(), 1u);
+  EXPECT_EQ(config.effective("db-shard-4").bounds.max, 64);
 }
 
 TEST(ParseConfig, EmptyTextIsTheStructDefaults) {
@@ -321,6 +323,41 @@ TEST_F(ConfigFileTest, EffectiveFallsBackToDefaultsUnderTheName) {
   const DependencyConfig payments = config.effective("payments-db");
   EXPECT_EQ(payments.name, "payments-db");
   EXPECT_EQ(payments.policy, "aimd");
+}
+
+// [dependency."PATTERN"] gives its settings, over [defaults] key by key,
+// to the names it matches that have no table of their own; the first
+// pattern in file order wins. It claims no slot and counts against no
+// capacity.
+TEST(ParseConfig, APatternTableSetsTheNamesItMatches) {
+  const Config config = parse_config(
+      "[daemon]\nmax_dependencies = 1\n"
+      "[defaults]\npolicy = \"aimd\"\nmax_limit = 100\n"
+      "[dependency.\"db-shard-*\"]\nmax_limit = 40\nbackoff = 0.8\n"
+      "[dependency.\"db-*\"]\npolicy = \"fixed\"\ninitial_limit = 7\n"
+      "[dependency.db-shard-07]\nmax_limit = 10\ninitial_limit = 5\n"
+      "[dependency.\"cache-[ab]?\"]\nenforce = false\n",
+      "t.toml");
+  ASSERT_EQ(config.dependencies.size(), 1u);
+  ASSERT_EQ(config.patterns.size(), 3u);
+  EXPECT_EQ(config.patterns[0].name, "db-shard-*");  // file order
+
+  const DependencyConfig shard = config.effective("db-shard-12");
+  EXPECT_EQ(shard.name, "db-shard-12");
+  EXPECT_EQ(shard.policy, "aimd");  // from [defaults]
+  EXPECT_EQ(shard.bounds.max, 40);
+  EXPECT_EQ(shard.params, (policies::ParamMap{{"backoff", 0.8}}));
+  EXPECT_EQ(config.table_for("db-shard-12"), &config.patterns[0]);
+  EXPECT_EQ(config.find("db-shard-12"), nullptr);  // a pattern is no table of its own
+
+  EXPECT_EQ(config.effective("db-shard-07").bounds.max, 10);  // its own table wins
+  EXPECT_EQ(config.effective("db-users").policy, "fixed");  // the second pattern
+  EXPECT_EQ(config.effective("db-users").bounds.initial, 7);
+  EXPECT_FALSE(config.effective("cache-a1").enforce);
+  EXPECT_TRUE(config.effective("cache-c1").enforce);  // not in [ab]
+  EXPECT_TRUE(config.effective("cache-a12").enforce);  // ? is one character
+  EXPECT_EQ(config.table_for("payments"), nullptr);
+  EXPECT_EQ(config.effective("payments").bounds.max, 100);
 }
 
 TEST(ParseConfig, DefaultsPolicyCarriesToDependencies) {
@@ -734,6 +771,17 @@ const BadConfig kBadConfigs[] = {
      "[defaults]\nmax_queue = 4\n[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = 0.5\n",
      "bad.toml:3: dependency.db.max_queue: must be 0 for a dependency with partitions (partitions have no wait "
      "queue) (from [defaults]: set max_queue = 0 here)"},
+
+    // Patterns.
+    {"PatternWithABadCharacter", "[dependency.\"db/*\"]\n",
+     "bad.toml:1: dependency.\"db/*\": pattern has a character other than A-Z a-z 0-9 . _ - and * ? [ ] !"},
+    {"PatternWithAnOpenBracket", "[dependency.\"db-[ab\"]\n",
+     "bad.toml:1: dependency.\"db-[ab\": pattern has a [ without its ]"},
+    {"PatternTooLong", "[dependency.\"db-*-0123456789012345678901234567890123456789012\"]\n",
+     "bad.toml:1: dependency.\"db-*-0123456789012345678901234567890123456789012\": pattern is longer than 47 bytes"},
+    {"PatternUnderStrict", "[daemon]\nstrict = true\n[dependency.db]\n[dependency.\"db-*\"]\nmax_limit = 5\n",
+     "bad.toml:4: dependency.\"db-*\": a pattern table would never apply with daemon.strict = true"},
+    {"PatternKeyChecked", "[dependency.\"db-*\"]\nmax_limt = 5\n", "bad.toml:2: dependency.\"db-*\".max_limt: unknown parameter 'max_limt' for policy 'balance'"},
 
     // Whole-file checks.
     {"TooManyDependencies",

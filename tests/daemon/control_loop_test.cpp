@@ -106,6 +106,34 @@ TEST_F(ControlLoopTest, NewNamesStartWithTheDefaultsAndAreAdopted) {
   EXPECT_EQ(view_of("brand-new").policy, "aimd");
 }
 
+// A name a client claims that a pattern table matches runs on that table,
+// counts as configured, and follows it across reloads; a pattern claims no
+// slot of its own.
+TEST_F(ControlLoopTest, ANameAPatternMatchesRunsOnThePatternsTable) {
+  start("[dependency.\"db-shard-*\"]\npolicy = \"fixed\"\ninitial_limit = 7\n");
+  advance_ticks(1);
+  EXPECT_EQ(loop_->occupancy().dependencies, 0u);
+  Dependency shard = client_->dependency("db-shard-3");
+  Dependency other = client_->dependency("payments");
+  advance_ticks(1);
+  EXPECT_EQ(view_of("db-shard-3").policy, "fixed");
+  EXPECT_EQ(shard.limit(), 7);
+  EXPECT_EQ(view_of("payments").policy, "balance");
+  const auto flags = [&](const char* name) { return segment_->dependency(slot_of(name)).control.flags.load(); };
+  EXPECT_EQ(flags("db-shard-3"), shm::kDependencyConfigured);
+  EXPECT_EQ(flags("payments"), 0u);
+
+  loop_->apply(parse("[dependency.\"db-shard-*\"]\npolicy = \"fixed\"\ninitial_limit = 9\n", "next.toml"));
+  advance_ticks(1);
+  EXPECT_EQ(shard.limit(), 9);
+  // Without the pattern, the name runs on [defaults].
+  loop_->apply(parse("", "next.toml"));
+  advance_ticks(1);
+  EXPECT_EQ(view_of("db-shard-3").policy, "balance");
+  EXPECT_EQ(flags("db-shard-3"), 0u);
+  (void)other;
+}
+
 TEST_F(ControlLoopTest, SmallWindowsCarryOverUntilTheyHaveEnoughSamples) {
   start("[defaults]\npolicy = \"aimd\"\nmin_limit = 1\ninitial_limit = 10\nwindow_min_samples = 10\n"
         "window_max_ms = 5000\n");
