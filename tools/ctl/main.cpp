@@ -258,7 +258,8 @@ std::string fit_to_screen(const std::string& frame) {
   const std::size_t columns = known ? ws.ws_col : 1000, rows = known ? ws.ws_row : 1000;
   std::size_t lines = static_cast<std::size_t>(std::count(frame.begin(), frame.end(), '\n'));
   if (!frame.empty() && frame.back() != '\n') ++lines;
-  const std::size_t shown = lines > rows && rows > 1 ? rows - 1 : rows;
+  const bool cut = lines > rows && rows > 1;  // one row says so; a screen of one row has no room
+  const std::size_t shown = cut ? rows - 1 : rows;
   std::string out = "\x1b[H";
   std::size_t start = 0, row = 0;
   const auto put = [&](std::string_view line) {
@@ -271,7 +272,7 @@ std::string fit_to_screen(const std::string& frame) {
     put(std::string_view(frame).substr(start, end - start));
     start = end + 1;
   }
-  if (shown < lines) {
+  if (cut) {
     put("... " + std::to_string(lines - shown) + " more lines: name PATTERNs, or --sort, choose what shows");
   }
   return out + "\x1b[J";
