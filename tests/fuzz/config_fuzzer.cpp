@@ -47,6 +47,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       check_dependency(d);
       check(config.find(d.name) == &d);
     }
+    // A pattern table applies to names clients claim, which a strict
+    // daemon refuses: the parser must never accept both.
+    check(!config.daemon.strict || config.patterns.empty());
+    for (const auto& p : config.patterns) {
+      check(!p.name.empty() && config.find(p.name) == nullptr);
+      check_dependency(p);
+    }
   } catch (const bulkhead::daemon::ConfigError& e) {
     const std::string what = e.what();
     check(what.rfind("fuzz.toml", 0) == 0 && what.size() > std::string_view("fuzz.toml: ").size());
