@@ -8,11 +8,13 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -174,7 +176,8 @@ class DaemonProcess {
   // `env` ("NAME=value") added to its environment.
   DaemonProcess(const std::string& binary, const std::string& dir, const std::string& config_text,
                 const std::vector<std::string>& env = {})
-      : config_path_((write_file(dir + "/bulkhead.toml", config_text), dir + "/bulkhead.toml")),
+      : started_ns_(monotonic_ns()),
+        config_path_((write_file(dir + "/bulkhead.toml", config_text), dir + "/bulkhead.toml")),
         process_({binary, "--config", config_path_}, dir + "/bulkheadd.log", env) {}
 
   pid_t pid() const { return process_.pid(); }
@@ -184,13 +187,19 @@ class DaemonProcess {
 
   // Attaches to the daemon's segment once it has published it with its pid
   // and made a first tick. nullopt if that does not happen within `patience`.
+  // The tick is this daemon's: an adopted segment keeps its predecessor's
+  // heartbeat count, and this daemon publishes its pid before it applies
+  // its config, so only a heartbeat time after its start says it ticked.
   std::optional<shm::Segment> wait_ready(const std::string& segment,
                                          std::chrono::seconds patience = std::chrono::seconds(20)) {
     const auto give_up = std::chrono::steady_clock::now() + patience;
     while (std::chrono::steady_clock::now() < give_up && !process_.exited()) {
       try {
         shm::Segment s = shm::Segment::attach(segment, shm::Access::kReadOnly);
-        if (s.header().daemon_pid.load() == pid() && s.header().heartbeat.load() > 0) return s;
+        if (s.header().daemon_pid.load() == pid() && s.header().heartbeat.load() > 0 &&
+            s.header().heartbeat_ns.load() >= started_ns_) {
+          return s;
+        }
       } catch (const shm::SegmentError&) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -203,6 +212,14 @@ class DaemonProcess {
   int exit_code() const { return process_.exit_code(); }
 
  private:
+  // CLOCK_MONOTONIC, the clock of the segment's heartbeat_ns.
+  static std::uint64_t monotonic_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+  }
+
+  std::uint64_t started_ns_;  // CLOCK_MONOTONIC just before the daemon started
   std::string config_path_;
   ChildProcess process_;
 };
