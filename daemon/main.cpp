@@ -342,8 +342,11 @@ int main(int argc, char** argv) {
   if (!options.check_path.empty()) {
     try {
       const Config c = bulkhead::daemon::load_config_file(options.check_path);
-      std::cout << c.source << ": ok (" << c.dependencies.size() << " dependencies"
-                << (c.patterns.empty() ? "" : ", " + std::to_string(c.patterns.size()) + " patterns") << ")\n";
+      const auto count = [](std::size_t n, const char* one, const char* many) {
+        return std::to_string(n) + " " + (n == 1 ? one : many);
+      };
+      std::cout << c.source << ": ok (" << count(c.dependencies.size(), "dependency", "dependencies")
+                << (c.patterns.empty() ? "" : ", " + count(c.patterns.size(), "pattern", "patterns")) << ")\n";
       return 0;
     } catch (const ConfigError& e) {
       std::cerr << e.what() << "\n";

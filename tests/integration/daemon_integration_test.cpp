@@ -476,10 +476,11 @@ TEST_F(DaemonIntegration, BadSegmentNameOrGroupExitsNonZeroNamingIt) {
 
 TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
   const std::string good = dir_ + "/good.toml", bad = dir_ + "/bad.toml";
-  testing::write_file(good, config());
+  testing::write_file(good, config() + "\n[dependency.one]\n[dependency.\"db-*\"]\nmax_limit = 40\n");
   testing::write_file(bad, "[daemon]\ntick_ms = 1\n");
   const auto ok = testing::run_command({BULKHEADD_PATH, "--check-config", good}, dir_);
   EXPECT_EQ(ok.exit_code, 0) << ok.output();
+  EXPECT_NE(ok.output().find("good.toml: ok (1 dependency, 1 pattern)\n"), std::string::npos) << ok.output();
   const auto fail = testing::run_command({BULKHEADD_PATH, "--check-config", bad}, dir_);
   EXPECT_EQ(fail.exit_code, 1);
   EXPECT_NE(fail.output().find("bad.toml:2: daemon.tick_ms"), std::string::npos) << fail.output();
