@@ -789,7 +789,7 @@ TEST_F(CtlBinary, StatusShowsWhatThePatternsMatchInTheOrderAsked) {
     std::istringstream lines(text.substr(text.find("\ndependency ") + 1));
     std::string line;
     std::getline(lines, line);  // the header
-    while (std::getline(lines, line)) names.push_back(line.substr(0, line.find(' ')));
+    while (std::getline(lines, line) && !line.empty()) names.push_back(line.substr(0, line.find(' ')));
     return names;
   };
   auto r = run({"--segment", name.str(), "status", "pay*", "--sort", "name", "--interval", "0.05"});
@@ -805,6 +805,12 @@ TEST_F(CtlBinary, StatusShowsWhatThePatternsMatchInTheOrderAsked) {
   EXPECT_EQ(r.exit_code, 3) << r.output();
   EXPECT_NE(r.output().find("no dependency matches 'nothing*'\n"), std::string::npos) << r.output();
   EXPECT_EQ(run({"--segment", name.str(), "status", "--sort", "bogus"}).exit_code, 2);
+  // top's own default is in-flight first; --sort overrides it there too.
+  s.dependency(*shm::find_dependency(s, "orders")).admission.word.store(5);
+  r = run({"--segment", name.str(), "top", "-n", "1", "--interval", "0.05"});
+  EXPECT_EQ(rows(r.output()), (std::vector<std::string>{"orders", "pay-eu", "payments"})) << r.output();
+  r = run({"--segment", name.str(), "top", "-n", "1", "--interval", "0.05", "--sort", "limit"});
+  EXPECT_EQ(rows(r.output()), (std::vector<std::string>{"pay-eu", "orders", "payments"})) << r.output();
 }
 
 TEST_F(CtlBinary, GetPrintsTheNamedDependencyOfSeveral) {

@@ -56,7 +56,6 @@ struct Options {
   std::string dependency;  // get
   unsigned frames = 0;     // top -n; 0: until q or a signal
   std::string force;       // breaker: open, closed, auto
-  std::string order;       // status, top --sort; "": the subcommand's default
   std::string pin;         // pin: a limit, or "off"
   double pin_for_s = 600;  // pin --for
 };
@@ -337,30 +336,30 @@ int main(int argc, char** argv) {
         ->capture_default_str();
   };
   // Which dependencies, in which order: status and top.
-  auto add_selection = [&](CLI::App* sub, const char* default_order) {
+  auto add_selection = [&](CLI::App* sub, ctl::StatusOrder default_order) {
     sub->add_option("pattern", o.status.names,
                     "only the dependencies whose name one of these shell patterns matches (* ? [...]; quote them)")
         ->type_name("PATTERN");
-    std::vector<std::string> orders;
-    for (const char* name : {"slot", "name", "limit", "inflight", "admitted", "rejected", "p99"}) {
-      orders.emplace_back(name);
-    }
-    sub->add_option("--sort", o.order,
-                    "order of the rows: slot (as claimed), name, or a column, largest first: limit, inflight, "
-                    "admitted, rejected (every refusal), p99")
-        ->check(CLI::IsMember(orders).description(""))
+    // The subcommand's own default, set as it starts to parse: status and
+    // top share o.status.
+    sub->preparse_callback([&o, default_order](std::size_t) { o.status.order = default_order; });
+    sub->add_option_function<std::string>(
+           "--sort", [&o](const std::string& name) { o.status.order = *ctl::parse_status_order(name); },
+           "order of the rows: slot (as claimed), name, or a column, largest first: limit, inflight, "
+           "admitted, rejected (every refusal), p99")
+        ->check(CLI::IsMember(ctl::status_order_names()).description(""))
         ->type_name("ORDER")
-        ->default_str(default_order);
+        ->default_str(ctl::status_order_name(default_order));
   };
   CLI::App* status = app.add_subcommand(
       "status", "limits, in-flight, latency and rates of every dependency; the daemon's health");
   add_interval(status);
-  add_selection(status, "slot");
+  add_selection(status, ctl::StatusOrder::kSlot);
   status->add_flag("--json", o.json, "JSON for scripts (schema in docs/operations.md)");
 
   CLI::App* top = app.add_subcommand("top", "status, redrawn every interval; q or Ctrl-C quits");
   add_interval(top);
-  add_selection(top, "inflight");
+  add_selection(top, ctl::StatusOrder::kInflight);
   top->add_option("-n,--iterations", o.frames, "stop after N frames (default: run until q)")->type_name("N");
 
   CLI::App* get = app.add_subcommand("get", "one dependency in detail: counters, percentiles, holders");
@@ -400,8 +399,6 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitUsage;
   }
-
-  o.status.order = *ctl::parse_status_order(o.order.empty() ? (*top ? "inflight" : "slot") : o.order);
 
   try {
     if (*breaker) return run_breaker(o);

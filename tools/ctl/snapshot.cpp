@@ -328,6 +328,12 @@ const char* status_order_name(StatusOrder order) {
   return "slot";
 }
 
+std::vector<std::string> status_order_names() {
+  std::vector<std::string> names;
+  for (const auto& [o, name] : kOrders) names.emplace_back(name);
+  return names;
+}
+
 std::optional<StatusOrder> parse_status_order(std::string_view name) {
   for (const auto& [o, n] : kOrders) {
     if (name == n) return o;

@@ -141,6 +141,7 @@ enum class StatusOrder { kSlot, kName, kLimit, kInflight, kAdmitted, kRejected, 
 // "slot", "name", "limit", "inflight", "admitted", "rejected", "p99".
 const char* status_order_name(StatusOrder order);
 std::optional<StatusOrder> parse_status_order(std::string_view name);
+std::vector<std::string> status_order_names();  // every order's, in the enum's order
 
 struct StatusOptions {
   // A heartbeat older than this is stale. The segment does not publish
