@@ -630,8 +630,8 @@ const DependencyConfig* Config::table_for(std::string_view name) const {
 }
 
 DependencyConfig Config::effective(std::string_view name) const {
-  DependencyConfig dep = defaults;
-  if (const DependencyConfig* table = table_for(name)) dep = *table;
+  const DependencyConfig* table = table_for(name);
+  DependencyConfig dep = table != nullptr ? *table : defaults;
   dep.name = name;
   return dep;
 }

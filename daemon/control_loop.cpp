@@ -86,6 +86,8 @@ ControlLoop::Dependency& ControlLoop::Dependencies::insert(std::uint32_t index, 
 ControlLoop::ControlLoop(shm::Segment& segment, const Config& config, Metrics* metrics)
     : segment_(segment), metrics_(metrics), watch_(segment.capacities().max_processes) {
   heartbeat_ = segment_.header().heartbeat.load(std::memory_order_relaxed);
+  occupancy_.max_dependencies = segment_.capacities().max_dependencies;
+  occupancy_.max_processes = segment_.capacities().max_processes;
   apply(config);
 }
 
@@ -330,7 +332,6 @@ void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
     }
   }
   occupancy_.dependencies = taken;
-  occupancy_.max_dependencies = capacity;
 }
 
 void ControlLoop::report_occupancy(const Occupancy& before) {
@@ -344,8 +345,7 @@ void ControlLoop::report_occupancy(const Occupancy& before) {
     spdlog::error("process table full: all {} slots taken; bh_client_open is refused (-ENOSPC) and a child "
                   "forked now runs standalone until a process exits (daemon.max_processes)",
                   now.max_processes);
-  } else if (now.processes < now.max_processes && before.processes == before.max_processes &&
-             before.max_processes != 0) {
+  } else if (now.processes < now.max_processes && before.processes == now.max_processes) {
     spdlog::info("process table no longer full: {} of {} slots taken", now.processes, now.max_processes);
   }
   if (metrics_ != nullptr) {
@@ -665,7 +665,6 @@ void ControlLoop::reclaim_dead_processes() {
     watch_.forget(p);
   }
   occupancy_.processes = taken;
-  occupancy_.max_processes = processes;
 }
 
 void ControlLoop::scan_drift() {

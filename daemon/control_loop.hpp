@@ -81,7 +81,8 @@ class ControlLoop {
   std::vector<View> view() const;
 
   // The segment's tables: slots taken (claimed, in use, or abandoned) of
-  // each, as the last tick counted them. A name takes a dependency slot
+  // each, as the last tick counted them (0 before the first), and the
+  // segment's capacities. A name takes a dependency slot
   // for the segment's life; a process slot is freed when its process dies.
   // A full table refuses what would take a slot (-ENOSPC).
   struct Occupancy {

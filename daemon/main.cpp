@@ -177,10 +177,10 @@ std::string status_line(const bulkhead::daemon::ControlLoop& loop, const Config&
   }
   // What a full table refuses happens in the clients: say it here too.
   const auto tables = loop.occupancy();
-  if (tables.max_dependencies != 0 && tables.dependencies == tables.max_dependencies) {
+  if (tables.dependencies == tables.max_dependencies) {
     line += "; dependency table full (" + std::to_string(tables.max_dependencies) + "): new names refused";
   }
-  if (tables.max_processes != 0 && tables.processes == tables.max_processes) {
+  if (tables.processes == tables.max_processes) {
     line += "; process table full (" + std::to_string(tables.max_processes) + "): new processes refused";
   }
   if (!reload_problem.empty()) {
