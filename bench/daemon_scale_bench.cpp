@@ -433,6 +433,7 @@ int main(int argc, char** argv) {
 
   std::printf("One daemon tick (the real control loop%s, fake clock, 100 ms per tick) after a round of\n"
               "writes by real processes; %d measured ticks per size after %d warm-up ticks; %u stats stripes.\n"
+              "Each size fills both of the segment's tables, so the daemon logs once per size that they are full.\n"
               "command: %s\n\n",
               o.metrics ? " and Prometheus metrics" : "", o.ticks, kWarmupTicks, o.stripes, command.c_str());
   std::printf("%6s %6s %9s %10s | %9s %9s %9s | %8s %8s %8s %8s | %9s\n", "deps", "procs", "segment", "calls/round",
