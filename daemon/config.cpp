@@ -172,6 +172,8 @@ DaemonConfig read_daemon(const Reporter& report, const toml::table& table) {
         report.fail(e.line, path, "must give the owner read and write (0o600), got " + octal(mode));
       }
       d.segment_mode = static_cast<std::uint32_t>(mode);
+    } else if (e.key == "segment_reserve") {
+      d.segment_reserve = read_boolean(report, e, path);
     } else if (e.key == "log_level") {
       d.log_level = read_string(report, e, path);
       static constexpr std::string_view kLevels[] = {"trace", "debug", "info", "warn", "error"};

@@ -83,6 +83,33 @@ std::optional<gid_t> segment_group(const Config& config) {
   return g->gr_gid;
 }
 
+// Reserves an adopted segment's memory, which a daemon with segment_reserve
+// = false (or of a version before it) may have left to first touches. Its
+// clients already run on it, so a segment that cannot be reserved is still
+// adopted: without a daemon they would run on stale limits, and the risk
+// is the same.
+void reserve_adopted(const shm::Segment& segment, const Config& config) {
+  if (!config.daemon.segment_reserve) return;
+  try {
+    segment.reserve();
+  } catch (const shm::SegmentError& e) {
+    spdlog::error("{}; adopted as it is: a process whose first write to one of its untouched pages meets the "
+                  "full /dev/shm dies of SIGBUS; free space there and restart bulkheadd",
+                  e.what());
+  }
+}
+
+shm::Segment create_segment(const std::string& name, const shm::CreateOptions& options) {
+  try {
+    return shm::Segment::create(name, options);
+  } catch (const shm::SegmentError& e) {
+    if (e.code() != ENOSPC) throw;
+    throw std::runtime_error(std::string(e.what()) +
+                             "; free space there, or set daemon.segment_reserve = false to leave each page to its "
+                             "first touch (a process that then finds /dev/shm full dies of SIGBUS)");
+  }
+}
+
 // Creates the segment, or adopts the one a previous daemon left after
 // checking that it is sound, has the configured capacities and that no
 // other daemon runs on it. With stats_stripes = "auto", any stripe count
@@ -94,7 +121,8 @@ shm::Segment open_segment(const Config& config, bool recreate) {
   shm::Capacities wanted{config.daemon.max_dependencies, config.daemon.max_processes,
                          bulkhead::daemon::stripes_for(config.daemon, shm::possible_cpus()),
                          config.daemon.queue_slots};
-  const shm::CreateOptions create{wanted, config.daemon.segment_mode, segment_group(config)};
+  const shm::CreateOptions create{wanted, config.daemon.segment_mode, segment_group(config),
+                                  config.daemon.segment_reserve};
   try {
     shm::Segment segment = shm::Segment::attach(name, shm::Access::kReadWrite);
     const shm::Header& h = segment.header();
@@ -119,6 +147,7 @@ shm::Segment open_segment(const Config& config, bool recreate) {
                      shm::kAbiMajor, shm::kAbiMinor);
         segment.header().abi_minor = shm::kAbiMinor;
       }
+      reserve_adopted(segment, config);
       return segment;
     }
     if (!recreate) {
@@ -129,7 +158,7 @@ shm::Segment open_segment(const Config& config, bool recreate) {
           std::to_string(h.queue_slots) + " queue slots): stop its clients and run with --recreate-segment");
     }
   } catch (const shm::SegmentError& e) {
-    if (e.code() == ENOENT) return shm::Segment::create(name, create);
+    if (e.code() == ENOENT) return create_segment(name, create);
     if (!recreate) {
       throw std::runtime_error(std::string(e.what()) +
                                "; not touching it (run with --recreate-segment to replace it)");
@@ -137,7 +166,7 @@ shm::Segment open_segment(const Config& config, bool recreate) {
   }
   spdlog::warn("replacing segment /dev/shm/{} (--recreate-segment)", name);
   shm::Segment::remove(name);
-  return shm::Segment::create(name, create);
+  return create_segment(name, create);
 }
 
 // The segment and the metrics endpoint live as long as the process: a
@@ -154,6 +183,7 @@ void keep_process_lifetime_settings(const Config& running, Config& next) {
   keep("queue_slots", next.daemon.queue_slots, running.daemon.queue_slots);
   keep("segment_group", next.daemon.segment_group, running.daemon.segment_group);
   keep("segment_mode", next.daemon.segment_mode, running.daemon.segment_mode);
+  keep("segment_reserve", next.daemon.segment_reserve, running.daemon.segment_reserve);
   keep("metrics_listen", next.daemon.metrics_listen, running.daemon.metrics_listen);
 }
 

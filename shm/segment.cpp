@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <boost/interprocess/mapped_region.hpp>
@@ -45,6 +46,27 @@ void check_name(const std::string& name) {
   if (name == "." || name == "..") {
     throw SegmentError(EINVAL, "segment name '" + name + "' names a directory");
   }
+}
+
+std::string mebibytes(std::uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+void reserve_file(int fd, std::uint64_t size, const std::string& name) {
+  int rc;
+  do {
+    rc = ::fallocate(fd, 0, 0, static_cast<off_t>(size));
+  } while (rc != 0 && errno == EINTR);  // tmpfs stops for a signal, having undone its work
+  if (rc == 0) return;
+  const int code = errno;
+  std::string why = describe(name) + ": cannot reserve its " + mebibytes(size) + " in /dev/shm: " + std::strerror(code);
+  struct statvfs fs {};
+  if (code == ENOSPC && ::fstatvfs(fd, &fs) == 0) {
+    why += " (" + mebibytes(std::uint64_t{fs.f_bavail} * fs.f_frsize) + " free)";
+  }
+  throw SegmentError(code, why);
 }
 
 bool capacities_in_range(const Capacities& c) {
@@ -144,6 +166,7 @@ Segment Segment::create(const std::string& name, const CreateOptions& options) {
                                     std::to_string(*options.group) + ": " + std::strerror(errno));
     }
     mapping->object.truncate(static_cast<bip::offset_t>(l.total_size));
+    if (options.reserve) reserve_file(fd, l.total_size, name);
     mapping->region = bip::mapped_region(mapping->object, bip::read_write);
   } catch (const bip::interprocess_exception& e) {
     bip::shared_memory_object::remove(name.c_str());
@@ -180,6 +203,8 @@ Segment Segment::create(const std::string& name, const CreateOptions& options) {
   h.magic.store(kMagic, std::memory_order_release);
   return segment;
 }
+
+void Segment::reserve() const { reserve_file(mapping_->object.get_mapping_handle().handle, size_, name_); }
 
 Segment Segment::attach(const std::string& name, Access access) {
   check_name(name);

@@ -44,6 +44,10 @@ struct CreateOptions {
   Capacities capacities;
   std::uint32_t mode = 0660;  // permission bits, applied past the umask
   std::optional<gid_t> group;  // chown to this group
+  // Give every page its memory in /dev/shm at creation (Segment::reserve()).
+  // Without it a page gets memory at its first touch, which meets a full
+  // /dev/shm as a SIGBUS in whichever process touched it.
+  bool reserve = true;
 };
 
 enum class Access { kReadOnly, kReadWrite };
@@ -57,6 +61,15 @@ class Segment {
   static Segment attach(const std::string& name, Access access);
   // Removes the name; mappings stay valid. False if there was nothing.
   static bool remove(const std::string& name);
+
+  // Gives every page of the segment its memory in /dev/shm now (tmpfs
+  // allocates at fallocate(2); pages already there keep their contents),
+  // so that no process's first write to a page can find /dev/shm full: a
+  // write to a shared tmpfs page that cannot get memory is a SIGBUS, in a
+  // client as much as in the daemon. Read-write mappings only. Throws
+  // SegmentError: ENOSPC, with the space /dev/shm has free, when it has too
+  // little (tmpfs then gives back what it had allocated).
+  void reserve() const;
 
   Segment(Segment&&) noexcept;
   Segment& operator=(Segment&&) noexcept;

@@ -77,6 +77,7 @@ void expect_default_daemon(const DaemonConfig& d) {
   EXPECT_EQ(d.queue_slots, want.queue_slots);
   EXPECT_EQ(d.segment_group, want.segment_group);
   EXPECT_EQ(d.segment_mode, want.segment_mode);
+  EXPECT_EQ(d.segment_reserve, want.segment_reserve);
   EXPECT_EQ(d.log_level, want.log_level);
 }
 
@@ -134,7 +135,7 @@ TEST(EmbeddedDefaultConfig, ShowsEveryKeyWithItsValue) {
        {"[daemon]\n", "\nsegment = \"bulkhead\"\n", "\ntick_ms = 100\n",
         "\nmetrics_listen = \"127.0.0.1:9477\"\n", "\nstrict = false\n", "\nmax_dependencies = 256 ",
         "\nmax_processes = 256 ", "\nstats_stripes = \"auto\" ", "\nqueue_slots = 64 ", "\nsegment_group = \"\"\n",
-        "\nsegment_mode = 0o660\n", "\nlog_level = \"info\"\n", "\n[defaults]\n",
+        "\nsegment_mode = 0o660\n", "\nsegment_reserve = true\n", "\nlog_level = \"info\"\n", "\n[defaults]\n",
         "\npolicy = \"balance\"\n", "\nmin_limit = 1\n", "\nmax_limit = 1000\n",
         "\ninitial_limit = 20\n", "\nwindow_min_samples = 10\n", "\nwindow_max_ms = 1000\n", "\nenforce = true\n",
         "\nmax_queue = 0\n", "\nqueue_order = \"fifo\"\n", "\n[defaults.breaker]\n", "\nenabled = false\n",
@@ -202,6 +203,7 @@ max_processes = 512
 stats_stripes = 16
 segment_group = "bulkhead"
 segment_mode = 0o640
+segment_reserve = false
 log_level = "warn"
 
 [defaults]
@@ -248,6 +250,7 @@ TEST_F(ConfigFileTest, RealisticConfigParses) {
   EXPECT_EQ(d.max_processes, 512u);
   EXPECT_EQ(d.stats_stripes, 16u);
   EXPECT_EQ(d.segment_group, "bulkhead");
+  EXPECT_FALSE(d.segment_reserve);
   EXPECT_EQ(d.segment_mode, 0640u);
   EXPECT_EQ(d.log_level, "warn");
 
@@ -555,6 +558,8 @@ const BadConfig kBadConfigs[] = {
     {"StrictNotABoolean", "[daemon]\nstrict = \"yes\"\n",
      "bad.toml:2: daemon.strict: must be a boolean (true or false)"},
     {"SegmentNotAString", "[daemon]\nsegment = 5\n", "bad.toml:2: daemon.segment: must be a string"},
+    {"ReserveNotABoolean", "[daemon]\nsegment_reserve = 1\n",
+     "bad.toml:2: daemon.segment_reserve: must be a boolean (true or false)"},
     {"MetricsHostWithASpace", "[daemon]\nmetrics_listen = \"local host:9477\"\n",
      "bad.toml:2: daemon.metrics_listen: host must not contain spaces"},
     {"ModeNotAnInteger", "[daemon]\nsegment_mode = \"0660\"\n",

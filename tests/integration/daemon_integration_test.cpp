@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <gtest/gtest.h>
@@ -486,6 +487,59 @@ TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
   EXPECT_NE(fail.output().find("bad.toml:2: daemon.tick_ms"), std::string::npos) << fail.output();
   // Nothing was created.
   EXPECT_THROW(shm::Segment::attach(segment_, shm::Access::kReadOnly), shm::SegmentError);
+}
+
+// Bytes of /dev/shm that the segment's file has memory for.
+std::uint64_t allocated_bytes(const std::string& name) {
+  struct stat st {};
+  if (::stat(("/dev/shm/" + name).c_str(), &st) != 0) return 0;
+  return static_cast<std::uint64_t>(st.st_blocks) * 512;
+}
+
+// A segment left to first touches (daemon.segment_reserve = false, or a
+// daemon from before the key) gets all its memory when a daemon that
+// reserves adopts it.
+TEST_F(DaemonIntegration, AnAdoptedSegmentGetsItsMemoryReserved) {
+  std::string sparse = config();
+  sparse.insert(sparse.find('\n') + 1, "segment_reserve = false\n");
+  {
+    DaemonProcess first(BULKHEADD_PATH, dir_, sparse);
+    auto seg = first.wait_ready(segment_);
+    ASSERT_TRUE(seg) << first.log();
+    EXPECT_LT(allocated_bytes(segment_.str()), seg->size());
+  }
+  DaemonProcess second(BULKHEADD_PATH, dir_, config());
+  auto seg = second.wait_ready(segment_);
+  ASSERT_TRUE(seg) << second.log();
+  EXPECT_NE(second.log().find("adopted segment"), std::string::npos) << second.log();
+  EXPECT_GE(allocated_bytes(segment_.str()), seg->size());
+}
+
+// A /dev/shm too small for the segment stops the daemon at start, saying
+// what it needs and has, rather than leave the first process that writes
+// a page past the space to die of SIGBUS. In a mount namespace of its own
+// (unshare(1)) with a 1 MiB tmpfs on /dev/shm.
+TEST_F(DaemonIntegration, TooSmallADevShmStopsTheDaemonSayingHowMuchItNeeds) {
+  const std::string mount = "mount -t tmpfs -o size=1m tmpfs /dev/shm";
+  if (testing::run_command({"/usr/bin/unshare", "-m", "/bin/sh", "-c", mount}, dir_).exit_code != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs of its own on /dev/shm (needs CAP_SYS_ADMIN)";
+  }
+  std::string large = config();
+  large.replace(large.find("max_dependencies = 16"), 21, "max_dependencies = 1024");
+  const std::string path = dir_ + "/bulkhead.toml";
+  testing::write_file(path, large);
+  const auto run = testing::run_command(
+      {"/usr/bin/unshare", "-m", "/bin/sh", "-c",
+       mount + " && exec " + BULKHEADD_PATH + " --config " + path},
+      dir_);
+  EXPECT_EQ(run.exit_code, 1) << run.output();
+  EXPECT_NE(run.output().find("segment /dev/shm/" + segment_.str() + ": cannot reserve its "),
+            std::string::npos)
+      << run.output();
+  EXPECT_NE(run.output().find(" MiB in /dev/shm: No space left on device (1.0 MiB free); free space there, or set "
+                              "daemon.segment_reserve = false"),
+            std::string::npos)
+      << run.output();
 }
 
 // The bytes of /dev/shm/NAME.

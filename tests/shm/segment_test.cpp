@@ -2,8 +2,11 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +16,8 @@
 #include <cerrno>
 #include <csignal>
 #include <chrono>
+#include <cstdio>
+#include <functional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -280,6 +285,153 @@ TEST(Segment, TinyForeignObjectIsRefused) {
   ASSERT_EQ(::write(fd, "hello", 5), 5);
   ::close(fd);
   EXPECT_EQ(attach_error(name), EBADMSG);
+}
+
+// Bytes of /dev/shm that the segment's file has memory for.
+std::uint64_t allocated_bytes(const std::string& name) {
+  struct stat st {};
+  if (::stat(("/dev/shm/" + name).c_str(), &st) != 0) return 0;
+  return static_cast<std::uint64_t>(st.st_blocks) * 512;
+}
+
+TEST(Segment, CreateGivesEveryPageItsMemory) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(256, 64, 8));
+  EXPECT_GE(allocated_bytes(name), s.size());
+}
+
+TEST(Segment, WithoutReserveOnlyThePagesWrittenHaveMemory) {
+  TempSegmentName name;
+  CreateOptions options = small_segment(256, 64, 8);
+  options.reserve = false;
+  Segment s = Segment::create(name, options);
+  // The header and the slots' stripes (their minimum latencies start at
+  // UINT64_MAX); not the histogram tables, most of the segment.
+  EXPECT_LT(allocated_bytes(name), s.size() / 2) << allocated_bytes(name) << " of " << s.size();
+}
+
+TEST(Segment, ReserveGivesALiveSegmentItsMissingPagesAndKeepsWhatItHolds) {
+  TempSegmentName name;
+  CreateOptions options = small_segment(256, 64, 8);
+  options.reserve = false;
+  Segment created = Segment::create(name, options);
+  const std::uint32_t pay = find_or_claim_dependency(created, "pay", 7, 0).index;
+  Segment adopted = Segment::attach(name, Access::kReadWrite);
+  adopted.reserve();
+  EXPECT_GE(allocated_bytes(name), adopted.size());
+  EXPECT_EQ(find_dependency(adopted, "pay"), pay);
+  EXPECT_EQ(adopted.dependency(pay).control.limit.load(), 7u);
+  EXPECT_EQ(adopted.header().magic.load(), kMagic);
+}
+
+// In a forked child whose /dev/shm is a tmpfs of its own, `bytes` large (a
+// private mount namespace: the host's /dev/shm is untouched), runs body()
+// and returns the child's wait status; a SIGBUS ends the child with
+// kDiedOfSigbus. The child exits kNoSmallDevShm when it cannot mount one.
+constexpr int kNoSmallDevShm = 77;
+constexpr int kDiedOfSigbus = 78;
+int in_small_dev_shm(std::uint64_t bytes, const std::function<int()>& body) {
+  const std::string size = "size=" + std::to_string(bytes);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, size.c_str()) != 0) {
+      std::_Exit(kNoSmallDevShm);
+    }
+    struct sigaction bus {};
+    bus.sa_handler = [](int) { ::_exit(kDiedOfSigbus); };
+    ::sigaction(SIGBUS, &bus, nullptr);
+    std::_Exit(body());
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+#define SKIP_WITHOUT_A_SMALL_DEV_SHM(status)                                                   \
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kNoSmallDevShm) {                            \
+    GTEST_SKIP() << "cannot mount a tmpfs of its own on /dev/shm (needs CAP_SYS_ADMIN)";       \
+  }
+
+// Fills /dev/shm to the last byte with a file of its own.
+bool fill_dev_shm() {
+  const int fd = ::open("/dev/shm/filler", O_WRONLY | O_CREAT, 0600);
+  if (fd < 0) return false;
+  static const char chunk[4096] = {};
+  while (::write(fd, chunk, sizeof chunk) > 0) {
+  }
+  const int code = errno;
+  ::close(fd);
+  return code == ENOSPC;
+}
+
+// Writes every page of the segment, as the calls and the daemon in time
+// would: each page's first byte, with the value it has.
+void touch_every_page(const Segment& s) {
+  auto* base = reinterpret_cast<volatile char*>(&s.header());
+  for (std::uint64_t at = 0; at < s.size(); at += 4096) base[at] = base[at];
+}
+
+// 2.2 MiB: far more than the 1 MiB below, less than the 4 MiB after.
+CreateOptions larger_than_a_mebibyte(bool reserve) {
+  CreateOptions options = small_segment(256, 16, 8);
+  options.reserve = reserve;
+  return options;
+}
+
+TEST(SegmentInAFullDevShm, ASegmentThatCannotHaveItsMemoryIsNotCreated) {
+  const int status = in_small_dev_shm(1 << 20, [] {
+    try {
+      Segment::create("bhtest-big", larger_than_a_mebibyte(true));
+      return 1;
+    } catch (const SegmentError& e) {
+      const std::string what = e.what();
+      if (e.code() != ENOSPC) return 2;
+      char expected[160];
+      std::snprintf(expected, sizeof expected,
+                    "segment /dev/shm/bhtest-big: cannot reserve its %.1f MiB in /dev/shm: No space left on "
+                    "device (1.0 MiB free)",
+                    static_cast<double>(segment_layout(larger_than_a_mebibyte(true).capacities).total_size) /
+                        (1 << 20));
+      if (what != expected) {
+        std::fprintf(stderr, "message: %s\n", what.c_str());
+        return 3;
+      }
+    }
+    struct stat st {};
+    if (::stat("/dev/shm/bhtest-big", &st) == 0) return 4;  // left behind
+    struct statvfs fs {};
+    if (::statvfs("/dev/shm", &fs) != 0 || fs.f_bfree != fs.f_blocks) return 5;  // memory kept
+    return 0;
+  });
+  SKIP_WITHOUT_A_SMALL_DEV_SHM(status);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+// What reserving is for: once created, the segment takes its first writes
+// however full /dev/shm gets.
+TEST(SegmentInAFullDevShm, AReservedSegmentTakesEveryFirstWrite) {
+  const int status = in_small_dev_shm(4 << 20, [] {
+    Segment s = Segment::create("bhtest-big", larger_than_a_mebibyte(true));
+    if (!fill_dev_shm()) return 1;
+    touch_every_page(s);
+    return 0;
+  });
+  SKIP_WITHOUT_A_SMALL_DEV_SHM(status);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+// And what it prevents: the same writes to pages left to their first
+// touch end the process that makes them.
+TEST(SegmentInAFullDevShm, AnUnreservedSegmentsFirstWriteDiesOfSigbus) {
+  const int status = in_small_dev_shm(4 << 20, [] {
+    Segment s = Segment::create("bhtest-big", larger_than_a_mebibyte(false));
+    if (!fill_dev_shm()) return 1;
+    touch_every_page(s);
+    return 0;
+  });
+  SKIP_WITHOUT_A_SMALL_DEV_SHM(status);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == kDiedOfSigbus) << "status " << status;
 }
 
 TEST(DependencyTable, SameNameSameSlot) {

@@ -272,11 +272,14 @@ TEST_F(StatsReaderTest, ABucketThatWrapsPast2To32GivesTheRightDelta) {
 
 // What makes a segment cheap at thousands of dependencies: the histogram
 // pages of stripes no process writes are touched by no one, neither the
-// segment's creation nor the daemon's reading, so tmpfs never gives them
-// memory.
+// segment's creation nor the daemon's reading, so they are in no process's
+// resident memory, and a segment not reserved (daemon.segment_reserve =
+// false) never gets memory for them.
 TEST(StatsPages, HistogramsOfStripesNeverWrittenNeverBecomeResident) {
   TempSegmentName name;
-  Segment segment = Segment::create(name, testing::small_segment(256, 4, 8));
+  CreateOptions options = testing::small_segment(256, 4, 8);
+  options.reserve = false;
+  Segment segment = Segment::create(name, options);
   std::vector<std::unique_ptr<StatsReader>> readers;
   for (std::uint32_t d = 0; d < 256; ++d) {
     const std::uint32_t index = find_or_claim_dependency(segment, "dep-" + std::to_string(d), 10, 0).index;
