@@ -6,6 +6,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
@@ -205,6 +206,12 @@ Segment Segment::create(const std::string& name, const CreateOptions& options) {
 }
 
 void Segment::reserve() const { reserve_file(mapping_->object.get_mapping_handle().handle, size_, name_); }
+
+std::uint64_t Segment::reserved_bytes() const {
+  struct stat st {};
+  if (::fstat(mapping_->object.get_mapping_handle().handle, &st) != 0) return 0;
+  return std::min<std::uint64_t>(static_cast<std::uint64_t>(st.st_blocks) * 512, size_);
+}
 
 Segment Segment::attach(const std::string& name, Access access) {
   check_name(name);

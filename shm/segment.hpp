@@ -70,6 +70,9 @@ class Segment {
   // SegmentError: ENOSPC, with the space /dev/shm has free, when it has too
   // little (tmpfs then gives back what it had allocated).
   void reserve() const;
+  // Bytes of the segment that have their memory in /dev/shm: size() once
+  // reserved, the pages written so far otherwise.
+  std::uint64_t reserved_bytes() const;
 
   Segment(Segment&&) noexcept;
   Segment& operator=(Segment&&) noexcept;

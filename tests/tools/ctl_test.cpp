@@ -192,6 +192,34 @@ TEST_F(CtlSegment, SlotsTakenCountEveryClaimAndTheSegmentLineSaysWhenATableIsFul
   EXPECT_EQ(j["segment"]["process_slots_taken"].number, 8);
 }
 
+// The segment line says whether the segment has all its memory in
+// /dev/shm: a process whose first write to a page of one that has not
+// finds /dev/shm full dies of SIGBUS (daemon.segment_reserve).
+TEST_F(CtlSegment, TheSegmentLineSaysWhetherTheSegmentIsReserved) {
+  Snapshot s = snapshot_at(kT0);
+  EXPECT_EQ(s.reserved, s.size);
+  std::string text = status_text(derive_status(s, s));
+  char expected[64];
+  std::snprintf(expected, sizeof expected, ", %.1f MiB reserved, 2 of 16 dependency slots",
+                static_cast<double>(s.size) / (1 << 20));
+  EXPECT_NE(text.find(expected), std::string::npos) << text;
+  Json j = JsonParser::parse(status_json(derive_status(s, s)));
+  EXPECT_EQ(j["segment"]["reserved_bytes"].number, j["segment"]["size_bytes"].number);
+
+  TempSegmentName name("ctl");
+  shm::CreateOptions sparse = testing::small_segment(256, 8, 4);
+  sparse.reserve = false;
+  const shm::Segment unreserved = shm::Segment::create(name, sparse);
+  s = read_snapshot(unreserved, kT0);
+  ASSERT_LT(s.reserved, s.size / 2);
+  text = status_text(derive_status(s, s));
+  std::snprintf(expected, sizeof expected, ", %.1f MiB, not reserved (%.1f MiB in memory), ",
+                static_cast<double>(s.size) / (1 << 20), static_cast<double>(s.reserved) / (1 << 20));
+  EXPECT_NE(text.find(expected), std::string::npos) << text;
+  j = JsonParser::parse(status_json(derive_status(s, s)));
+  EXPECT_EQ(j["segment"]["reserved_bytes"].number, static_cast<double>(s.reserved));
+}
+
 // The column orders rank the largest first, ties by name; p99 puts a
 // dependency with no call in the interval last.
 TEST_F(CtlSegment, StatusOrdersByAColumnLargestFirst) {

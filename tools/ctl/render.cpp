@@ -68,9 +68,15 @@ std::string dependency_name(const Snapshot& s, std::uint32_t index) {
 
 std::string segment_line(const Snapshot& s) {
   const auto full = [](std::uint32_t taken, std::uint32_t slots) { return taken >= slots ? " (full)" : ""; };
-  return format("segment /dev/shm/%s: ABI %u.%u, %u of %u dependency slots taken%s, %u of %u process slots%s, "
+  const auto mib = [](std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+  // Not reserved: a process whose first write to a page finds /dev/shm
+  // full dies of SIGBUS (daemon.segment_reserve).
+  const std::string memory = s.reserved >= s.size
+                                 ? format("%.1f MiB reserved", mib(s.size))
+                                 : format("%.1f MiB, not reserved (%.1f MiB in memory)", mib(s.size), mib(s.reserved));
+  return format("segment /dev/shm/%s: ABI %u.%u, %s, %u of %u dependency slots taken%s, %u of %u process slots%s, "
                 "%u stripes\n",
-                s.segment.c_str(), s.abi_major, s.abi_minor, s.dependency_slots_taken,
+                s.segment.c_str(), s.abi_major, s.abi_minor, memory.c_str(), s.dependency_slots_taken,
                 s.capacities.max_dependencies, full(s.dependency_slots_taken, s.capacities.max_dependencies),
                 s.process_slots_taken, s.capacities.max_processes,
                 full(s.process_slots_taken, s.capacities.max_processes), s.capacities.stats_stripes);
@@ -107,6 +113,7 @@ void write_segment(JsonWriter& j, const Snapshot& s) {
   j.key("abi_major").value(std::uint32_t{s.abi_major});
   j.key("abi_minor").value(std::uint32_t{s.abi_minor});
   j.key("size_bytes").value(s.size);
+  j.key("reserved_bytes").value(s.reserved);
   j.key("max_dependencies").value(s.capacities.max_dependencies);
   j.key("dependency_slots_taken").value(s.dependency_slots_taken);
   j.key("max_processes").value(s.capacities.max_processes);

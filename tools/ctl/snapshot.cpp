@@ -118,6 +118,7 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
   s.abi_major = h.abi_major;
   s.abi_minor = h.abi_minor;
   s.size = segment.size();
+  s.reserved = segment.reserved_bytes();
   s.capacities = segment.capacities();
   s.taken_ns = now_ns;
   s.boot_time_s = boot_time_s();

@@ -103,7 +103,8 @@ struct Snapshot {
   std::string segment;  // name, without /dev/shm/
   std::uint16_t abi_major = 0;
   std::uint16_t abi_minor = 0;
-  std::uint64_t size = 0;  // bytes
+  std::uint64_t size = 0;      // bytes
+  std::uint64_t reserved = 0;  // of them, with their memory in /dev/shm (Segment::reserved_bytes())
   shm::Capacities capacities;
   std::uint64_t taken_ns = 0;     // CLOCK_MONOTONIC when read
   std::uint64_t boot_time_s = 0;  // Unix time of boot, to date process start times
