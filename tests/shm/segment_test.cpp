@@ -408,15 +408,21 @@ TEST(SegmentInAFullDevShm, ASegmentThatCannotHaveItsMemoryIsNotCreated) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
-// What reserving is for: once created, the segment takes its first writes
-// however full /dev/shm gets.
-TEST(SegmentInAFullDevShm, AReservedSegmentTakesEveryFirstWrite) {
-  const int status = in_small_dev_shm(4 << 20, [] {
-    Segment s = Segment::create("bhtest-big", larger_than_a_mebibyte(true));
+// Creates a segment in a 4 MiB /dev/shm, fills the rest of it, then
+// writes every page of the segment; the child's wait status.
+int first_writes_after_dev_shm_filled(bool reserve) {
+  return in_small_dev_shm(4 << 20, [reserve] {
+    Segment s = Segment::create("bhtest-big", larger_than_a_mebibyte(reserve));
     if (!fill_dev_shm()) return 1;
     touch_every_page(s);
     return 0;
   });
+}
+
+// What reserving is for: once created, the segment takes its first writes
+// however full /dev/shm gets.
+TEST(SegmentInAFullDevShm, AReservedSegmentTakesEveryFirstWrite) {
+  const int status = first_writes_after_dev_shm_filled(true);
   SKIP_WITHOUT_A_SMALL_DEV_SHM(status);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
@@ -424,12 +430,7 @@ TEST(SegmentInAFullDevShm, AReservedSegmentTakesEveryFirstWrite) {
 // And what it prevents: the same writes to pages left to their first
 // touch end the process that makes them.
 TEST(SegmentInAFullDevShm, AnUnreservedSegmentsFirstWriteDiesOfSigbus) {
-  const int status = in_small_dev_shm(4 << 20, [] {
-    Segment s = Segment::create("bhtest-big", larger_than_a_mebibyte(false));
-    if (!fill_dev_shm()) return 1;
-    touch_every_page(s);
-    return 0;
-  });
+  const int status = first_writes_after_dev_shm_filled(false);
   SKIP_WITHOUT_A_SMALL_DEV_SHM(status);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == kDiedOfSigbus) << "status " << status;
 }
