@@ -248,9 +248,13 @@ int run(const Options& options) {
     // What the capacities cost, for capacity planning (docs/operations.md).
     const shm::Capacities c = segment.capacities();
     const bool automatic = config.daemon.stats_stripes == kAutoStripes;
-    spdlog::info("segment /dev/shm/{}: {:.1f} MiB for {} dependencies ({} statistics stripes{}, {} queue "
+    const auto mib = [](std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+    const std::uint64_t reserved = segment.reserved_bytes();
+    spdlog::info("segment /dev/shm/{}: {:.1f} MiB ({}) for {} dependencies ({} statistics stripes{}, {} queue "
                  "places each) and {} processes",
-                 config.daemon.segment, static_cast<double>(segment.size()) / (1024.0 * 1024.0),
+                 config.daemon.segment, mib(segment.size()),
+                 reserved >= segment.size() ? std::string("reserved in /dev/shm")
+                                            : fmt::format("not reserved: {:.1f} MiB in memory", mib(reserved)),
                  c.max_dependencies, c.stats_stripes,
                  automatic ? " (\"auto\": " + std::to_string(shm::possible_cpus()) + " possible CPUs)"
                            : std::string(),

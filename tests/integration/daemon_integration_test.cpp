@@ -507,12 +507,14 @@ TEST_F(DaemonIntegration, AnAdoptedSegmentGetsItsMemoryReserved) {
     auto seg = first.wait_ready(segment_);
     ASSERT_TRUE(seg) << first.log();
     EXPECT_LT(allocated_bytes(segment_.str()), seg->size());
+    EXPECT_NE(first.log().find(" MiB (not reserved: "), std::string::npos) << first.log();
   }
   DaemonProcess second(BULKHEADD_PATH, dir_, config());
   auto seg = second.wait_ready(segment_);
   ASSERT_TRUE(seg) << second.log();
   EXPECT_NE(second.log().find("adopted segment"), std::string::npos) << second.log();
   EXPECT_GE(allocated_bytes(segment_.str()), seg->size());
+  EXPECT_NE(second.log().find(" MiB (reserved in /dev/shm) for 16 dependencies"), std::string::npos) << second.log();
 }
 
 // A /dev/shm too small for the segment stops the daemon at start, saying
