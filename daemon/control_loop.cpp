@@ -289,8 +289,10 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
 
 std::uint32_t ControlLoop::flags_for(std::string_view name) const {
   std::uint32_t flags = 0;
-  if (config_.table_for(name) != nullptr) flags |= shm::kDependencyConfigured;
-  const DependencyConfig settings = config_.effective(name);
+  // One lookup (patterns are matched in it), no copy: effective() without the name.
+  const DependencyConfig* table = config_.table_for(name);
+  if (table != nullptr) flags |= shm::kDependencyConfigured;
+  const DependencyConfig& settings = table != nullptr ? *table : config_.defaults;
   if (!settings.enforce) flags |= shm::kDependencyShadow;
   if (settings.queue_order == QueueOrder::kLifo) flags |= shm::kDependencyLifo;
   if (!settings.partitions.empty()) flags |= shm::kDependencyPartitioned;
