@@ -248,13 +248,12 @@ int run(const Options& options) {
     // What the capacities cost, for capacity planning (docs/operations.md).
     const shm::Capacities c = segment.capacities();
     const bool automatic = config.daemon.stats_stripes == kAutoStripes;
-    const auto mib = [](std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
     const std::uint64_t reserved = segment.reserved_bytes();
-    spdlog::info("segment /dev/shm/{}: {:.1f} MiB ({}) for {} dependencies ({} statistics stripes{}, {} queue "
+    spdlog::info("segment /dev/shm/{}: {} ({}) for {} dependencies ({} statistics stripes{}, {} queue "
                  "places each) and {} processes",
-                 config.daemon.segment, mib(segment.size()),
-                 reserved >= segment.size() ? std::string("reserved in /dev/shm")
-                                            : fmt::format("not reserved: {:.1f} MiB in memory", mib(reserved)),
+                 config.daemon.segment, shm::mebibytes(segment.size()),
+                 reserved >= segment.size() ? "reserved in /dev/shm"
+                                            : "not reserved: " + shm::mebibytes(reserved) + " in memory",
                  c.max_dependencies, c.stats_stripes,
                  automatic ? " (\"auto\": " + std::to_string(shm::possible_cpus()) + " possible CPUs)"
                            : std::string(),

@@ -49,12 +49,6 @@ void check_name(const std::string& name) {
   }
 }
 
-std::string mebibytes(std::uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return text;
-}
-
 void reserve_file(int fd, std::uint64_t size, const std::string& name) {
   int rc;
   do {
@@ -77,6 +71,12 @@ bool capacities_in_range(const Capacities& c) {
 }
 
 }  // namespace
+
+std::string mebibytes(std::uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
 
 std::string validate_segment(const void* base, std::uint64_t size, int* code) {
   auto fail = [code](int c, std::string why) {

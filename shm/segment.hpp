@@ -40,6 +40,9 @@ class SegmentError : public std::runtime_error {
 // errno value in *code. Reads only the header; never writes.
 std::string validate_segment(const void* base, std::uint64_t size, int* code);
 
+// A segment's size as the daemon, bulkheadctl and errors give it: "2.8 MiB".
+std::string mebibytes(std::uint64_t bytes);
+
 struct CreateOptions {
   Capacities capacities;
   std::uint32_t mode = 0660;  // permission bits, applied past the umask

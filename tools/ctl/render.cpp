@@ -68,12 +68,11 @@ std::string dependency_name(const Snapshot& s, std::uint32_t index) {
 
 std::string segment_line(const Snapshot& s) {
   const auto full = [](std::uint32_t taken, std::uint32_t slots) { return taken >= slots ? " (full)" : ""; };
-  const auto mib = [](std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
   // Not reserved: a process whose first write to a page finds /dev/shm
   // full dies of SIGBUS (daemon.segment_reserve).
-  const std::string memory = s.reserved >= s.size
-                                 ? format("%.1f MiB reserved", mib(s.size))
-                                 : format("%.1f MiB, not reserved (%.1f MiB in memory)", mib(s.size), mib(s.reserved));
+  const std::string memory = s.reserved >= s.size ? shm::mebibytes(s.size) + " reserved"
+                                                  : shm::mebibytes(s.size) + ", not reserved (" +
+                                                        shm::mebibytes(s.reserved) + " in memory)";
   return format("segment /dev/shm/%s: ABI %u.%u, %s, %u of %u dependency slots taken%s, %u of %u process slots%s, "
                 "%u stripes\n",
                 s.segment.c_str(), s.abi_major, s.abi_minor, memory.c_str(), s.dependency_slots_taken,
