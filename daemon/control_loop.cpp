@@ -263,11 +263,15 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   d.queue_scan = segment_.queue_slots();
   // Start counting from now: an adopted segment's history is not a window.
   d.stats = std::make_unique<shm::StatsReader>(segment_, index);
-  // Continue from the limit in force (set by a client's claim, the config,
-  // or a previous daemon), not from initial_limit.
+  // Continue from the limit a daemon (a previous one, or this one's claim)
+  // left in force, not from initial_limit. A slot no daemon has governed
+  // yet (generation 0) holds what a client claimed it with: the header's
+  // default_limit, which is [defaults]' and not a pattern table's, so it
+  // starts at the config's initial_limit (0 tells the controller so).
   const DependencyConfig settings = config_.effective(d.name);
+  const bool governed = slot.control.generation.load(std::memory_order_relaxed) != 0;
   d.controller = std::make_unique<control::Controller>(
-      settings, slot.control.limit.load(std::memory_order_relaxed), now_ns);
+      settings, governed ? slot.control.limit.load(std::memory_order_relaxed) : 0, now_ns);
   // A breaker a previous daemon left open stays open for a sleep window.
   const bool found_open = shm::breaker_stops(slot.control.breaker.load(std::memory_order_relaxed));
   d.breaker.emplace(settings.breaker, found_open ? BreakerState::kOpen : BreakerState::kClosed, now_ns);

@@ -134,6 +134,31 @@ TEST_F(ControlLoopTest, ANameAPatternMatchesRunsOnThePatternsTable) {
   (void)other;
 }
 
+// A client claims a new name at [defaults]' initial_limit (the header's
+// default_limit: it cannot match patterns). The daemon that adopts it
+// starts the policy at the initial_limit of the name's own settings, a
+// pattern table's here; a limit a daemon already governed is continued.
+TEST_F(ControlLoopTest, ANameAPatternMatchesStartsAtThePatternsInitialLimit) {
+  start("[defaults]\ninitial_limit = 20\n"
+        "[dependency.\"db-shard-*\"]\npolicy = \"aimd\"\nmin_limit = 1\ninitial_limit = 4\n");
+  Dependency shard = client_->dependency("db-shard-3");
+  Dependency other = client_->dependency("payments");
+  EXPECT_EQ(shard.limit(), 20);  // until the daemon adopts it
+  advance_ticks(1);
+  EXPECT_EQ(view_of("db-shard-3").policy, "aimd");
+  EXPECT_EQ(shard.limit(), 4);
+  EXPECT_EQ(other.limit(), 20);
+
+  // Drops take AIMD to 4 x 0.9 = 3; a new daemon on the segment continues
+  // from there, not from the pattern's 4.
+  feed_calls(shard, 10, 1ms, Outcome::kDropped);
+  advance_ticks(1);
+  ASSERT_EQ(shard.limit(), 3);
+  loop_.emplace(*segment_, config_, nullptr);
+  advance_ticks(1);
+  EXPECT_EQ(shard.limit(), 3);
+}
+
 TEST_F(ControlLoopTest, SmallWindowsCarryOverUntilTheyHaveEnoughSamples) {
   start("[defaults]\npolicy = \"aimd\"\nmin_limit = 1\ninitial_limit = 10\nwindow_min_samples = 10\n"
         "window_max_ms = 5000\n");
