@@ -41,6 +41,8 @@ class AimdPolicy final : public Policy {
     // Mean latency above which a window counts as a drop, in milliseconds;
     // > 0. Netflix AIMDLimit default (5 s).
     double timeout_ms = 5000;
+
+    bool operator==(const Params&) const = default;
   };
 
   // Throws ParamError on invalid bounds or params.

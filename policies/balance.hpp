@@ -143,6 +143,8 @@ class BalancePolicy : public Policy {
     // dependency that gets slower by a fixed delay (a longer network
     // path) is then throttled like an overloaded one.
     double other_hosts = 0;
+
+    bool operator==(const Params&) const = default;
   };
 
   explicit BalancePolicy(const Bounds& bounds);

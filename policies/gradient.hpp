@@ -104,6 +104,8 @@ class GradientPolicy final : public Policy {
     // draws from its random source. Give hosts different seeds to keep
     // their measurements apart.
     double jitter_seed = 0;
+
+    bool operator==(const Params&) const = default;
   };
 
   // Envoy remeasures minRTT once the limit has been set to the minimum this

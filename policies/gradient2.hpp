@@ -64,6 +64,8 @@ class Gradient2Policy final : public Policy {
     // Growth allowed per update while latency is steady, in calls; >= 0.
     // Netflix default (its queueSize).
     double queue_size = 4;
+
+    bool operator==(const Params&) const = default;
   };
 
   // Throws ParamError on invalid bounds or params.

@@ -87,6 +87,8 @@ class VegasPolicy final : public Policy {
     // shrinks by lg(L), and a queue <= lg(L) grows it by beta; an integer
     // >= alpha_factor. Netflix default (beta 6 * log10).
     double beta_factor = 6;
+
+    bool operator==(const Params&) const = default;
   };
 
   // Throws ParamError on invalid bounds or params.

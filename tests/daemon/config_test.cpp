@@ -11,9 +11,16 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <string_view>
+
+#include "policies/aimd.hpp"
+#include "policies/balance.hpp"
+#include "policies/gradient.hpp"
+#include "policies/gradient2.hpp"
+#include "policies/vegas.hpp"
 
 namespace bulkhead::daemon {
 namespace {
@@ -145,6 +152,50 @@ TEST(EmbeddedDefaultConfig, ShowsEveryKeyWithItsValue) {
         "\n# [dependency.payments-db]\n"}) {
     EXPECT_NE(text.find(line), std::string_view::npos) << "missing: " << line;
   }
+}
+
+// The commented list of each policy's parameters shows every one of them,
+// each at the policy's own default: uncommenting a line changes nothing.
+TEST(EmbeddedDefaultConfig, ListsEveryPolicyParameterAtItsDefault) {
+  std::map<std::string, policies::ParamMap> listed;  // policy -> what its block shows
+  std::string policy;
+  std::istringstream lines{std::string(embedded_default_config())};
+  for (std::string line; std::getline(lines, line);) {
+    // "# aimd (additive ...):" opens a policy's block; "#   key = value  # ..." is a parameter.
+    if (line.rfind('#', 0) != 0) {
+      policy.clear();  // the comment block ended
+    } else if (const std::size_t paren = line.find(" (");
+               line.rfind("# ", 0) == 0 && paren != std::string::npos && line.find(' ', 2) == paren) {
+      policy = line.substr(2, paren - 2);
+    } else if (line.rfind("#   ", 0) == 0 && !policy.empty() && line.find(" = ") != std::string::npos) {
+      std::istringstream fields(line.substr(4));
+      std::string key, equals;
+      double value = 0;
+      ASSERT_TRUE(fields >> key >> equals >> value) << line;
+      listed[policy][key] = value;
+    }
+  }
+  const auto check = [&](const std::string& name, auto parse) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(listed.contains(name));
+    EXPECT_TRUE(parse(listed[name]) == parse(policies::ParamMap{}));
+    // Every key it knows is listed: the unknown-key error names them all.
+    std::string known;
+    try {
+      parse(policies::ParamMap{{"no_such_key", 1}});
+    } catch (const policies::ParamError& e) {
+      known = e.what();
+    }
+    std::string shown;
+    for (const auto& [key, value] : listed[name]) shown += (shown.empty() ? "" : ", ") + key;
+    EXPECT_NE(known.find("(known: " + shown + ")"), std::string::npos) << known;
+  };
+  check("aimd", policies::AimdPolicy::parse_params);
+  check("balance", policies::BalancePolicy::parse_params);
+  check("gradient", policies::GradientPolicy::parse_params);
+  check("gradient2", policies::Gradient2Policy::parse_params);
+  check("vegas", policies::VegasPolicy::parse_params);
+  EXPECT_EQ(listed.size(), 5u);
 }
 
 // The build embeds the checked-in file, not a stale copy of it.
