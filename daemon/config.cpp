@@ -534,14 +534,23 @@ void check_bounds(const Reporter& report, const RawTable& raw, const DependencyC
 // A table's settings on top of `base`: the struct defaults for [defaults],
 // the resolved [defaults] for a dependency. Policy parameters carry over only
 // to the same policy: another policy's parameters mean nothing to this one.
+// The segment capacities a config is checked against: its own, or, for a
+// reload, the running daemon's, which a reload cannot change; `whose` says
+// which in errors.
+struct Capacities {
+  std::uint32_t max_dependencies;
+  std::uint32_t queue_slots;
+  std::string whose;  // "" or ", the running value: ..."
+};
+
 // max_queue fits in the segment's queue_slots. Only a table that sets it
 // can fail: the built-in 0 always fits, and [defaults] is checked before
 // the dependencies that inherit from it.
 void check_queue(const Reporter& report, const RawTable& raw, const DependencyConfig& dep,
-                 std::uint32_t queue_slots) {
-  if (dep.max_queue <= queue_slots) return;
+                 const Capacities& capacities) {
+  if (dep.max_queue <= capacities.queue_slots) return;
   report.fail(raw.line_of("max_queue"), key_path(raw.path, "max_queue"),
-              "must be <= daemon.queue_slots (" + std::to_string(queue_slots) + ")");
+              "must be <= daemon.queue_slots (" + std::to_string(capacities.queue_slots) + capacities.whose + ")");
 }
 
 // A partitioned dependency's limit fits the 16-bit rule and counts; it has
@@ -563,7 +572,7 @@ void check_partitions(const Reporter& report, const RawTable& raw, const Depende
 }
 
 DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, const RawTable& raw,
-                         std::uint32_t queue_slots, std::string_view inherited) {
+                         const Capacities& capacities, std::string_view inherited) {
   DependencyConfig dep = base;
   dep.name = raw.name;
   if (raw.policy) dep.policy = *raw.policy;
@@ -589,7 +598,7 @@ DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, c
   if (b.force) dep.breaker.force = *b.force;
   if (raw.partitions) dep.partitions = *raw.partitions;
   check_bounds(report, raw, dep, inherited);
-  check_queue(report, raw, dep, queue_slots);
+  check_queue(report, raw, dep, capacities);
   check_partitions(report, raw, dep, inherited);
   check_not_numbers(report, raw, dep);
   check_policy(report, raw, dep, inherited);
@@ -638,7 +647,7 @@ DependencyConfig Config::effective(std::string_view name) const {
   return dep;
 }
 
-Config parse_config(std::string_view text, std::string_view source) {
+Config parse_config(std::string_view text, std::string_view source, const DaemonConfig* running) {
   const Reporter report(source);
   const toml::table root = tomlread::parse<ConfigError>(text, source);
 
@@ -672,19 +681,20 @@ Config parse_config(std::string_view text, std::string_view source) {
   }
 
   // Pass 2: what needs the whole file.
-  const std::size_t max_dependencies = config.daemon.max_dependencies;
-  if (raw_dependencies.size() > max_dependencies) {
-    const RawTable& first_extra = raw_dependencies[max_dependencies];  // in file order
+  const DaemonConfig& segment = running != nullptr ? *running : config.daemon;
+  const Capacities capacities{segment.max_dependencies, segment.queue_slots,
+                              running != nullptr ? ", the running value: it changes only on restart" : ""};
+  if (raw_dependencies.size() > capacities.max_dependencies) {
+    const RawTable& first_extra = raw_dependencies[capacities.max_dependencies];  // in file order
     report.fail(first_extra.line, first_extra.path,
                 std::to_string(raw_dependencies.size()) +
                     " dependencies configured, more than daemon.max_dependencies (" +
-                    std::to_string(max_dependencies) + ")");
+                    std::to_string(capacities.max_dependencies) + capacities.whose + ")");
   }
-  const std::uint32_t queue_slots = config.daemon.queue_slots;
-  config.defaults = resolve(report, DependencyConfig{}, raw_defaults, queue_slots, "the default");
+  config.defaults = resolve(report, DependencyConfig{}, raw_defaults, capacities, "the default");
   config.dependencies.reserve(raw_dependencies.size());
   for (const RawTable& raw : raw_dependencies) {
-    config.dependencies.push_back(resolve(report, config.defaults, raw, queue_slots, "from [defaults]"));
+    config.dependencies.push_back(resolve(report, config.defaults, raw, capacities, "from [defaults]"));
   }
   std::sort(config.dependencies.begin(), config.dependencies.end(),
             [](const DependencyConfig& a, const DependencyConfig& b) { return a.name < b.name; });
@@ -694,12 +704,12 @@ Config parse_config(std::string_view text, std::string_view source) {
                 "name it has no table of its own for");
   }
   for (const RawTable& raw : raw_patterns) {
-    config.patterns.push_back(resolve(report, config.defaults, raw, queue_slots, "from [defaults]"));
+    config.patterns.push_back(resolve(report, config.defaults, raw, capacities, "from [defaults]"));
   }
   return config;
 }
 
-Config load_config_file(const std::string& path) {
+Config load_config_file(const std::string& path, const DaemonConfig* running) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_to_read(path, errno);
   std::string text;
@@ -721,7 +731,7 @@ Config load_config_file(const std::string& path) {
     }
   }
   ::close(fd);
-  return parse_config(text, path);
+  return parse_config(text, path, running);
 }
 
 }  // namespace bulkhead::daemon

@@ -100,10 +100,14 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Parses and validates TOML text; `source` names it in errors.
-Config parse_config(std::string_view text, std::string_view source);
+// Parses and validates TOML text; `source` names it in errors. For a reload,
+// `running` is the daemon's config: what depends on the segment's
+// capacities (the number of configured names, max_queue) is checked against
+// its max_dependencies and queue_slots, which a reload cannot change, and not
+// against the file's.
+Config parse_config(std::string_view text, std::string_view source, const DaemonConfig* running = nullptr);
 // Reads and parses a file.
-Config load_config_file(const std::string& path);
+Config load_config_file(const std::string& path, const DaemonConfig* running = nullptr);
 // The config bulkheadd runs with when given no --config.
 std::string_view embedded_default_config();
 

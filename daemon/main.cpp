@@ -37,6 +37,7 @@ namespace {
 
 using bulkhead::daemon::Config;
 using bulkhead::daemon::ConfigError;
+using bulkhead::daemon::DaemonConfig;
 using bulkhead::daemon::kAutoStripes;
 namespace shm = bulkhead::shm;
 
@@ -54,11 +55,13 @@ std::uint64_t monotonic_ns() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-Config load(const Options& options) {
+// The config file (or the embedded one) with the command line's overrides.
+// For a reload, `running` is the config in force: see parse_config().
+Config load(const Options& options, const DaemonConfig* running = nullptr) {
   Config config = options.config_path.empty()
                       ? bulkhead::daemon::parse_config(bulkhead::daemon::embedded_default_config(),
-                                                       "<embedded default>")
-                      : bulkhead::daemon::load_config_file(options.config_path);
+                                                       "<embedded default>", running)
+                      : bulkhead::daemon::load_config_file(options.config_path, running);
   if (options.segment) {
     if (const char* why = shm::check_dependency_name(*options.segment)) {
       throw ConfigError("--segment: '" + *options.segment + "' " + why);
@@ -325,7 +328,7 @@ int run(const Options& options) {
       sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading %s",
                  static_cast<unsigned long long>(monotonic_ns() / 1000u), config.source.c_str());
       try {
-        Config next = load(options);
+        Config next = load(options, &config.daemon);
         keep_process_lifetime_settings(config, next);
         loop.apply(next);
         config = std::move(next);

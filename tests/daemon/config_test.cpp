@@ -414,6 +414,27 @@ TEST(ParseConfig, APatternTableSetsTheNamesItMatches) {
   EXPECT_EQ(config.effective("payments").bounds.max, 100);
 }
 
+// A reload is checked against the segment in use: its capacities keep their
+// running values (main.cpp), so a file that raises them cannot make room for
+// more configured names or a longer wait queue than the segment has.
+TEST(ParseConfig, AReloadIsCheckedAgainstTheRunningCapacities) {
+  DaemonConfig running;
+  running.max_dependencies = 1;
+  running.queue_slots = 4;
+  const std::string more_names = "[daemon]\nmax_dependencies = 8\n[dependency.a]\n[dependency.b]\n";
+  EXPECT_NO_THROW(parse_config(more_names, "r.toml"));
+  EXPECT_EQ(error_of([&] { parse_config(more_names, "r.toml", &running); }),
+            "r.toml:4: dependency.b: 2 dependencies configured, more than daemon.max_dependencies (1, the running "
+            "value: it changes only on restart)");
+  const std::string longer_queue = "[daemon]\nqueue_slots = 64\n[defaults]\nmax_queue = 16\n";
+  EXPECT_NO_THROW(parse_config(longer_queue, "r.toml"));
+  EXPECT_EQ(error_of([&] { parse_config(longer_queue, "r.toml", &running); }),
+            "r.toml:4: defaults.max_queue: must be <= daemon.queue_slots (4, the running value: it changes only on "
+            "restart)");
+  running.queue_slots = 16;
+  EXPECT_EQ(parse_config(longer_queue, "r.toml", &running).defaults.max_queue, 16u);
+}
+
 TEST(ParseConfig, DefaultsPolicyCarriesToDependencies) {
   const Config config = parse_config(
       "[defaults]\npolicy = \"aimd\"\nbackoff = 0.7\n\n[dependency.db]\nmax_limit = 50\n", "t.toml");

@@ -255,6 +255,19 @@ TEST_F(DaemonIntegration, BadReloadKeepsTheRunningConfig) {
   EXPECT_EQ(seg->header().config_generation.load(), generation);
   EXPECT_EQ(fixed.limit(), 7);
 
+  // A reload is checked against the running capacities, which it cannot
+  // change: 17 configured names for the segment's 16 slots are refused,
+  // though the file asks for 32.
+  std::string crowded = config("\n[dependency.fixed-one]\npolicy = \"fixed\"\ninitial_limit = 7\n");
+  crowded.replace(crowded.find("max_dependencies = 16"), 21, "max_dependencies = 32");
+  for (int i = 0; i < 16; ++i) crowded += "[dependency.extra-" + std::to_string(i) + "]\n";
+  testing::write_file(daemon.config_path(), crowded);
+  daemon.signal(SIGHUP);
+  const std::string too_many = "17 dependencies configured, more than daemon.max_dependencies (16, the running value";
+  for (int i = 0; i < 500 && daemon.log().find(too_many) == std::string::npos; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_NE(daemon.log().find(too_many), std::string::npos) << daemon.log();
+  EXPECT_EQ(seg->header().config_generation.load(), generation);
+
   // A good reload applies. The segment and the metrics endpoint live as
   // long as the process: one that asks for other capacities applies the
   // rest of the file, keeps the running ones, and names each key it kept,
