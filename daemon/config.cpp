@@ -192,21 +192,37 @@ DaemonConfig read_daemon(const Reporter& report, const toml::table& table) {
 bool is_pattern(std::string_view key) { return key.find_first_of("*?[") != std::string_view::npos; }
 
 // Why `pattern` is not one, or null: the characters of names and * ? [ ] !,
-// brackets closed, at most as long as a name.
+// at most as long as a name, its brackets read as fnmatch(3) reads them: a
+// ! first in [...] negates it, and a ] right after [ or [! is one of its
+// characters. What fnmatch would take for a literal [ ] or ! outside a
+// bracket is refused: no name has one, so the table would never apply.
 const char* check_pattern(std::string_view pattern) {
   if (pattern.size() > shm::kMaxNameLength) return "is longer than 47 bytes";
-  bool open = false;
-  for (char c : pattern) {
+  const auto name_character = [](char c) { return shm::check_dependency_name(std::string_view(&c, 1)) == nullptr; };
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
     if (c == '[') {
-      if (open) return "has a [ inside [...]";
-      open = true;
+      std::size_t j = i + 1;
+      if (j < pattern.size() && pattern[j] == '!') ++j;
+      const std::size_t first = j;
+      for (; j < pattern.size() && (pattern[j] != ']' || j == first); ++j) {
+        if (pattern[j] == '[') return "has a [ inside [...]";
+        if (pattern[j] == '!') return "has a ! inside [...] other than first";
+        if (pattern[j] != ']' && !name_character(pattern[j])) {
+          return "has a character other than A-Z a-z 0-9 . _ - inside [...]";
+        }
+      }
+      if (j == pattern.size()) return "has a [ without its ] (a ] right after [ or [! is one of its characters)";
+      i = j;
     } else if (c == ']') {
-      open = false;
-    } else if (c != '*' && c != '?' && c != '!' && shm::check_dependency_name(std::string_view(&c, 1)) != nullptr) {
+      return "has a ] without its [";
+    } else if (c == '!') {
+      return "has a ! outside [...] (write [!...] for any character but those)";
+    } else if (c != '*' && c != '?' && !name_character(c)) {
       return "has a character other than A-Z a-z 0-9 . _ - and * ? [ ] !";
     }
   }
-  return open ? "has a [ without its ]" : nullptr;
+  return nullptr;
 }
 
 // [defaults] or one [dependency.NAME] as written: only the keys it sets.

@@ -414,6 +414,14 @@ TEST(ParseConfig, APatternTableSetsTheNamesItMatches) {
   EXPECT_EQ(config.effective("payments").bounds.max, 100);
 }
 
+// A ] right after [ or [! is one of the bracket's characters, as fnmatch(3)
+// reads it: the pattern checks and the matching agree.
+TEST(ParseConfig, APatternBracketMayStartWithItsCloseBracket) {
+  const Config config = parse_config("[dependency.\"db-[]a]\"]\nmax_limit = 90\n", "p.toml");
+  EXPECT_EQ(config.effective("db-a").bounds.max, 90);
+  EXPECT_EQ(config.table_for("db-b"), nullptr);
+}
+
 // A reload is checked against the segment in use: its capacities keep their
 // running values (main.cpp), so a file that raises them cannot make room for
 // more configured names or a longer wait queue than the segment has.
@@ -854,6 +862,21 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:1: dependency.\"db/*\": pattern has a character other than A-Z a-z 0-9 . _ - and * ? [ ] !"},
     {"PatternWithAnOpenBracket", "[dependency.\"db-[ab\"]\n",
      "bad.toml:1: dependency.\"db-[ab\": pattern has a [ without its ]"},
+    // Brackets as fnmatch(3) reads them: a ] right after [ or [! is in the
+    // set, so these never close; a ] or ! outside one is a literal no name has.
+    {"PatternWithAnEmptyBracket", "[dependency.\"db-[]\"]\n",
+     "bad.toml:1: dependency.\"db-[]\": pattern has a [ without its ] (a ] right after [ or [! is one of its "
+     "characters)"},
+    {"PatternWithAnEmptyNegatedBracket", "[dependency.\"db-[!]\"]\n",
+     "bad.toml:1: dependency.\"db-[!]\": pattern has a [ without its ]"},
+    {"PatternWithAStrayCloseBracket", "[dependency.\"db-]*\"]\n",
+     "bad.toml:1: dependency.\"db-]*\": pattern has a ] without its ["},
+    {"PatternWithABangOutsideBrackets", "[dependency.\"!db*\"]\n",
+     "bad.toml:1: dependency.\"!db*\": pattern has a ! outside [...] (write [!...] for any character but those)"},
+    {"PatternWithABangInsideABracket", "[dependency.\"db-[a!]\"]\n",
+     "bad.toml:1: dependency.\"db-[a!]\": pattern has a ! inside [...] other than first"},
+    {"PatternWithAStarInsideABracket", "[dependency.\"db-[*]\"]\n",
+     "bad.toml:1: dependency.\"db-[*]\": pattern has a character other than A-Z a-z 0-9 . _ - inside [...]"},
     {"PatternTooLong", "[dependency.\"db-*-0123456789012345678901234567890123456789012\"]\n",
      "bad.toml:1: dependency.\"db-*-0123456789012345678901234567890123456789012\": pattern is longer than 47 bytes"},
     {"PatternUnderStrict", "[daemon]\nstrict = true\n[dependency.db]\n[dependency.\"db-*\"]\nmax_limit = 5\n",
