@@ -27,7 +27,6 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -67,7 +66,9 @@ using tomlread::unknown;
 
 std::string octal(std::int64_t mode) {
   std::string digits;
-  for (std::int64_t v = mode; v > 0; v /= 8) digits.insert(digits.begin(), char('0' + v % 8));
+  // The magnitude as unsigned: -INT64_MIN does not fit an int64_t.
+  const std::uint64_t magnitude = mode < 0 ? 0 - static_cast<std::uint64_t>(mode) : static_cast<std::uint64_t>(mode);
+  for (std::uint64_t v = magnitude; v > 0; v /= 8) digits.insert(digits.begin(), char('0' + v % 8));
   while (digits.size() < 3) digits.insert(digits.begin(), '0');
   return (mode < 0 ? "-0o" : "0o") + digits;
 }
@@ -77,31 +78,6 @@ bool read_boolean(const Reporter& report, const Entry& e, const std::string& pat
   const auto* value = e.node->as_boolean();
   if (value == nullptr) report.fail(e.line, path, "must be a boolean (true or false)");
   return value->get();
-}
-
-// "" (metrics off), "host:port" or "[v6]:port", port 0..65535. Whether the
-// host resolves or the port is free is for the exporter to find out.
-const char* check_listen_address(std::string_view address) {
-  if (address.empty()) return nullptr;
-  constexpr const char* kShape = "must be \"host:port\", or \"\" to turn metrics off";
-  const std::size_t colon = address.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) return kShape;
-  const std::string_view host = address.substr(0, colon);
-  const std::string_view port = address.substr(colon + 1);
-  if (host.front() == '[') {
-    if (host.size() < 3 || host.back() != ']') return kShape;
-  } else if (host.find(':') != std::string_view::npos) {
-    return "an IPv6 host must be in brackets, e.g. \"[::1]:9477\"";
-  }
-  for (char c : host) {
-    if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) return "host must not contain spaces";
-  }
-  if (port.empty() || port.size() > 5 ||
-      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-      std::stoi(std::string(port)) > 65535) {
-    return "port must be a number in [0, 65535]";
-  }
-  return nullptr;
 }
 
 // Loose on purpose: the daemon looks the group up when it creates the
@@ -279,7 +255,8 @@ double read_fraction(const Reporter& report, const Entry& e, const std::string& 
     report.fail(e.line, path, "must be a number in (0, 1], a fraction of calls (0.5 is 50%)");
   }
   if (!(v > 0.0 && v <= 1.0)) {
-    report.fail(e.line, path, "must be in (0, 1], a fraction of calls (0.5 is 50%), got " + std::to_string(v));
+    report.fail(e.line, path,
+                "must be in (0, 1], a fraction of calls (0.5 is 50%), got " + policies::format_number(v));
   }
   return v;
 }
@@ -326,9 +303,7 @@ std::uint32_t read_share(const Reporter& report, const Entry& e, const std::stri
   const double v = e.node->is_integer() ? static_cast<double>(e.node->as_integer()->get())
                                         : e.node->as_floating_point()->get();
   if (!(v > 0.0 && v <= 1.0)) {
-    std::ostringstream shown;
-    shown << v;
-    report.fail(e.line, path, "must be a share of the limit in (0, 1], got " + shown.str());
+    report.fail(e.line, path, "must be a share of the limit in (0, 1], got " + policies::format_number(v));
   }
   return static_cast<std::uint32_t>(std::llround(v * shm::kShareOne));
 }
@@ -626,6 +601,31 @@ DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, c
 }
 
 }  // namespace
+
+const char* check_listen_address(std::string_view address) {
+  if (address.empty()) return nullptr;
+  constexpr const char* kShape = "must be \"host:port\", or \"\" to turn metrics off";
+  const std::size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return kShape;
+  const std::string_view host = address.substr(0, colon);
+  const std::string_view port = address.substr(colon + 1);
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']' || host.substr(1, host.size() - 2).find_first_of("[]") != host.npos) {
+      return kShape;
+    }
+  } else if (host.find(':') != std::string_view::npos) {
+    return "an IPv6 host must be in brackets, e.g. \"[::1]:9477\"";
+  }
+  for (char c : host) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) return "host must not contain spaces";
+  }
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      std::stoi(std::string(port)) > 65535) {
+    return "port must be a number in [0, 65535]";
+  }
+  return nullptr;
+}
 
 std::uint32_t stripes_for(const DaemonConfig& daemon, std::uint32_t cpus) {
   if (daemon.stats_stripes != kAutoStripes) return daemon.stats_stripes;

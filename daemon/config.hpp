@@ -108,6 +108,10 @@ class ConfigError : public std::runtime_error {
 Config parse_config(std::string_view text, std::string_view source, const DaemonConfig* running = nullptr);
 // Reads and parses a file.
 Config load_config_file(const std::string& path, const DaemonConfig* running = nullptr);
+// Why `address` is no daemon.metrics_listen (or --metrics-listen) value, or
+// null: "" (metrics off), "host:port" or "[v6]:port", port 0..65535. Whether
+// the host resolves or the port is free is for the exporter to find out.
+const char* check_listen_address(std::string_view address);
 // The config bulkheadd runs with when given no --config.
 std::string_view embedded_default_config();
 

@@ -68,7 +68,12 @@ Config load(const Options& options, const DaemonConfig* running = nullptr) {
     }
     config.daemon.segment = *options.segment;
   }
-  if (options.metrics_listen) config.daemon.metrics_listen = *options.metrics_listen;
+  if (options.metrics_listen) {
+    if (const char* why = bulkhead::daemon::check_listen_address(*options.metrics_listen)) {
+      throw ConfigError("--metrics-listen: '" + *options.metrics_listen + "': " + why);
+    }
+    config.daemon.metrics_listen = *options.metrics_listen;
+  }
   return config;
 }
 
@@ -358,9 +363,16 @@ int run(const Options& options) {
 int main(int argc, char** argv) {
   CLI::App app{"bulkheadd: host-wide adaptive concurrency limits"};
   Options options;
+  // An empty path would mean "not given": the embedded config, or no check
+  // but a daemon started. A script's empty variable is refused instead.
+  const CLI::Validator not_empty([](std::string& path) { return path.empty() ? "must not be empty" : ""; },
+                                 "", "NOT_EMPTY");
   app.add_option("--config,-c", options.config_path, "TOML config file (default: the embedded one)")
-      ->type_name("FILE");
-  app.add_option("--check-config", options.check_path, "validate a config file and exit")->type_name("FILE");
+      ->type_name("FILE")
+      ->check(not_empty);
+  app.add_option("--check-config", options.check_path, "validate a config file and exit")
+      ->type_name("FILE")
+      ->check(not_empty);
   app.add_option("--segment", options.segment, "segment name, /dev/shm/NAME, overriding daemon.segment")
       ->type_name("NAME");
   app.add_option("--metrics-listen", options.metrics_listen,

@@ -699,6 +699,13 @@ const BadConfig kBadConfigs[] = {
     {"ModeWrittenInDecimal", "[daemon]\nsegment_mode = 660\n",
      "bad.toml:2: daemon.segment_mode: must be permission bits in [0o000, 0o777], got 0o1224 "
      "(write it in octal, e.g. 0o660)"},
+    {"ModeNegative", "[daemon]\nsegment_mode = -432\n",
+     "bad.toml:2: daemon.segment_mode: must be permission bits in [0o000, 0o777], got -0o660 "},
+    {"ModeMostNegative", "[daemon]\nsegment_mode = -9223372036854775808\n",
+     "bad.toml:2: daemon.segment_mode: must be permission bits in [0o000, 0o777], got "
+     "-0o1000000000000000000000 "},
+    {"MetricsIpv6WithAStrayBracket", "[daemon]\nmetrics_listen = \"[::1]]:80\"\n",
+     "bad.toml:2: daemon.metrics_listen: must be \"host:port\", or \"\" to turn metrics off"},
     {"MetricsWithoutPort", "[daemon]\nmetrics_listen = \"localhost\"\n",
      "bad.toml:2: daemon.metrics_listen: must be \"host:port\", or \"\" to turn metrics off"},
     {"MetricsPortTooHigh", "[daemon]\nmetrics_listen = \"127.0.0.1:65536\"\n",
@@ -784,6 +791,12 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:2: defaults.breaker.failure_rate_threshold: must be in (0, 1], a fraction of calls (0.5 is 50%)"},
     {"BreakerRateZero", "[dependency.db.breaker]\nslow_call_rate_threshold = 0.0\n",
      "bad.toml:2: dependency.db.breaker.slow_call_rate_threshold: must be in (0, 1]"},
+    {"BreakerRateJustAboveOne", "[defaults.breaker]\nfailure_rate_threshold = 1.0000001\n",
+     "bad.toml:2: defaults.breaker.failure_rate_threshold: must be in (0, 1], a fraction of calls (0.5 is 50%), "
+     "got 1.0000001"},
+    {"BreakerRateJustBelowZero", "[defaults.breaker]\nslow_call_rate_threshold = -0.0000001\n",
+     "bad.toml:2: defaults.breaker.slow_call_rate_threshold: must be in (0, 1], a fraction of calls (0.5 is 50%), "
+     "got -1e-07"},
     {"BreakerRateNotANumber", "[dependency.db.breaker]\nfailure_rate_threshold = \"half\"\n",
      "bad.toml:2: dependency.db.breaker.failure_rate_threshold: must be a number in (0, 1]"},
     {"BreakerForceUnknown", "[dependency.db.breaker]\nforce = \"half_open\"\n",
@@ -820,6 +833,8 @@ const BadConfig kBadConfigs[] = {
     // Partitions.
     {"PartitionShareAboveOne", "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = 1.5\n",
      "bad.toml:4: dependency.db.partitions.a: must be a share of the limit in (0, 1], got 1.5"},
+    {"PartitionShareJustAboveOne", "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = 1.0000001\n",
+     "bad.toml:4: dependency.db.partitions.a: must be a share of the limit in (0, 1], got 1.0000001"},
     {"PartitionShareZero", "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = 0\n",
      "bad.toml:4: dependency.db.partitions.a: must be a share of the limit in (0, 1], got 0"},
     {"PartitionShareNotANumber", "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = \"half\"\n",

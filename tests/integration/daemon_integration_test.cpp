@@ -498,6 +498,17 @@ TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
   const auto fail = testing::run_command({BULKHEADD_PATH, "--check-config", bad}, dir_);
   EXPECT_EQ(fail.exit_code, 1);
   EXPECT_NE(fail.output().find("bad.toml:2: daemon.tick_ms"), std::string::npos) << fail.output();
+  // An empty path (a script's unset variable) is refused, not taken for "no
+  // path": that would check nothing and start a daemon on the embedded config.
+  for (const char* option : {"--check-config", "--config"}) {
+    const auto empty = testing::run_command({BULKHEADD_PATH, option, ""}, dir_);
+    EXPECT_EQ(empty.exit_code, 105) << option << ": " << empty.output();  // CLI11's ValidationError
+    EXPECT_NE(empty.output().find("must not be empty"), std::string::npos) << empty.output();
+  }
+  const auto listen = testing::run_command({BULKHEADD_PATH, "--config", good, "--metrics-listen", "[::1]]:80"}, dir_);
+  EXPECT_EQ(listen.exit_code, 1);
+  EXPECT_NE(listen.output().find("--metrics-listen: '[::1]]:80': must be \"host:port\""), std::string::npos)
+      << listen.output();
   // Nothing was created.
   EXPECT_THROW(shm::Segment::attach(segment_, shm::Access::kReadOnly), shm::SegmentError);
 }
