@@ -29,6 +29,19 @@ namespace {
 
 std::string describe(const std::string& name) { return "segment /dev/shm/" + name; }
 
+// What a file at /dev/shm/NAME that is not a regular file is, or null when
+// it is one (or is not there: opening it says so). Anyone may make a file in
+// /dev/shm: opening a FIFO there read-only would block until some writer
+// came, and a directory has no segment to map.
+const char* not_a_segment_file(const std::string& name) {
+  struct stat st {};
+  if (::stat(("/dev/shm/" + name).c_str(), &st) != 0 || S_ISREG(st.st_mode)) return nullptr;
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  return "a device";
+}
+
 int native_error(const bip::interprocess_exception& e) {
   const int native = e.get_native_error();
   if (native != 0) return native;
@@ -215,6 +228,9 @@ std::uint64_t Segment::reserved_bytes() const {
 
 Segment Segment::attach(const std::string& name, Access access) {
   check_name(name);
+  if (const char* what = not_a_segment_file(name)) {
+    throw SegmentError(EBADMSG, describe(name) + ": refused: not a regular file but " + what);
+  }
   const auto mode = access == Access::kReadOnly ? bip::read_only : bip::read_write;
   auto mapping = std::make_unique<Mapping>();
   bip::offset_t size = 0;

@@ -287,6 +287,34 @@ TEST(Segment, TinyForeignObjectIsRefused) {
   EXPECT_EQ(attach_error(name), EBADMSG);
 }
 
+// Anyone may make a file in /dev/shm. A FIFO at the segment's name is
+// refused, read-only too, where opening it would wait for a writer forever
+// (each attach runs in a child that an alarm kills: a hang fails the test);
+// a directory is refused saying what it is.
+TEST(Segment, AFileThatIsNoRegularFileIsRefusedSayingWhat) {
+  TempSegmentName fifo;
+  ASSERT_EQ(::mkfifo(("/dev/shm/" + fifo.str()).c_str(), 0600), 0);
+  testing::run_children(2, [&](int i) {
+    ::alarm(10);
+    std::string what;
+    try {
+      Segment::attach(fifo, i == 0 ? Access::kReadOnly : Access::kReadWrite);
+    } catch (const SegmentError& e) {
+      what = e.what();
+      if (e.code() != EBADMSG) return 1;
+    }
+    return what.find("refused: not a regular file but a FIFO") != std::string::npos ? 0 : 2;
+  });
+
+  TempSegmentName directory;
+  const std::string path = "/dev/shm/" + directory.str();
+  ASSERT_EQ(::mkdir(path.c_str(), 0700), 0);
+  std::string what;
+  EXPECT_EQ(attach_error(directory, &what), EBADMSG);
+  EXPECT_NE(what.find("refused: not a regular file but a directory"), std::string::npos) << what;
+  ::rmdir(path.c_str());
+}
+
 // Bytes of /dev/shm that the segment's file has memory for.
 std::uint64_t allocated_bytes(const std::string& name) {
   struct stat st {};
