@@ -793,6 +793,15 @@ TEST_F(CtlBinary, CorruptSegmentExitsOneWithTheReason) {
 TEST_F(CtlBinary, UsageErrorsExitTwoAndUnknownDependencyThree) {
   EXPECT_EQ(run({}).exit_code, 2);
   EXPECT_EQ(run({"status", "--interval", "0"}).exit_code, 2);
+  // NaN is in no range, though every comparison with it is false.
+  for (const char* option : {"--interval", "--stale-after"}) {
+    const auto nan = run({"status", option, "nan"});
+    EXPECT_EQ(nan.exit_code, 2) << option;
+    EXPECT_NE(nan.output().find(std::string(option) + ": must be a finite number, got nan"), std::string::npos)
+        << nan.output();
+  }
+  EXPECT_EQ(run({"top", "--interval", "nan"}).exit_code, 2);
+  EXPECT_EQ(run({"get", "x", "--interval", "nan"}).exit_code, 2);
   EXPECT_EQ(run({"frobnicate"}).exit_code, 2);
   const auto help = run({"--help"});
   EXPECT_EQ(help.exit_code, 0);

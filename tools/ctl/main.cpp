@@ -48,6 +48,19 @@ constexpr int kExitSegment = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitNoDependency = 3;
 
+// CLI::Range lets NaN through (every comparison with it is false): a number
+// option is checked with this first. A value that is no number at all is
+// left to the option's own conversion, which names it.
+const CLI::Validator kFinite(
+    [](std::string& text) -> std::string {
+      double value = 0;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      return error == std::errc{} && end == text.data() + text.size() && !std::isfinite(value)
+                 ? "must be a finite number, got " + text
+                 : "";
+    },
+    "", "FINITE");
+
 struct Options {
   std::string segment = ctl::default_segment_name();
   bool json = false;
@@ -326,11 +339,13 @@ int main(int argc, char** argv) {
   auto add_interval = [&](CLI::App* sub) {
     sub->add_option("--interval,-i", o.interval_s,
                     "seconds between the two readings that rates and latency come from (0.05 to 3600)")
+        ->check(kFinite)
         ->check(CLI::Range(0.05, 3600.0).description(""))
         ->type_name("SECONDS")
         ->capture_default_str();
     sub->add_option("--stale-after", o.status.stale_after_s,
                     "call the daemon's heartbeat stale when older than this, in seconds (0.01 to 86400)")
+        ->check(kFinite)
         ->check(CLI::Range(0.01, 86400.0).description(""))
         ->type_name("SECONDS")
         ->capture_default_str();
