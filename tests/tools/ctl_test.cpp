@@ -738,27 +738,37 @@ TEST(CtlErrors, WrongMagicIsRefused) {
   expect_refused(name, EBADMSG, "wrong magic: not a bulkhead segment");
 }
 
+// The hint says what would help: joining the group when it may read the
+// segment, else a mode that lets it.
 TEST(CtlErrors, UnreadableSegmentNamesItsModeAndGroup) {
   TempSegmentName name{"ctl-perm"};
   shm::Segment s = shm::Segment::create(name, testing::small_segment());
-  ASSERT_EQ(::chmod(("/dev/shm/" + name.str()).c_str(), 0), 0);
-  // The message goes through a pipe from the unprivileged child.
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  const int result = as_unprivileged_child([&] {
-    int code = 0;
-    const std::string what = open_error(name, &code);
-    (void)!::write(fds[1], what.data(), what.size());
-    return code == EACCES ? 0 : 1;
-  });
-  ::close(fds[1]);
-  char buf[1024];
-  const ssize_t n = ::read(fds[0], buf, sizeof buf);
-  ::close(fds[0]);
-  const std::string what(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
-  EXPECT_EQ(result, 0) << what;
-  EXPECT_NE(what.find("Permission denied (mode 0000, owner "), std::string::npos) << what;
-  EXPECT_NE(what.find("run as a member of group"), std::string::npos) << what;
+  const auto refusal = [&](mode_t mode) {
+    EXPECT_EQ(::chmod(("/dev/shm/" + name.str()).c_str(), mode), 0);
+    // The message goes through a pipe from the unprivileged child.
+    int fds[2];
+    EXPECT_EQ(::pipe(fds), 0);
+    const int result = as_unprivileged_child([&] {
+      int code = 0;
+      const std::string what = open_error(name, &code);
+      (void)!::write(fds[1], what.data(), what.size());
+      return code == EACCES ? 0 : 1;
+    });
+    ::close(fds[1]);
+    char buf[1024];
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    ::close(fds[0]);
+    const std::string what(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+    EXPECT_EQ(result, 0) << what;
+    return what;
+  };
+  const std::string group_reads = refusal(0640);
+  EXPECT_NE(group_reads.find("Permission denied (mode 0640, owner "), std::string::npos) << group_reads;
+  EXPECT_NE(group_reads.find(": run as a member of group "), std::string::npos) << group_reads;
+  const std::string owner_only = refusal(0600);
+  EXPECT_NE(owner_only.find("Permission denied (mode 0600, owner "), std::string::npos) << owner_only;
+  EXPECT_NE(owner_only.find(" may not read it; daemon.segment_mode = 0o660 lets it)"), std::string::npos)
+      << owner_only;
 }
 
 // --- The binary ---------------------------------------------------------------

@@ -79,8 +79,12 @@ shm::Segment open_read_only(const std::string& name) {
       if (::stat(("/dev/shm/" + name).c_str(), &st) == 0) {
         char mode[8];
         std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-        hint = std::string(" (mode ") + mode + ", owner " + user_name(st.st_uid) + ", group " +
-               group_name(st.st_gid) + ": run as a member of group " + group_name(st.st_gid) + ")";
+        const std::string owner = user_name(st.st_uid), group = group_name(st.st_gid);
+        // A group without the read bit is no help to its members.
+        hint = std::string(" (mode ") + mode + ", owner " + owner + ", group " + group + ": " +
+               ((st.st_mode & 0040) != 0 ? "run as a member of group " + group
+                                         : "group " + group + " may not read it; daemon.segment_mode = 0o660 lets it") +
+               ")";
       }
     } else if (e.code() == EAGAIN) {
       hint = " (try again in a moment)";
