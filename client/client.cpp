@@ -277,47 +277,68 @@ std::string describe_local_limit(const bh_client& c) {
 std::mutex& g_clients_mutex = *new std::mutex;
 std::vector<bh_client*>& g_clients = *new std::vector<bh_client*>;
 
-// Before fork, in the parent: which dependencies it holds permits of. The
-// thread that forks holds the same ones during and after the snapshot (it
-// is in fork()); other threads' permits do not matter, the child has no
-// copy of those threads.
-void snapshot_before_fork() {
+// Before fork, in the parent, with g_clients_mutex held: takes every
+// client's mutex, held across fork() (a thread in bh_dependency() or
+// bh_partition() would otherwise leave it locked forever in the child, by a
+// thread the child has not, and its map of dependencies half written), then
+// notes which dependencies the client holds permits of. The thread that
+// forks holds the same ones during and after the snapshot (it is in
+// fork()); other threads' permits do not matter, the child has no copy of
+// those threads.
+void lock_and_snapshot_before_fork() {
   for (bh_client* c : g_clients) {
-    if (!c->segment) continue;
-    std::lock_guard lock(c->mutex);
+    c->mutex.lock();
     for (auto& [name, dep] : c->deps) dep->held_at_fork = dep->held->load(std::memory_order_relaxed) != 0;
   }
 }
 
+// After fork, in the parent, and in the child after rebind_after_fork().
+void unlock_after_fork() {
+  for (bh_client* c : g_clients) c->mutex.unlock();
+  g_clients_mutex.unlock();
+}
+
+// A forked child's client `c` of a segment: a process slot of its own, or
+// standalone when the table is full.
+void rebind_to_own_slot(bh_client* c) {
+  try {
+    c->process_index = shm::claim_process_slot(*c->segment);
+    for (auto& [name, dep] : c->deps) {
+      dep->held = &c->segment->held(c->process_index, dep->index);
+      assign_stripes(dep.get(), *c->segment, c->process_index);
+      dep->process = c->process_index;
+    }
+  } catch (const shm::SegmentError& e) {
+    // No slot for the child (the process table is full). Counting its
+    // permits in its parent's slot would leak those it holds when it
+    // dies (the daemon gives back a slot's permits when its process
+    // exits, and the parent lives on), and its bh_client_close() would
+    // free the parent's slot. The child goes standalone instead, as
+    // bh_client_open() does without a segment: its own static limit, no
+    // daemon, no breaker, no queue. Or, opened with
+    // BH_OPEN_REQUIRE_SEGMENT, it refuses every call. Inherited permits
+    // stay the parent's: the child's held counts start at zero.
+    c->segment.reset();
+    for (auto& [name, dep] : c->deps) bind_local(dep.get(), local_limit(*c));
+    c->status = std::string("standalone after fork: no process slot of its own (") + e.what() + "), " +
+                describe_local_limit(*c);
+  }
+}
+
 void rebind_after_fork() {
-  // The child has one thread; the parent held g_clients_mutex across fork
-  // (see the prepare handler), so it is safe to take.
+  // The child has one thread: the one that forked, which holds
+  // g_clients_mutex and every client's mutex (the prepare handler).
   for (bh_client* c : g_clients) {
-    if (!c->segment) continue;
     // The child holds copies of its parent's permits: its releases must
     // not give them back.
     for (auto& [name, dep] : c->deps) dep->inherited |= dep->held_at_fork ? 1u : 0u;
-    try {
-      c->process_index = shm::claim_process_slot(*c->segment);
-      for (auto& [name, dep] : c->deps) {
-        dep->held = &c->segment->held(c->process_index, dep->index);
-        assign_stripes(dep.get(), *c->segment, c->process_index);
-        dep->process = c->process_index;
-      }
-    } catch (const shm::SegmentError& e) {
-      // No slot for the child (the process table is full). Counting its
-      // permits in its parent's slot would leak those it holds when it
-      // dies (the daemon gives back a slot's permits when its process
-      // exits, and the parent lives on), and its bh_client_close() would
-      // free the parent's slot. The child goes standalone instead, as
-      // bh_client_open() does without a segment: its own static limit, no
-      // daemon, no breaker, no queue. Or, opened with
-      // BH_OPEN_REQUIRE_SEGMENT, it refuses every call. Inherited permits
-      // stay the parent's: the child's held counts start at zero.
-      c->segment.reset();
+    if (c->segment) {
+      rebind_to_own_slot(c);
+    } else {
+      // Standalone, the counts are the process's own: the child's start
+      // from none (its parent's calls in flight are not its own), and its
+      // releases of inherited permits give back nothing.
       for (auto& [name, dep] : c->deps) bind_local(dep.get(), local_limit(*c));
-      c->status = std::string("standalone after fork: no process slot of its own (") + e.what() + "), " +
-                  describe_local_limit(*c);
     }
     for (auto& [name, handle] : c->partitions) {
       // The dependency's lines, rebound above; the handle's own fast-path
@@ -327,7 +348,7 @@ void rebind_after_fork() {
       handle->admit_limit = fast_path;
     }
   }
-  g_clients_mutex.unlock();
+  unlock_after_fork();
 }
 
 void install_fork_handlers() {
@@ -336,9 +357,9 @@ void install_fork_handlers() {
     ::pthread_atfork(
         [] {
           g_clients_mutex.lock();
-          snapshot_before_fork();
+          lock_and_snapshot_before_fork();
         },
-        [] { g_clients_mutex.unlock(); }, rebind_after_fork);
+        unlock_after_fork, rebind_after_fork);
   });
 }
 

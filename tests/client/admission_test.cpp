@@ -302,6 +302,35 @@ TEST_F(AdmissionTest, AForkedChildCountsItsPermitsInItsOwnSlot) {
   EXPECT_EQ(child_held, 1u);
 }
 
+// fork() while another thread is inside the client (its mutex held, its
+// map of dependencies being written): the child, whose only thread is the
+// one that forked, can still use the client. Each child has seconds to
+// name a dependency; one that hangs is killed by its alarm and fails.
+TEST_F(AdmissionTest, AChildForkedWhileAnotherThreadNamesDependenciesCanUseTheClient) {
+  Client client(name_.str());
+  std::atomic<bool> stop{false};
+  std::thread namer([&] {
+    for (int i = 0; !stop.load(); ++i) (void)client.dependency(i % 2 == 0 ? "payments" : "orders");
+  });
+  int failures = 0;
+  for (int i = 0; i < 200 && failures == 0; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(10);
+      Dependency dep = client.dependency("payments");
+      Permit p = dep.try_acquire();
+      std::_Exit(p ? 0 : 1);
+    }
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  stop = true;
+  namer.join();
+  EXPECT_EQ(failures, 0);
+}
+
 // A child inherits its parent's permits in memory, not in its held
 // counts: it must not give them back (the parent does), or the in-flight
 // count would fall below what is held until the daemon's drift scan.

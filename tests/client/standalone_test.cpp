@@ -1,4 +1,7 @@
 // With no segment the client still works, on a static limit of its own.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -43,6 +46,38 @@ TEST(Standalone, StaticLimitCaps) {
   a.success();
   EXPECT_EQ(dep.inflight(), 1);
   EXPECT_TRUE(dep.acquire(std::chrono::seconds(60)));
+}
+
+// A standalone client's counts are its process's: a forked child starts
+// from no call in flight, and its release of a permit its parent held
+// gives back nothing (the parent's own release does).
+TEST(Standalone, AForkedChildStartsFromNoCallsInFlight) {
+  TempSegmentName name{"none"};
+  bh_options o{};
+  o.segment = name.c_str();
+  o.static_limit = 2;
+  Client client(o);
+  Dependency dep = client.dependency("payments");
+  Permit inherited = dep.try_acquire();
+  ASSERT_TRUE(inherited);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Step by step; the exit code names the first step that went wrong.
+    if (dep.inflight() != 0) std::_Exit(1);
+    inherited.success();  // the parent's
+    if (dep.inflight() != 0) std::_Exit(2);
+    Permit a = dep.try_acquire(), b = dep.try_acquire();
+    if (!a || !b) std::_Exit(3);  // its whole static limit
+    if (dep.try_acquire()) std::_Exit(4);
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(dep.inflight(), 1);
+  inherited.success();
+  EXPECT_EQ(dep.inflight(), 0);
 }
 
 TEST(Standalone, StaticLimitFromTheEnvironment) {
