@@ -561,6 +561,10 @@ inline void count_admission(bh_dep* d, std::uint64_t word, std::uint64_t unit = 
 // admit() and wait_in_queue(): not decided here, take the partitioned
 // admission (never returned to a caller; every BH_REJECT_* is below it).
 constexpr int kDivert = 0x100;
+// wait_in_queue(): shadow mode was turned on while the call waited; in
+// shadow mode nothing waits: take admit()'s answer (never returned to a
+// caller either).
+constexpr int kShadow = 0x101;
 // A partition handle's fast-path limit: nothing is admitted without the rule.
 const std::atomic<std::uint32_t> kNoFastPath{0};
 
@@ -676,6 +680,7 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
 
   bool admitted = false;
   bool partitioned = false;
+  bool shadow = false;
   bool open_circuit = false;
   std::uint64_t word = 0;
   for (;;) {
@@ -691,6 +696,12 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
     if (!trial && shm::breaker_stops(d->control->breaker.load(std::memory_order_relaxed)) &&
         (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) == 0) {
       open_circuit = true;
+      break;
+    }
+    // A reload turned shadow mode on while this call waited: leave, and be
+    // admitted past the limit.
+    if ((d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) != 0) {
+      shadow = true;
       break;
     }
     const std::uint32_t limit_now = d->control->limit.load(std::memory_order_relaxed);
@@ -722,6 +733,7 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
     shm::wake_waiters(d->line->futex);
   }
   if (partitioned) return kDivert;
+  if (shadow) return kShadow;
   if (open_circuit) {
     add_stat(d, d->stats->open_rejected, 1, std::memory_order_relaxed);
     return BH_REJECT_OPEN_CIRCUIT;
@@ -1080,25 +1092,38 @@ int bh_try_acquire_untimed(bh_dep* d, bh_permit* out) {
 int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
   if (d == nullptr || out == nullptr) return fail(EINVAL, "bh_acquire: NULL argument");
   out->dep_ = nullptr;
-  const std::uint64_t now_ns = monotonic_ns();
+  std::uint64_t now_ns = monotonic_ns();
   // A call whose budget is spent never reaches the dependency.
   if (now_ns >= deadline_ns) return reject_deadline(d);
   // An open breaker refuses at once: nobody waits for it to close.
   std::uint64_t trial;
   if (const int rc = pass_breaker(d, trial); rc != 0) return rc;
-  // With no one waiting (as far as the futex word says), the admission of
-  // bh_try_acquire(), shadow mode included, without counting a rejection.
-  // Relaxed: a hint; a waiter that is missed here is one a newcomer passes,
-  // as a bh_try_acquire() caller may.
+  // With no one waiting (as far as the futex word says), or in shadow mode,
+  // where nothing waits, the admission of bh_try_acquire() (past the limit
+  // in shadow mode), without counting a rejection. Relaxed: a hint; a
+  // waiter that is missed here is one a newcomer passes, as a
+  // bh_try_acquire() caller may; and a lone flag, as in admit().
   int rc = BH_REJECT_LIMIT;  // not admitted yet
-  if ((d->line->futex.load(std::memory_order_relaxed) & shm::kFutexSleepers) == 0) {
+  if ((d->line->futex.load(std::memory_order_relaxed) & shm::kFutexSleepers) == 0 ||
+      (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) != 0) {
     rc = admit(d, false);
     if (rc == 0) {
       fill_permit(out, d, deadline_ns);
       return 0;
     }
   }
-  if (rc != kDivert) rc = wait_in_queue(d, now_ns, deadline_ns, out, trial != kNoTrial);
+  while (rc != kDivert) {
+    rc = wait_in_queue(d, now_ns, deadline_ns, out, trial != kNoTrial);
+    if (rc != kShadow) break;
+    // Shadow mode came on while it waited: admitted past the limit, unless
+    // a reload took it off again this instant (then it waits again).
+    rc = admit(d, false);
+    if (rc == 0) {
+      fill_permit(out, d, deadline_ns);
+      return 0;
+    }
+    now_ns = monotonic_ns();
+  }
   if (rc == kDivert) {
     // Partitions: no wait queue. One partitioned admission, or its reason
     // at once, whatever the deadline.

@@ -118,6 +118,9 @@ void ControlLoop::apply(const Config& config) {
     publish_limit(d);
     publish_settings(index, d.name);
     segment_.dependency(index).control.generation.store(generation, std::memory_order_relaxed);
+    // Waiters look at the new settings at once: shadow mode admits them,
+    // partitions send them to their rule, a larger limit may have room.
+    shm::wake_waiters(segment_.dependency(index).admission.futex);
   }
 }
 

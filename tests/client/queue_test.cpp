@@ -315,6 +315,26 @@ TEST_F(QueueTest, ShadowModeNeverWaits) {
   EXPECT_EQ(counters().shadow_admitted, 1u);
 }
 
+// A reload that turns shadow mode on admits the calls waiting (the daemon
+// wakes them), and a call that comes while one still sleeps does not queue
+// behind it.
+TEST_F(QueueTest, WhenShadowModeComesOnNothingWaits) {
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  testing::BackgroundWaiter waiter(*dep_);
+  wait_for_waiters(1);
+  control().flags.store(shm::kDependencyShadow);
+  // A sleeper is flagged on the futex word: without a wake-up, the waiter
+  // sleeps on, and the next call sees someone waiting.
+  Permit newcomer = dep_->acquire(2s);
+  EXPECT_TRUE(newcomer) << newcomer.reason();
+  shm::wake_waiters(segment_->dependency(slot_).admission.futex);
+  EXPECT_EQ(waiter.result(), 0);  // `held` is still held: admitted past the limit
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(counters().shadow_admitted, 2u);
+  EXPECT_EQ(dep_->inflight(), 2);  // `held` and `newcomer`: the waiter released its permit
+}
+
 TEST_F(QueueTest, AWaiterLeavesWhenTheBreakerOpens) {
   publish(1, 4);
   Permit held = dep_->try_acquire();
