@@ -75,15 +75,27 @@ DependencyCounters read_counters(const Segment& segment, std::uint32_t index) {
     for (std::uint32_t p = 0; p < kMaxPartitions; ++p) {
       c.partition_rejected[p] += st.partition_rejected[p].load(std::memory_order_relaxed);
     }
+    // A stripe that no success ever reached (none added to its latency sum,
+    // none of 0 ns lowered its minimum) has an empty histogram: not read, so
+    // that its pages stay untouched, as StatsReader leaves them. Reading a
+    // page of the segment gives it memory in /dev/shm, and a read that finds
+    // none left there dies of SIGBUS.
+    if (st.rtt_sum_ns.load(std::memory_order_acquire) == 0 &&
+        st.rtt_min_ns.load(std::memory_order_acquire) == UINT64_MAX) {
+      continue;
+    }
     const HistogramCounts& h = segment.latency_histogram(index, s);
     for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
       c.histogram[b] += h.bucket[b].load(std::memory_order_relaxed);
     }
   }
-  c.wait_sum_ns = segment.dependency(index).waits.wait_sum_ns.load(std::memory_order_relaxed);
-  const HistogramCounts& w = segment.wait_histogram(index);
-  for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
-    c.wait_histogram[b] = w.bucket[b].load(std::memory_order_relaxed);
+  // Acquire, as the latency sum: no wait recorded, no histogram to read.
+  c.wait_sum_ns = segment.dependency(index).waits.wait_sum_ns.load(std::memory_order_acquire);
+  if (c.wait_sum_ns != 0) {
+    const HistogramCounts& w = segment.wait_histogram(index);
+    for (std::uint32_t b = 0; b < kHistogramBuckets; ++b) {
+      c.wait_histogram[b] = w.bucket[b].load(std::memory_order_relaxed);
+    }
   }
   for (std::uint64_t n : c.histogram) c.ok += n;
   for (std::uint64_t n : c.wait_histogram) c.waited += n;

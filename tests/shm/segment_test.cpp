@@ -640,10 +640,12 @@ TEST(Stats, ReadingsSumStripesAndDeltasSubtract) {
   TempSegmentName name;
   Segment s = Segment::create(name, small_segment(4, 4, 3));
   const DependencyCounters before = read_counters(s, 1);
+  // As clients record: a success's bucket, then its latency on the sum.
   s.latency_histogram(1, 0).bucket[histogram_bucket(1'000'000)].fetch_add(2);
+  s.stripe(1, 0).rtt_sum_ns.fetch_add(2'000'000);
   s.latency_histogram(1, 2).bucket[histogram_bucket(3'000'000)].fetch_add(1);
+  s.stripe(1, 2).rtt_sum_ns.fetch_add(3'000'000);
   s.stripe(1, 1).dropped.fetch_add(5);
-  s.stripe(1, 2).rtt_sum_ns.fetch_add(5'000'000);
   const DependencyCounters d = read_counters(s, 1).since(before);
   EXPECT_EQ(d.ok, 3u);
   EXPECT_EQ(d.dropped, 5u);

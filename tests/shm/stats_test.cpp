@@ -272,9 +272,11 @@ TEST_F(StatsReaderTest, ABucketThatWrapsPast2To32GivesTheRightDelta) {
 
 // What makes a segment cheap at thousands of dependencies: the histogram
 // pages of stripes no process writes are touched by no one, neither the
-// segment's creation nor the daemon's reading, so they are in no process's
-// resident memory, and a segment not reserved (daemon.segment_reserve =
-// false) never gets memory for them.
+// segment's creation nor the daemon's reading nor bulkheadctl's
+// (read_counters()), so they are in no process's resident memory, and a
+// segment not reserved (daemon.segment_reserve = false) never gets memory
+// for them: reading a page there gives it memory, and in a full /dev/shm
+// kills the reader with SIGBUS.
 TEST(StatsPages, HistogramsOfStripesNeverWrittenNeverBecomeResident) {
   TempSegmentName name;
   CreateOptions options = testing::small_segment(256, 4, 8);
@@ -293,6 +295,10 @@ TEST(StatsPages, HistogramsOfStripesNeverWrittenNeverBecomeResident) {
       WindowExtremes extremes;
       const std::uint32_t index = *find_dependency(segment, "dep-" + std::to_string(d));
       readers[d]->take(segment, index, delta, extremes);
+      const DependencyCounters totals = read_counters(segment, index);
+      EXPECT_EQ(totals.ok, 1u);
+      EXPECT_EQ(totals.histogram[histogram_bucket(1'000'000)], 1u);
+      EXPECT_EQ(totals.dropped, 1u);
     }
   }
   // Pages of the segment's file that tmpfs holds, over [from, to).
