@@ -15,6 +15,7 @@
 
 #include "bulkhead/bulkhead.h"
 #include "bulkhead/client.hpp"
+#include "bulkhead/fallback.hpp"
 #include "daemon/config.hpp"
 #include "daemon/control_loop.hpp"
 #include "shm/partitions.hpp"
@@ -176,9 +177,18 @@ TEST_F(PartitionTest, CallsThatNameNoPartitionLeaveTheGuaranteesAlone) {
 TEST_F(PartitionTest, AHardCapHoldsWithCapacityIdle) {
   start(dependency("db", 10, "critical = 0.5\nbatch = { share = 0.2, hard_cap = true }\n"));
   int reason = 0;
-  auto batch = take_all(client_->dependency("db").partition("batch"), &reason);
+  Dependency batch_handle = client_->dependency("db").partition("batch");
+  auto batch = take_all(batch_handle, &reason);
   EXPECT_EQ(batch.size(), 2u);
   EXPECT_EQ(reason, BH_REJECT_PARTITION);
+  // A fallback is told that its partition refused the call, not the limit:
+  // 8 of the 10 are free.
+  FallbackGuard guard(1);
+  const FallbackReason why = execute(
+      batch_handle, guard, [] { return FallbackReason::kFailed; },
+      [](const FallbackContext& context) { return context.reason; });
+  EXPECT_EQ(why, FallbackReason::kPartition);
+  EXPECT_STREQ(to_string(why), "partition");
 }
 
 // The loop's view (what the segment fuzzer checks the republished rule

@@ -67,6 +67,7 @@ enum class FallbackReason {
   kDeadline,     // BH_REJECT_DEADLINE: the budget ran out waiting (or could not be met)
   kOpenCircuit,  // BH_REJECT_OPEN_CIRCUIT: the dependency's circuit breaker is open
   kFailed,       // the call was admitted and threw
+  kPartition,    // BH_REJECT_PARTITION: the call's partition is at its share or hard cap
 };
 
 inline const char* to_string(FallbackReason reason) {
@@ -79,6 +80,8 @@ inline const char* to_string(FallbackReason reason) {
       return "deadline";
     case FallbackReason::kOpenCircuit:
       return "open_circuit";
+    case FallbackReason::kPartition:
+      return "partition";
     case FallbackReason::kFailed:
       break;
   }
@@ -94,6 +97,8 @@ inline FallbackReason fallback_reason(int reject) {
       return FallbackReason::kDeadline;
     case BH_REJECT_OPEN_CIRCUIT:
       return FallbackReason::kOpenCircuit;
+    case BH_REJECT_PARTITION:
+      return FallbackReason::kPartition;
     default:
       return FallbackReason::kLimit;
   }
