@@ -136,6 +136,28 @@ TEST_F(ExecutorTest, AFullQueueIsRefusedAtOnce) {
   EXPECT_EQ(queued.future().get(), 2);
 }
 
+// A task an idle worker takes waits for no place: with no queue, the
+// executor runs as many tasks at once as it has workers, and refuses the
+// next.
+TEST_F(ExecutorTest, WithNoQueueEachIdleWorkerTakesATask) {
+  Executor pool(*dep_, {.threads = 2, .queue_capacity = 0});
+  Gate first, second;
+  auto a = pool.submit(first.blocker());
+  auto b = pool.submit(second.blocker());
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(b);
+  first.wait_started();
+  second.wait_started();
+  EXPECT_EQ(pool.queued(), 0u);
+  auto refused = pool.submit([] { return 3; });
+  EXPECT_FALSE(refused);
+  EXPECT_EQ(refused.reason(), BH_REJECT_QUEUE_FULL);
+  first.open();
+  second.open();
+  EXPECT_EQ(a.future().get(), 1);
+  EXPECT_EQ(b.future().get(), 1);
+}
+
 TEST_F(ExecutorTest, ADeadlinePassedAtSubmitIsRefusedAtOnce) {
   Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
   std::atomic<bool> ran{false};

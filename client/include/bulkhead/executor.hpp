@@ -98,7 +98,10 @@ class Submission {
 
 struct ExecutorOptions {
   unsigned threads = 4;             // worker threads: calls this executor makes at once, at most
-  std::size_t queue_capacity = 64;  // tasks waiting for a worker, at most
+  // Tasks waiting for a worker, at most. A task an idle worker takes at
+  // once waits for none: with 0, a task runs if a worker is idle, and is
+  // refused (BH_REJECT_QUEUE_FULL) otherwise.
+  std::size_t queue_capacity = 64;
 };
 
 class Executor {
@@ -110,6 +113,9 @@ class Executor {
     const unsigned threads = options.threads == 0 ? 1 : options.threads;
     workers_.reserve(threads);
     for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    // Ready when every worker is: a task submitted now finds them idle.
+    std::unique_lock lock(mutex_);
+    idle_changed_.wait(lock, [&] { return idle_ == threads; });
   }
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -131,7 +137,8 @@ class Executor {
     {
       std::lock_guard lock(mutex_);
       if (stopping_) return Submission<R>(kExecutorStopped);
-      if (queue_.size() >= capacity_) return Submission<R>(BH_REJECT_QUEUE_FULL);
+      // The first idle_ tasks in the queue are the idle workers' already.
+      if (queue_.size() >= capacity_ + idle_) return Submission<R>(BH_REJECT_QUEUE_FULL);
       queue_.push_back(std::move(queued));
     }
     ready_.notify_one();
@@ -145,10 +152,10 @@ class Executor {
                   budget >= Clock::time_point::max() - now ? Clock::time_point::max() : now + budget);
   }
 
-  // Tasks waiting for a worker.
+  // Tasks waiting for a worker (not those an idle worker is taking).
   std::size_t queued() const {
     std::lock_guard lock(mutex_);
-    return queue_.size();
+    return queue_.size() > idle_ ? queue_.size() - idle_ : 0;
   }
 
   // Refuses new tasks and every queued one (Rejected(kExecutorStopped));
@@ -235,7 +242,10 @@ class Executor {
       std::unique_ptr<TaskBase> task;
       {
         std::unique_lock lock(mutex_);
+        ++idle_;
+        idle_changed_.notify_all();
         ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        --idle_;
         if (queue_.empty()) return;  // stopping, nothing left
         task = std::move(queue_.front());
         queue_.pop_front();
@@ -246,8 +256,10 @@ class Executor {
 
   Dependency dependency_;
   const std::size_t capacity_;
-  mutable std::mutex mutex_;  // guards queue_ and stopping_
+  mutable std::mutex mutex_;  // guards queue_, stopping_ and idle_
   std::condition_variable ready_;
+  std::condition_variable idle_changed_;  // for the constructor: every worker ready
+  std::size_t idle_ = 0;                  // workers waiting for a task
   std::deque<std::unique_ptr<TaskBase>> queue_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
