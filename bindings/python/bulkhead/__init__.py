@@ -17,8 +17,9 @@ downstream once, and brackets each call with a permit::
 
 A permit the block leaves normally is released as a success, one left by an
 exception as ignored (not a latency sample); ``permit.dropped()`` inside the
-block reports a timeout or back-pressure instead. With no daemon running,
-the client opens in standalone mode and admits up to its own static limit.
+block reports a timeout or back-pressure instead. With no segment (no daemon
+has run since boot), the client opens in standalone mode and admits up to its
+own static limit.
 
 The library is found through $BULKHEAD_LIBRARY (a path to libbulkhead.so),
 then the build tree of the checkout this file lies in (build/client/), then

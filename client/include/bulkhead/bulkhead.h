@@ -108,7 +108,9 @@ enum {
 enum {
   BH_OPEN_REQUIRE_SEGMENT = 1 /* fail with -ENOENT instead of standalone mode (and
                                  in a forked child that finds the process table
-                                 full, refuse every call with BH_REJECT_LIMIT) */
+                                 full, refuse every call: BH_REJECT_LIMIT, or from
+                                 bh_acquire BH_REJECT_QUEUE_FULL, as no queue is
+                                 there to wait in) */
 };
 
 typedef struct bh_options {
