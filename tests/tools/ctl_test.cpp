@@ -525,6 +525,19 @@ TEST_F(CtlSegment, APinShowsWhileItHolds) {
             std::string::npos)
       << get;
   EXPECT_EQ(JsonParser::parse(dependency_json(st, r))["dependency"]["pin"]["limit"].number, 25);
+
+  // A word ending further away than bulkheadctl writes is junk: it pins
+  // nothing (the daemon clears it), whatever it says.
+  segment_.dependency(payments_).control.limit_pin.store(
+      shm::pin_word(9, second_reading_s + shm::kMaxPinSeconds + 100));
+  const Status junk = standard_status();
+  EXPECT_EQ(cells_of_line(status_text(junk), "payments ").at(1), "12");
+  const Json junk_json = JsonParser::parse(status_json(junk));
+  for (const Json& d : junk_json["dependencies"].array) {
+    if (d["name"].string == "payments") {
+      EXPECT_TRUE(d["pin"].is_null());
+    }
+  }
 }
 
 TEST(DescribeDuration, SaysSecondsMinutesHoursAndDays) {
@@ -562,6 +575,9 @@ TEST_F(CtlSegment, ProcessesListPidStartStateAndPermits) {
   std::tm started{};
   ASSERT_NE(::strptime(me["started_utc"].string.c_str(), "%Y-%m-%dT%H:%M:%SZ", &started), nullptr);
   EXPECT_LT(std::abs(::timegm(&started) - std::time(nullptr)), 86'400) << me["started_utc"].string;
+  // A slot is a client's to write: a start after now is junk, shown as unknown.
+  EXPECT_EQ(start_time_utc(s, UINT64_MAX), "?");
+  EXPECT_NE(start_time_utc(s, static_cast<std::uint64_t>(::sysconf(_SC_CLK_TCK))), "?");  // 1 s after boot
   ASSERT_EQ(me["held"].array.size(), 2u);
   EXPECT_EQ(me["held"][0]["dependency"].string, payments_ < recs_ ? "payments" : "recs");
   const Json& gone = j["processes"][1];
@@ -812,6 +828,20 @@ TEST_F(CtlBinary, UsageErrorsExitTwoAndUnknownDependencyThree) {
   }
   EXPECT_EQ(run({"top", "--interval", "nan"}).exit_code, 2);
   EXPECT_EQ(run({"get", "x", "--interval", "nan"}).exit_code, 2);
+  // A name no client could claim is a usage error saying why, not "no
+  // dependency"; so is a segment name, from the environment too.
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"get", "pay ments"}, {"pin", "pay*", "8"}, {"breaker", "", "open"}}) {
+    const auto bad = run(args);
+    EXPECT_EQ(bad.exit_code, 2) << bad.output();
+    EXPECT_NE(bad.output().find("name: '" + args[1] + "' "), std::string::npos) << bad.output();
+  }
+  const auto bad_segment = testing::run_command({"/usr/bin/env", "BULKHEAD_SEGMENT=a/b", BULKHEADCTL_PATH, "status"}, dir_);
+  EXPECT_EQ(bad_segment.exit_code, 2) << bad_segment.output();
+  EXPECT_NE(bad_segment.output().find("segment name 'a/b' has a character other than A-Z a-z 0-9 . _ - (from "
+                                      "$BULKHEAD_SEGMENT)"),
+            std::string::npos)
+      << bad_segment.output();
   EXPECT_EQ(run({"frobnicate"}).exit_code, 2);
   const auto help = run({"--help"});
   EXPECT_EQ(help.exit_code, 0);

@@ -61,6 +61,15 @@ const CLI::Validator kFinite(
     },
     "", "FINITE");
 
+// A dependency name as the segment holds them: one that no client could
+// claim is a usage error (exit 2) naming what is wrong, not "no dependency".
+const CLI::Validator kDependencyName(
+    [](std::string& name) -> std::string {
+      const char* why = shm::check_dependency_name(name);
+      return why != nullptr ? "'" + name + "' " + why : "";
+    },
+    "", "NAME");
+
 struct Options {
   std::string segment = ctl::default_segment_name();
   bool json = false;
@@ -378,7 +387,7 @@ int main(int argc, char** argv) {
   top->add_option("-n,--iterations", o.frames, "stop after N frames (default: run until q)")->type_name("N");
 
   CLI::App* get = app.add_subcommand("get", "one dependency in detail: counters, percentiles, holders");
-  get->add_option("name", o.dependency, "dependency name")->required()->type_name("NAME");
+  get->add_option("name", o.dependency, "dependency name")->required()->type_name("NAME")->check(kDependencyName);
   add_interval(get);
   get->add_flag("--json", o.json, "JSON for scripts (schema in docs/operations.md)");
 
@@ -388,7 +397,7 @@ int main(int argc, char** argv) {
 
   CLI::App* breaker = app.add_subcommand(
       "breaker", "force a dependency's circuit breaker open or closed, or hand it back to the daemon (auto)");
-  breaker->add_option("name", o.dependency, "dependency name")->required()->type_name("NAME");
+  breaker->add_option("name", o.dependency, "dependency name")->required()->type_name("NAME")->check(kDependencyName);
   breaker->add_option("state", o.force, "open, closed, or auto")
       ->required()
       ->check(CLI::IsMember({"open", "closed", "auto"}).description(""))
@@ -396,7 +405,7 @@ int main(int argc, char** argv) {
 
   CLI::App* pin = app.add_subcommand(
       "pin", "hold a dependency's limit at LIMIT for a while, whatever its policy says; off hands it back");
-  pin->add_option("name", o.dependency, "dependency name")->required()->type_name("NAME");
+  pin->add_option("name", o.dependency, "dependency name")->required()->type_name("NAME")->check(kDependencyName);
   pin->add_option("limit", o.pin, "calls admitted at once, host-wide (1 to 1000000), or off")
       ->required()
       ->type_name("LIMIT|off");
@@ -413,6 +422,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitUsage;
+  }
+  // Checked here rather than by --segment's validator: the name may come
+  // from the environment.
+  if (const char* why = shm::check_dependency_name(o.segment); why != nullptr || o.segment == "." ||
+                                                                o.segment == "..") {
+    std::cerr << "bulkheadctl: segment name '" << o.segment << "' "
+              << (why != nullptr ? why : "names a directory")
+              << (app.count("--segment") == 0 ? " (from $BULKHEAD_SEGMENT)" : "") << "\n";
+    return kExitUsage;
   }
 
   try {

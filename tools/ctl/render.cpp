@@ -508,7 +508,11 @@ std::string describe_duration(std::uint64_t s) {
 std::string start_time_utc(const Snapshot& s, std::uint64_t ticks) {
   const long hz = ::sysconf(_SC_CLK_TCK);
   if (ticks == 0 || s.boot_time_s == 0 || hz <= 0) return "?";
-  const time_t t = static_cast<time_t>(s.boot_time_s + ticks / static_cast<std::uint64_t>(hz));
+  // The slot is a client's to write: a start after now is junk.
+  const std::uint64_t since_boot_s = ticks / static_cast<std::uint64_t>(hz);
+  const auto now_s = static_cast<std::uint64_t>(std::time(nullptr));
+  if (now_s < s.boot_time_s || since_boot_s > now_s - s.boot_time_s + 60) return "?";
+  const time_t t = static_cast<time_t>(s.boot_time_s + since_boot_s);
   tm utc{};
   ::gmtime_r(&t, &utc);
   char buf[32];

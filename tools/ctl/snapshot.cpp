@@ -168,8 +168,9 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     r.breaker = slot.control.breaker.load(std::memory_order_relaxed);
     r.breaker_override = slot.control.breaker_override.load(std::memory_order_relaxed);
     r.trials_left = shm::trials_left(slot.control.trials.load(std::memory_order_relaxed));
+    // A junk word pins nothing (the daemon clears it at its next tick).
     if (const std::uint64_t pin = slot.control.limit_pin.load(std::memory_order_relaxed);
-        shm::pin_holds(pin, now_ns)) {
+        shm::pin_holds(pin, now_ns) && !shm::pin_junk(pin, now_ns)) {
       r.pin_limit = shm::pin_limit(pin);
       r.pin_left_s = shm::pin_until_s(pin) - now_ns / 1'000'000'000;
     }
