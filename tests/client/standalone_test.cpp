@@ -14,6 +14,14 @@ namespace {
 
 using testing::TempSegmentName;
 
+// Options for a standalone client (no segment of that name) with `limit`.
+bh_options static_limit_of(const TempSegmentName& name, long limit) {
+  bh_options o{};
+  o.segment = name.c_str();
+  o.static_limit = limit;
+  return o;
+}
+
 TEST(Standalone, NoSegmentMeansStandaloneAdmittingEverything) {
   TempSegmentName name{"none"};
   Client client(name.str());
@@ -30,10 +38,7 @@ TEST(Standalone, NoSegmentMeansStandaloneAdmittingEverything) {
 
 TEST(Standalone, StaticLimitCaps) {
   TempSegmentName name{"none"};
-  bh_options o{};
-  o.segment = name.c_str();
-  o.static_limit = 2;
-  Client client(o);
+  Client client(static_limit_of(name, 2));
   Dependency dep = client.dependency("payments");
   EXPECT_EQ(dep.limit(), 2);
   Permit a = dep.try_acquire(), b = dep.try_acquire(), c = dep.try_acquire();
@@ -53,10 +58,7 @@ TEST(Standalone, StaticLimitCaps) {
 // gives back nothing (the parent's own release does).
 TEST(Standalone, AForkedChildStartsFromNoCallsInFlight) {
   TempSegmentName name{"none"};
-  bh_options o{};
-  o.segment = name.c_str();
-  o.static_limit = 2;
-  Client client(o);
+  Client client(static_limit_of(name, 2));
   Dependency dep = client.dependency("payments");
   Permit inherited = dep.try_acquire();
   ASSERT_TRUE(inherited);
