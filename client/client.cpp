@@ -525,26 +525,30 @@ inline bool take_held(bh_dep* d, std::uint64_t unit, std::uint32_t p) {
   return true;
 }
 
-void give_back(bh_dep* d) {
+// Gives one permit back; false when it was not this process's to give
+// (take_held()).
+bool give_back(bh_dep* d) {
   // Held count first, then the shared word: a process that dies between the
   // two leaves the shared count larger than the sum of held counts, which
   // the daemon's reclaim can only under-correct, never over-correct.
-  if (!take_held(d, shm::kAdmissionAcquire, 0)) return;
+  if (!take_held(d, shm::kAdmissionAcquire, 0)) return false;
   // seq_cst (the same lock xadd as release on x86): the store side of the
   // Dekker pair with a waiter, completed by the load in wake_waiters().
   d->admission->fetch_add(shm::kAdmissionRelease, std::memory_order_seq_cst);
   shm::wake_waiters(d->line->futex);
+  return true;
 }
 
 // give_back() of a permit of named partition `p`: the same order, moving
 // the partition's field with the total.
-[[gnu::noinline]] void give_back_partition(bh_dep* d, std::uint32_t p) {
+[[gnu::noinline]] bool give_back_partition(bh_dep* d, std::uint32_t p) {
   const std::uint64_t unit = shm::admission_unit(p);
-  if (!take_held(d, unit, p)) return;
+  if (!take_held(d, unit, p)) return false;
   // seq_cst: as in give_back(). The permit holds one in T and one in the
   // field, so neither borrows from the other.
   d->admission->fetch_sub(unit, std::memory_order_seq_cst);
   shm::wake_waiters(d->line->futex);
+  return true;
 }
 
 // After a successful compare-and-swap from `word`: the held count (shared
@@ -1160,6 +1164,13 @@ void bh_release_latency(bh_permit* p, int outcome, std::uint64_t latency_ns) {
   bh_dep* d = permit_dep(p);
   const std::uint32_t partition = permit_partition(p);
   p->dep_ = nullptr;
+  if (d->inherited != 0) [[unlikely]] {
+    // In a forked child: a permit inherited from the parent is the
+    // parent's, and so is the call's outcome. Its release gives nothing
+    // back and records nothing (the parent's release of it does both).
+    if (partition == 0 ? give_back(d) : give_back_partition(d, partition)) record(d, outcome, latency_ns);
+    return;
+  }
   record(d, outcome, latency_ns);
   if (partition == 0) {
     give_back(d);

@@ -375,6 +375,33 @@ TEST_F(AdmissionTest, AForkedChildNeverGivesBackItsParentsPermits) {
   EXPECT_EQ(held_total(slot_of("payments")), 0u);
 }
 
+// The outcome of a call a child inherited is its parent's too: the child's
+// release records nothing (a failure it reported would count twice for the
+// circuit breaker, once from each process).
+TEST_F(AdmissionTest, AForkedChildRecordsNoOutcomeForItsParentsPermit) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  Permit inherited = dep.try_acquire();
+  ASSERT_TRUE(inherited);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    inherited.failed();
+    Permit own = dep.try_acquire();  // its own call's outcome counts
+    if (!own) std::_Exit(1);
+    own.dropped();
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const std::uint32_t slot = slot_of("payments");
+  EXPECT_EQ(shm::read_counters(*segment_, slot).failed, 0u);
+  EXPECT_EQ(shm::read_counters(*segment_, slot).dropped, 1u);
+  inherited.success();
+  EXPECT_EQ(shm::read_counters(*segment_, slot).ok, 1u);
+  EXPECT_EQ(dep.inflight(), 0);
+}
+
 // With the process table full at fork, a child has no slot to count its
 // permits in. It goes standalone: its permits count nowhere in the segment,
 // so the daemon has nothing to give back when it dies (counted in its

@@ -22,7 +22,7 @@
  * Thread safety: a bh_client and its bh_dep handles may be used from any
  * number of threads at once. A bh_permit belongs to the thread that holds it;
  * one inherited through fork() is the parent's, and releasing it in the
- * child does nothing.
+ * child does nothing (it gives nothing back and records no outcome).
  */
 #ifndef BULKHEAD_BULKHEAD_H
 #define BULKHEAD_BULKHEAD_H
