@@ -3,7 +3,10 @@ permits as context managers, outcomes, rejections and errors. Run by ctest
 (python_bindings) with the system python3 and $BULKHEAD_LIBRARY set to the
 built library."""
 
+import copy
 import os
+import pickle
+import threading
 import unittest
 
 import bulkhead
@@ -98,6 +101,73 @@ class StandaloneTest(unittest.TestCase):
             self.dep.try_acquire()
         with self.assertRaises(ValueError):
             self.client.dependency("payments")
+
+
+    def test_a_name_with_a_nul_is_a_value_error_not_cut_short(self):
+        for make in (lambda: self.client.dependency("pay\0ments"), lambda: self.dep.partition("de\0fault"),
+                     lambda: bulkhead.Client(segment=ABSENT + "\0x")):
+            with self.assertRaises(ValueError) as caught:
+                make()
+            self.assertIn("NUL", str(caught.exception))
+        self.assertEqual(len(self.client._dependencies), 1)  # "pay" was never claimed
+
+    def test_rejected_survives_pickling_and_copying(self):
+        rejected = bulkhead.Rejected("payments", bulkhead.REJECT_LIMIT)
+        for again in (pickle.loads(pickle.dumps(rejected)), copy.copy(rejected)):
+            self.assertEqual((again.dependency, again.reason, str(again)),
+                             (rejected.dependency, rejected.reason, str(rejected)))
+
+    def test_closing_from_many_threads_closes_once(self):
+        # bh_client_close() twice is a double free: the process would abort.
+        barrier = threading.Barrier(8)
+
+        def close():
+            barrier.wait()
+            self.client.close()
+
+        threads = [threading.Thread(target=close) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with self.assertRaises(ValueError):
+            self.dep.try_acquire()
+
+    def test_closing_while_threads_use_the_client_refuses_them_after(self):
+        # Each thread calls in until the client is closed; none may use
+        # freed memory (a crash), each must end with ValueError.
+        outcomes = []
+        started = threading.Barrier(5)
+
+        def use():
+            started.wait()
+            try:
+                while True:
+                    _ = self.dep.limit, self.dep.inflight, self.dep.breaker_state()
+                    permit = self.dep.try_acquire()
+                    if permit:
+                        permit.release()
+            except ValueError:
+                outcomes.append("closed")
+
+        threads = [threading.Thread(target=use) for _ in range(4)]
+        for t in threads:
+            t.start()
+        started.wait()
+        self.client.close()
+        for t in threads:
+            t.join()
+        self.assertEqual(outcomes, ["closed"] * 4)
+
+    def test_a_copy_of_the_module_high_in_the_tree_falls_back_to_the_system(self):
+        # Vendored as /bulkhead/__init__.py: no checkout three levels up.
+        saved_file, saved_env = bulkhead.__file__, os.environ.pop("BULKHEAD_LIBRARY")
+        try:
+            bulkhead.__file__ = "/bulkhead/__init__.py"
+            self.assertIsInstance(bulkhead.library_path(), str)
+        finally:
+            bulkhead.__file__ = saved_file
+            os.environ["BULKHEAD_LIBRARY"] = saved_env
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ then the build tree of the checkout this file lies in (build/client/), then
 the system's (libbulkhead.so.0, as ldconfig knows it).
 
 Thread safety: a Client and its Dependency objects may be shared by threads;
-a Permit belongs to the thread that acquired it.
+a Permit belongs to the thread that acquired it. Each call into libbulkhead
+holds the client's lock (none of them blocks), so close() waits for the calls
+other threads are in, and those that come after it raise ValueError.
 """
 
 import ctypes
@@ -34,6 +36,7 @@ import ctypes.util
 import errno
 import os
 import pathlib
+import threading
 
 __all__ = ["Client", "Dependency", "Permit", "Rejected", "SUCCESS", "DROPPED", "IGNORE", "FAILED",
            "REJECT_LIMIT", "REJECT_QUEUE_FULL", "REJECT_DEADLINE", "REJECT_OPEN_CIRCUIT", "REJECT_PARTITION",
@@ -64,6 +67,10 @@ class Rejected(Exception):
         self.dependency = dependency
         self.reason = reason
 
+    def __reduce__(self):
+        # Pickled (a process pool's worker raising it) and copied with both.
+        return (type(self), (self.dependency, self.reason))
+
 
 class _Options(ctypes.Structure):
     _fields_ = [("segment", ctypes.c_char_p), ("static_limit", ctypes.c_long), ("flags", ctypes.c_uint)]
@@ -82,10 +89,11 @@ def library_path():
     env = os.environ.get("BULKHEAD_LIBRARY")
     if env:
         return env
-    checkout = pathlib.Path(__file__).resolve().parents[3]
-    built = checkout / "build" / "client" / _SONAME
-    if built.exists():
-        return str(built)
+    here = pathlib.Path(__file__).resolve()
+    if len(here.parents) > 3:  # bindings/python/bulkhead/ in a checkout; a copy may lie higher
+        built = here.parents[3] / "build" / "client" / _SONAME
+        if built.exists():
+            return str(built)
     return ctypes.util.find_library("bulkhead") or _SONAME
 
 
@@ -128,6 +136,14 @@ def _c():
     return _lib
 
 
+def _c_string(text, what):
+    """`text` as the C ABI takes it: a NUL inside would cut it short there."""
+    data = text.encode()
+    if b"\0" in data:
+        raise ValueError(f"{what} {text!r} has a NUL character")
+    return data
+
+
 def _raise(rc, what):
     """Raises the Python exception for a negative errno from the C ABI."""
     why = f"{what}: {_c().bh_last_error().decode(errors='replace')}"
@@ -150,12 +166,13 @@ class Permit:
     def release(self, outcome=SUCCESS, latency_ns=None):
         """Gives the permit back; latency_ns: a latency the caller measured
         itself (saves two clock reads). Releasing twice does nothing."""
-        if self._permit.dep:
-            self._dependency._client._open_handle()  # its handle dies with the client
+        if not self._permit.dep:
+            return  # released already, or never admitted
+        client = self._dependency._client  # its handle dies with the client
         if latency_ns is None:
-            _c().bh_release(ctypes.byref(self._permit), outcome)
+            client._call(_c().bh_release, ctypes.byref(self._permit), outcome)
         else:
-            _c().bh_release_latency(ctypes.byref(self._permit), outcome, max(0, int(latency_ns)))
+            client._call(_c().bh_release_latency, ctypes.byref(self._permit), outcome, max(0, int(latency_ns)))
 
     def success(self):
         self.release(SUCCESS)
@@ -184,7 +201,10 @@ class Permit:
         # A permit forgotten unreleased is given back as ignored, like the
         # C++ Permit's destructor.
         if _lib is not None and self._permit.dep and self._dependency._client._handle:
-            self.release(IGNORE)
+            try:
+                self.release(IGNORE)
+            except ValueError:
+                pass  # the client closed meanwhile: nothing left to give back
 
 
 class Dependency:
@@ -209,9 +229,8 @@ class Dependency:
         return permit
 
     def _try_acquire(self):
-        self._client._open_handle()
         permit = Permit(self)
-        rc = _c().bh_try_acquire(self._handle, ctypes.byref(permit._permit))
+        rc = self._client._call(_c().bh_try_acquire, self._handle, ctypes.byref(permit._permit))
         if rc < 0:
             _raise(rc, self.name)
         return permit, rc
@@ -220,20 +239,21 @@ class Dependency:
         """BREAKER_CLOSED, BREAKER_OPEN or BREAKER_HALF_OPEN, as bulkheadd
         last published it (always closed standalone, or with a libbulkhead
         older than the breaker)."""
-        self._client._open_handle()
         fn = getattr(_c(), "bh_breaker_state", None)
-        return BREAKER_CLOSED if fn is None or fn.argtypes is None else fn(self._handle)
+        if fn is None or fn.argtypes is None:
+            self._client._call(lambda: None)  # a closed client still raises
+            return BREAKER_CLOSED
+        return self._client._call(fn, self._handle)
 
     def partition(self, name):
         """The Dependency for calls of one of this dependency's partitions
         (e.g. "critical"), as bulkheadd's config declares them; raises
         FileNotFoundError for a partition the dependency does not have."""
-        self._client._open_handle()
         fn = getattr(_c(), "bh_partition", None)
         if fn is None or fn.argtypes is None:
             raise OSError(errno.ENOSYS, f"{self.name}/{name}: this libbulkhead predates partitions")
         handle = ctypes.c_void_p()
-        rc = fn(self._handle, name.encode(), ctypes.byref(handle))
+        rc = self._client._call(fn, self._handle, _c_string(name, "partition name"), ctypes.byref(handle))
         if rc < 0:
             _raise(rc, f"{self.name}/{name}")
         return Dependency(self._client, f"{self.name}/{name}", handle)
@@ -241,14 +261,12 @@ class Dependency:
     @property
     def limit(self):
         """The limit in force, in calls."""
-        self._client._open_handle()
-        return _c().bh_limit(self._handle)
+        return self._client._call(_c().bh_limit, self._handle)
 
     @property
     def inflight(self):
         """Calls in flight host-wide (standalone: in this process)."""
-        self._client._open_handle()
-        return _c().bh_inflight(self._handle)
+        return self._client._call(_c().bh_inflight, self._handle)
 
 
 class Client:
@@ -260,7 +278,7 @@ class Client:
     standalone when there is no segment."""
 
     def __init__(self, segment=None, static_limit=0, require_segment=False):
-        options = _Options(segment.encode() if segment is not None else None, static_limit,
+        options = _Options(_c_string(segment, "segment name") if segment is not None else None, static_limit,
                            _OPEN_REQUIRE_SEGMENT if require_segment else 0)
         handle = ctypes.c_void_p()
         rc = _c().bh_client_open_opts(ctypes.byref(options), ctypes.byref(handle))
@@ -268,33 +286,42 @@ class Client:
             _raise(rc, f"segment {segment or os.environ.get('BULKHEAD_SEGMENT') or 'bulkhead'}")
         self._handle = handle
         self._dependencies = {}
+        # Held across each call into libbulkhead (ctypes lets other threads
+        # run meanwhile), so that close() never frees what a call uses.
+        # Reentrant: a Permit collected during a call may release itself.
+        # None of the calls blocks; one that waited (bh_acquire) would need
+        # a count of callers instead.
+        self._lock = threading.RLock()
 
     def dependency(self, name):
         """The Dependency called name (1 to 47 of A-Z a-z 0-9 . _ -)."""
-        if name not in self._dependencies:
+        dep = self._dependencies.get(name)
+        if dep is None:
             handle = ctypes.c_void_p()
-            rc = _c().bh_dependency(self._open_handle(), name.encode(), ctypes.byref(handle))
+            rc = self._call_client(_c().bh_dependency, _c_string(name, "dependency name"), ctypes.byref(handle))
             if rc < 0:
                 _raise(rc, name)
-            self._dependencies[name] = Dependency(self, name, handle)
-        return self._dependencies[name]
+            dep = self._dependencies.setdefault(name, Dependency(self, name, handle))
+        return dep
 
     @property
     def standalone(self):
         """True when no segment was found: limits are this process's own."""
-        return _c().bh_client_mode(self._open_handle()) == MODE_STANDALONE
+        return self._call_client(_c().bh_client_mode) == MODE_STANDALONE
 
     @property
     def status(self):
         """A one-line description of the client's state."""
-        return _c().bh_client_status(self._open_handle()).decode(errors="replace")
+        return self._call_client(_c().bh_client_status).decode(errors="replace")
 
     def close(self):
-        """Closes the client; release every permit first. Idempotent."""
-        if self._handle:
-            _c().bh_client_close(self._handle)
-            self._handle = None
+        """Closes the client; release every permit first. Idempotent, and
+        safe while other threads use it: it waits for the call each is in."""
+        with self._lock:
+            handle, self._handle = self._handle, None
             self._dependencies.clear()
+            if handle:
+                _c().bh_client_close(handle)
 
     def __enter__(self):
         return self
@@ -303,7 +330,17 @@ class Client:
         self.close()
         return False
 
-    def _open_handle(self):
-        if not self._handle:
-            raise ValueError("the client is closed")
-        return self._handle
+    def _call(self, fn, *args):
+        """fn(*args), a call on one of this client's handles, with its lock
+        held; ValueError once it is closed."""
+        with self._lock:
+            if not self._handle:
+                raise ValueError("the client is closed")
+            return fn(*args)
+
+    def _call_client(self, fn, *args):
+        """fn(the client's handle, *args), as _call()."""
+        with self._lock:
+            if not self._handle:
+                raise ValueError("the client is closed")
+            return fn(self._handle, *args)
