@@ -67,6 +67,18 @@ TEST(SimReplay, BadLinesNameTheirNumber) {
   }
 }
 
+// More drops than a window could hold would wrap its 64-bit sample count
+// (with its one ok call) to nothing, and the window would look empty.
+TEST(SimReplay, MoreDropsThanAWindowHoldsAreRefused) {
+  EXPECT_EQ(replay_text("1000000,20,4294967295\n", aimd()), "18\n");
+  try {
+    replay_text("1000000,20,4294967296\n", aimd());
+    ADD_FAILURE() << "accepted";
+  } catch (const ReplayError& e) {
+    EXPECT_EQ(std::string(e.what()), "<stdin>:1: dropped 4294967296: at most 4294967295 a window");
+  }
+}
+
 TEST(SimReplay, EachWindowLastsWindowMs) {
   // balance, unsmoothed and without drains, steps by its share of a round
   // trip: windows of 10 ms take a tenth of the step a 100-ms call makes

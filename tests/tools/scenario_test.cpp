@@ -220,6 +220,29 @@ TEST(SimScenario, TheEdgesOfEachRangeAreAccepted) {
   EXPECT_EQ(error_of("name = \"" + std::string(65, 'n') + "\"\n"), "s.toml:1: name: must be at most 64 characters");
 }
 
+// Times are compared in whole nanoseconds, the simulator's clock: 1.1 + 2.2
+// is 3.3000000000000003 in doubles, and a change at 3.3 (or a run of 3.3 s)
+// is where that ramp ends, not before it.
+TEST(SimScenario, AChangeWhereTheRampBeforeItEndsPassesWhateverTheRounding) {
+  const Scenario s = parse_scenario(
+      "duration_s = 4\n[dependency]\nworkers = 4\nbase_latency_ms = 10\n"
+      "[[dependency.change]]\nat_s = 1.1\nworkers = 2\nramp_s = 2.2\n"
+      "[[dependency.change]]\nat_s = 3.3\nworkers = 3\n[clients]\nrate = 100\n",
+      "s.toml");
+  ASSERT_EQ(s.dependency_changes.size(), 2u);
+  EXPECT_EQ(s.dependency_changes[1].at_s, 3.3);
+  const Scenario ends = parse_scenario(
+      "duration_s = 3.3\n[dependency]\nworkers = 4\nbase_latency_ms = 10\n"
+      "[clients]\nrate = 100\n[[clients.change]]\nat_s = 1.1\nrate = 50\nramp_s = 2.2\n",
+      "s.toml");
+  EXPECT_EQ(ends.rate_changes.size(), 1u);
+  EXPECT_EQ(error_of("duration_s = 4\n[dependency]\nworkers = 4\nbase_latency_ms = 10\n"
+                     "[[dependency.change]]\nat_s = 1.1\nworkers = 2\nramp_s = 2.2\n"
+                     "[[dependency.change]]\nat_s = 3.299999\nworkers = 3\n[clients]\nrate = 100\n")
+                .substr(0, 57),
+            "s.toml:10: dependency.change#2.at_s: must be >= 3.3 (the ");
+}
+
 TEST(SimScenario, EveryShippedScenarioParses) {
   int count = 0;
   for (const auto& entry : std::filesystem::directory_iterator(BULKHEAD_SOURCE_DIR "/scenarios")) {
@@ -232,6 +255,15 @@ TEST(SimScenario, EveryShippedScenarioParses) {
 
 TEST(SimScenario, UnreadableFileIsAnError) {
   EXPECT_THROW(load_scenario_file("/nonexistent/s.toml"), ScenarioError);
+  // A directory opens as a stream with nothing in it: said as it is, not
+  // as a scenario without duration_s.
+  try {
+    load_scenario_file(BULKHEAD_SOURCE_DIR "/scenarios");
+    ADD_FAILURE() << "a directory was read";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("/scenarios: cannot read: it is a directory"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(SimScenario, AParamFromTheCommandLineSetsOrOverridesThePolicys) {

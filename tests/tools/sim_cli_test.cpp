@@ -82,6 +82,35 @@ TEST_F(SimCli, RunPrintsTheTableAndWritesCsvPlotAndSummary) {
   EXPECT_EQ(kinds[3].rfind("static-best:static-best(L=", 0), 0u) << kinds[3];
 }
 
+// A run in which no call succeeds (each takes 2 s, the timeout is 0.5 s)
+// has no latency to plot: the PNG says so, and summary.json is written.
+TEST_F(SimCli, ARunWithoutASuccessStillPlotsAndSummarizes) {
+  const fs::path scenario = dir_ / "all-time-out.toml";
+  write_file(scenario,
+             "duration_s = 3\n[dependency]\nworkers = 4\nbase_latency_ms = 2000\nservice = \"constant\"\n"
+             "[clients]\nrate = 50\ntimeout_ms = 500\n");
+  const fs::path out = dir_ / "out";
+  const auto r = sim({"run", scenario.string(), "--policy", "aimd", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(read_file(out / "all-time-out.gp").find("no call succeeded"), std::string::npos);
+  EXPECT_EQ(read_file(out / "all-time-out.png").substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  const auto summary = testing::JsonParser::parse(read_file(out / "summary.json"));
+  EXPECT_EQ(summary["scenarios"][0]["runs"][0]["goodput_per_s"].number, 0);
+}
+
+// Output that cannot be written is an error, not a silent success.
+TEST_F(SimCli, AnUnwritableStandardOutputIsAnError) {
+  for (const std::string& command :
+       {"exec " + std::string(BULKHEAD_SIM_PATH) + " run " + kScenario + " --policy aimd --json > /dev/full",
+        "echo 1000000,20,0 | " + std::string(BULKHEAD_SIM_PATH) + " replay --policy aimd > /dev/full"}) {
+    const auto r = testing::run_command({"/bin/sh", "-c", command}, dir_.string());
+    EXPECT_EQ(r.exit_code, 1) << command;
+    EXPECT_NE(r.err.find("bulkhead-sim: cannot write to standard output: No space left on device"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 TEST_F(SimCli, TheSameBytesWhateverTheJobsAndOnEveryRun) {
   const auto json = [&](const char* jobs) {
     return sim({"run", kScenario, "--policy", "balance", "--policy", "vegas", "--json", "--jobs", jobs});

@@ -86,6 +86,13 @@ struct RunArgs {
   unsigned jobs = 1;
 };
 
+// Output that did not reach standard output (a full disk, a closed pipe)
+// is a failure, not a silent success.
+void check_written() {
+  std::cout.flush();
+  if (!std::cout) throw Failure(std::string("cannot write to standard output: ") + std::strerror(errno));
+}
+
 int run(const RunArgs& args) {
   for (const std::string& p : args.policies) {
     if (!bulkhead::policies::builtin_registry().contains(p)) {
@@ -130,6 +137,7 @@ int run(const RunArgs& args) {
   const std::string json = bulkhead::sim::format_json(reports);
   if (!args.out_dir.empty()) write_file(dir / "summary.json", json);
   if (args.json) std::cout << json;
+  check_written();
   return 0;
 }
 
@@ -152,8 +160,8 @@ int replay(const ReplayArgs& args) {
   }
   std::cout.sync_with_stdio(false);
   bulkhead::sim::replay(std::cin, std::cout, options);
-  std::cout.flush();
-  return std::cout ? 0 : 1;
+  check_written();
+  return 0;
 }
 
 }  // namespace

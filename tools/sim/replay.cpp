@@ -23,6 +23,10 @@ bool parse_field(std::string_view field, T& out) {
   return ec == std::errc{} && end == field.data() + field.size();
 }
 
+// The most drops one window may report (2^32 - 1: far more than a window
+// holds).
+constexpr std::uint64_t kMaxDropped = 0xffffffffu;
+
 }  // namespace
 
 std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& options,
@@ -54,6 +58,12 @@ std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& opt
       throw ReplayError(source + ":" + std::to_string(number) +
                         ": expected rtt_ns,inflight,dropped (three unsigned integers), got \"" +
                         std::string(text.substr(0, 80)) + "\"");
+    }
+    // A window's samples are counted in 64 bits with its one ok call: more
+    // drops than a window could hold would wrap that count to nothing.
+    if (dropped > kMaxDropped) {
+      throw ReplayError(source + ":" + std::to_string(number) + ": dropped " + std::to_string(dropped) +
+                        ": at most " + std::to_string(kMaxDropped) + " a window");
     }
 
     policies::Window w;

@@ -579,7 +579,19 @@ std::string gnuplot_script(const ScenarioReport& r, const std::string& png_path)
   panel("limit (calls)", 2, true, false);
   panel("in flight (calls)", 3, true, false);
   o += "set xlabel 'time (s)'\n";
-  panel("p99 latency (ms)", 4, false, true);
+  // A tick without a success has no latency (NaN above). When no run has
+  // one (every call timed out, or no call came), gnuplot refuses a panel
+  // with no point at all: that one says so instead.
+  const bool any_latency = std::any_of(r.runs.begin(), r.runs.end(), [](const auto& run) {
+    return std::any_of(run.series.begin(), run.series.end(), [](const TickRow& row) { return row.goodput_per_s > 0; });
+  });
+  if (any_latency) {
+    panel("p99 latency (ms)", 4, false, true);
+  } else {
+    o += "set ylabel 'p99 latency (ms)'\nset logscale y\nset yrange [1:10]\n"
+         "set label 1 'no call succeeded: no latency to show' at graph 0.5, graph 0.5 center\n"
+         "plot 1/0 notitle\nunset label 1\n";
+  }
   o += "unset multiplot\n";
   return o;
 }

@@ -11,14 +11,17 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <system_error>
 #include <toml++/toml.h>
 #include <utility>
 
 #include "policies/params.hpp"
 #include "tomlread/reader.hpp"
+#include "tools/sim/timeline.hpp"
 
 namespace bulkhead::sim {
 
@@ -310,13 +313,15 @@ void check_changes(const Reporter& report, const std::vector<Change>& changes,
       report.fail(r.lines.of("at_s"), join(r.path, "at_s"),
                   "must be < duration_s (" + number(duration_s) + "), got " + number(c.at_s));
     }
-    if (i > 0 && c.at_s < free_from) {
+    // Compared in whole nanoseconds, the simulator's clock: 1.1 + 2.2 is
+    // 3.3000000000000003, and a change at 3.3 comes right after that ramp.
+    if (i > 0 && to_ns(c.at_s) < to_ns(free_from)) {
       report.fail(r.lines.of("at_s"), join(r.path, "at_s"),
-                  "must be >= " + number(free_from) +
+                  "must be >= " + number(static_cast<double>(to_ns(free_from)) / kNsPerS) +
                       " (the previous change's at_s + ramp_s): changes are in time order and "
                       "do not overlap");
     }
-    if (c.at_s + c.ramp_s > duration_s) {
+    if (to_ns(c.at_s + c.ramp_s) > to_ns(duration_s)) {
       report.fail(r.lines.of("ramp_s"), join(r.path, "ramp_s"),
                   "the ramp must end by duration_s (" + number(duration_s) + ")");
     }
@@ -438,6 +443,10 @@ Scenario parse_scenario(std::string_view text, std::string_view source) {
 }
 
 Scenario load_scenario_file(const std::string& path) {
+  // An ifstream opens a directory and reads nothing from it.
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
+    throw ScenarioError(path + ": cannot read: it is a directory (give its .toml files)");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ScenarioError(path + ": cannot read");
   std::ostringstream text;

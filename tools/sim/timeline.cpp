@@ -18,7 +18,11 @@ std::uint64_t to_ns(double seconds) {
   return static_cast<std::uint64_t>(std::llround(seconds * kNsPerS));
 }
 
-void Piecewise::add(double t_s, double value) { knots_.push_back({t_s, value}); }
+void Piecewise::add(double t_s, double value) {
+  // In time order: a ramp's end and the next change may be a rounding apart
+  // (1.1 + 2.2 is 3.3000000000000003), which the scenario's checks allow.
+  knots_.push_back({knots_.empty() ? t_s : std::max(t_s, knots_.back().t_s), value});
+}
 
 void Piecewise::ramp_to(double t_s, double ramp_s, double value) {
   add(t_s, knots_.back().value);
