@@ -649,12 +649,15 @@ void ControlLoop::reclaim_dead_processes() {
       const std::uint64_t held_word = segment_.held(p, d).exchange(0, std::memory_order_acquire);
       const auto held = held_counts(held_word);
       if (held[0] == 0 && waited == 0) continue;
+      // A slot the loop does not track (its name is junk) is named by its
+      // number in the log, and has no series (its name is not a label).
       const Dependency* tracked = dependencies_.find(d);
-      const std::string name = tracked != nullptr ? tracked->name : std::to_string(d);
+      const std::string name = tracked != nullptr ? tracked->name : "slot " + std::to_string(d);
+      Metrics* series = tracked != nullptr ? metrics_ : nullptr;
       if (waited != 0) {
         spdlog::warn("process {} died waiting for {} ({} place(s) in its queue): freed", pid, name, waited);
         waiters_reclaimed_ += waited;
-        if (metrics_ != nullptr) metrics_->count_reclaimed_waiters(name, waited);
+        if (series != nullptr) series->count_reclaimed_waiters(name, waited);
       }
       if (held[0] != 0) {
         auto& word = segment_.dependency(d).admission.word;
@@ -664,7 +667,7 @@ void ControlLoop::reclaim_dead_processes() {
         const auto take = static_cast<std::uint64_t>(-made[0]);
         total += take;
         spdlog::warn("process {} died holding {} permit(s) of {}: given back", pid, take, name);
-        if (metrics_ != nullptr) metrics_->count_reclaimed(name, take);
+        if (series != nullptr) series->count_reclaimed(name, take);
       }
       shm::wake_waiters(segment_.dependency(d).admission.futex);
     }

@@ -142,6 +142,12 @@ class Metrics::DependencySeries : public prometheus::Collectable {
     auto waiters_reclaimed = family("bulkhead_waiters_reclaimed_total",
                                     "Wait-queue places freed on behalf of processes that died waiting.",
                                     MetricType::Counter, n);
+    // From 0, with every dependency: increase() sees the first permits
+    // given back only on a series that was there before them.
+    auto permits_reclaimed = family("bulkhead_permits_reclaimed_total",
+                                    "Permits given back on behalf of processes that died holding them, or "
+                                    "found in flight with no process holding them.",
+                                    MetricType::Counter, n);
     auto breaker_state = family("bulkhead_breaker_state",
                                 "Circuit breaker state: 1 for the state it is in (closed, open, half_open), "
                                 "0 for the others.",
@@ -181,6 +187,7 @@ class Metrics::DependencySeries : public prometheus::Collectable {
       gauge(waiters, d.name, d.waiters);
       histogram(wait, d.name, d.wait);
       counter(waiters_reclaimed, d.name, d.waiters_reclaimed);
+      counter(permits_reclaimed, d.name, d.permits_reclaimed);
       for (std::uint8_t s = 0; s < 3; ++s) {
         gauge(breaker_state, d.name, d.breaker_state == s ? 1 : 0, "state", kStates[s]);
         counter(transitions, d.name, d.transitions[s], "to", kStates[s]);
@@ -189,10 +196,10 @@ class Metrics::DependencySeries : public prometheus::Collectable {
       counter(breaker_shadow, d.name, d.breaker_shadow);
     }
     std::vector<prometheus::MetricFamily> out;
-    out.reserve(18);
+    out.reserve(19);
     for (auto* f : {&limit, &pinned, &inflight, &requests, &latency, &shadow, &min_limit, &max_limit, &queue_rejections,
-                    &waiters, &wait, &waiters_reclaimed, &breaker_state, &transitions, &breaker_rejected,
-                    &breaker_shadow, &baseline, &measuring}) {
+                    &waiters, &wait, &waiters_reclaimed, &permits_reclaimed, &breaker_state, &transitions,
+                    &breaker_rejected, &breaker_shadow, &baseline, &measuring}) {
       out.push_back(std::move(*f));
     }
     return out;
@@ -212,10 +219,6 @@ Metrics::Metrics(const std::string& listen)
                    .Name("bulkhead_config_reloads_total")
                    .Help("Configuration reloads by result: applied or rejected.")
                    .Register(*registry_)),
-      reclaimed_(prometheus::BuildCounter()
-                     .Name("bulkhead_permits_reclaimed_total")
-                     .Help("Permits given back on behalf of processes that died holding them.")
-                     .Register(*registry_)),
       partition_inflight_(prometheus::BuildGauge()
                               .Name("bulkhead_partition_inflight")
                               .Help("Calls of the partition in flight host-wide at the last tick.")
@@ -355,8 +358,10 @@ void Metrics::observe_tick(double seconds) { tick_seconds_.Observe(seconds); }
 
 void Metrics::count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).Increment(); }
 
-void Metrics::count_reclaimed(const std::string& dependency, std::uint64_t permits) {
-  reclaimed_.Add({{"dependency", dependency}}).Increment(static_cast<double>(permits));
+void Metrics::count_reclaimed(const std::string& name, std::uint64_t permits) {
+  Dependency& d = dependency(name);
+  const std::lock_guard<std::mutex> lock(mu_);
+  d.permits_reclaimed += static_cast<double>(permits);
 }
 
 void Metrics::set_limit_bounds(const std::string& name, double min_limit, double max_limit) {

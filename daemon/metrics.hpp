@@ -8,8 +8,7 @@
 // numbers instead, one compact record per dependency (Dependency, about
 // 0.4 KB), turned into metric families only when a scrape asks
 // (DependencySeries::Collect()). The daemon-wide series (tick time,
-// reloads) and the rare ones (reclaimed permits, partitions) stay
-// prometheus-cpp's own.
+// reloads) and the partitions' stay prometheus-cpp's own.
 //
 // Thread safety: the control loop calls every method; the exposer's thread
 // collects. A mutex guards the records: observe() takes it once per
@@ -64,6 +63,7 @@ class Metrics {
     double breaker_rejected = 0;
     double breaker_shadow = 0;
     double waiters_reclaimed = 0;
+    double permits_reclaimed = 0;
     std::array<double, 3> transitions{};  // by state entered: closed, open, half_open
     std::uint8_t breaker_state = 0;       // 0 closed, 1 open, 2 half open
     double baseline_s = 0;                // the policy's; 0: none
@@ -136,7 +136,6 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Histogram>& tick_;
   prometheus::Family<prometheus::Counter>& reloads_;
-  prometheus::Family<prometheus::Counter>& reclaimed_;
   prometheus::Family<prometheus::Gauge>& partition_inflight_;
   prometheus::Family<prometheus::Gauge>& partition_guaranteed_;
   prometheus::Family<prometheus::Counter>& partition_rejected_;

@@ -264,9 +264,19 @@ TEST_F(ControlLoopTest, ReloadContinuesFromThePublishedLimit) {
   EXPECT_EQ(segment_->header().config_generation.load(), 2u);
 }
 
+// Given back, and counted on a series that was there at 0 before: an
+// alert on increase() sees the first permits given back only so.
 TEST_F(ControlLoopTest, PermitsOfADeadProcessAreGivenBack) {
-  start("");
+  start("", {}, true);
   Dependency dep = client_->dependency("orders");
+  advance_ticks(1);
+  const auto reclaimed = [&] {
+    const std::string scrape = testing::http_get(metrics_->port(), "/metrics");
+    const std::string series = "bulkhead_permits_reclaimed_total{dependency=\"orders\"} ";
+    const std::size_t at = scrape.find(series);
+    return at == std::string::npos ? std::string("absent") : scrape.substr(at + series.size(), 1);
+  };
+  EXPECT_EQ(reclaimed(), "0");
   Permit mine = dep.try_acquire();
   const pid_t child = ::fork();
   if (child == 0) {
@@ -280,6 +290,7 @@ TEST_F(ControlLoopTest, PermitsOfADeadProcessAreGivenBack) {
   advance_ticks(1);
   EXPECT_EQ(dep.inflight(), 1);
   EXPECT_EQ(loop_->permits_reclaimed(), 2u);
+  EXPECT_EQ(reclaimed(), "2");
   mine.success();
   EXPECT_EQ(dep.inflight(), 0);
 }
