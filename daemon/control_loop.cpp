@@ -117,6 +117,16 @@ void ControlLoop::apply(const Config& config) {
     }
     publish_limit(d);
     publish_settings(index, d.name);
+    if (metrics_ != nullptr) {
+      // Series of partitions the reload removed or renamed go too.
+      std::vector<std::string> partitions;
+      if (const PartitionPlan* plan = plan_of(index)) {
+        for (const std::string& name : plan->names) {
+          if (!name.empty()) partitions.push_back(name);
+        }
+      }
+      metrics_->keep_partitions(d.name, partitions);
+    }
     segment_.dependency(index).control.generation.store(generation, std::memory_order_relaxed);
     // Waiters look at the new settings at once: shadow mode admits them,
     // partitions send them to their rule, a larger limit may have room.

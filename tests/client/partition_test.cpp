@@ -20,6 +20,7 @@
 #include "daemon/control_loop.hpp"
 #include "shm/partitions.hpp"
 #include "tests/support/children.hpp"
+#include "tests/support/daemon_process.hpp"
 #include "tests/support/log_capture.hpp"
 #include "tests/support/loop_fixture.hpp"
 #include "tests/support/temp_segment.hpp"
@@ -283,6 +284,31 @@ TEST_F(PartitionTest, AReloadMovesNoPermitAndAGonePartitionAdmitsAsDefault) {
   all.clear();
   EXPECT_EQ(word("db").load(), 0u);
   EXPECT_EQ(held_total("db"), 0u);
+}
+
+// The partition series follow the config: a reload that removes or renames
+// a partition takes its series away rather than leave them frozen.
+TEST_F(PartitionTest, AReloadTakesAwayTheSeriesOfAGonePartition) {
+  LoopFixture::start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"), {}, true);
+  advance_ticks(1);
+  const auto series = [&] {
+    const std::string scrape = testing::http_get(metrics_->port(), "/metrics");
+    std::vector<std::string> names;
+    for (const char* p : {"default", "critical", "batch", "bulk"}) {
+      if (scrape.find("bulkhead_partition_guaranteed{dependency=\"db\",partition=\"" + std::string(p) + "\"}") !=
+          std::string::npos) {
+        names.push_back(p);
+      }
+    }
+    return names;
+  };
+  EXPECT_EQ(series(), (std::vector<std::string>{"default", "critical", "batch"}));
+  reload(dependency("db", 10, "critical = 0.5\nbulk = 0.2\n"));
+  advance_ticks(1);
+  EXPECT_EQ(series(), (std::vector<std::string>{"default", "critical", "bulk"}));
+  reload(dependency("db", 10, ""));
+  advance_ticks(1);
+  EXPECT_EQ(series(), std::vector<std::string>{});
 }
 
 // A reload that lists the partitions in another order moves none of them:
