@@ -107,6 +107,33 @@ void reserve_adopted(const shm::Segment& segment, const Config& config) {
   }
 }
 
+// A group's name for logs, or its number.
+std::string group_name(gid_t gid) {
+  const group* g = ::getgrgid(gid);
+  return g != nullptr ? g->gr_name : std::to_string(gid);
+}
+
+// Gives an adopted segment the config's mode and group (the daemon's own
+// when segment_group is unset), which a new one gets at creation: a restart
+// with a new segment_mode, segment_group or systemd Group= applies them. A
+// change this process may not make is logged, and the segment adopted as
+// it is.
+void apply_access_adopted(const shm::Segment& segment, const shm::CreateOptions& create) {
+  const shm::Segment::FileAccess was = segment.file_access();
+  const gid_t group = create.group.value_or(::getegid());
+  if (was.mode == create.mode && was.group == group) return;
+  const std::string change = fmt::format("mode {:04o} -> {:04o}, group {} -> {}", was.mode, create.mode,
+                                         group_name(was.group), group_name(group));
+  try {
+    segment.set_file_access(create.mode, group);
+    spdlog::info("segment /dev/shm/{}: {} (the config's)", segment.name(), change);
+  } catch (const shm::SegmentError& e) {
+    spdlog::warn("{}; kept {:04o} and group {} rather than {}: run bulkheadd as the segment's owner, or with "
+                 "--recreate-segment",
+                 e.what(), was.mode, group_name(was.group), change);
+  }
+}
+
 shm::Segment create_segment(const std::string& name, const shm::CreateOptions& options) {
   try {
     return shm::Segment::create(name, options);
@@ -155,6 +182,7 @@ shm::Segment open_segment(const Config& config, bool recreate) {
                      shm::kAbiMajor, shm::kAbiMinor);
         segment.header().abi_minor = shm::kAbiMinor;
       }
+      apply_access_adopted(segment, create);
       reserve_adopted(segment, config);
       return segment;
     }

@@ -62,6 +62,15 @@ void check_name(const std::string& name) {
   }
 }
 
+// The file's mode (past the umask) and, when given, its group.
+void set_access(int fd, std::uint32_t mode, std::optional<gid_t> group, const std::string& name) {
+  if (::fchmod(fd, mode) != 0) throw SegmentError(errno, describe(name) + ": chmod: " + std::strerror(errno));
+  if (group && ::fchown(fd, static_cast<uid_t>(-1), *group) != 0) {
+    throw SegmentError(errno,
+                       describe(name) + ": chown to group " + std::to_string(*group) + ": " + std::strerror(errno));
+  }
+}
+
 void reserve_file(int fd, std::uint64_t size, const std::string& name) {
   int rc;
   do {
@@ -172,13 +181,7 @@ Segment Segment::create(const std::string& name, const CreateOptions& options) {
   try {
     const int fd = mapping->object.get_mapping_handle().handle;
     // shm_open applies the umask; set the mode the config asked for.
-    if (::fchmod(fd, options.mode) != 0) {
-      throw SegmentError(errno, describe(name) + ": chmod: " + std::strerror(errno));
-    }
-    if (options.group && ::fchown(fd, static_cast<uid_t>(-1), *options.group) != 0) {
-      throw SegmentError(errno, describe(name) + ": chown to group " +
-                                    std::to_string(*options.group) + ": " + std::strerror(errno));
-    }
+    set_access(fd, options.mode, options.group, name);
     mapping->object.truncate(static_cast<bip::offset_t>(l.total_size));
     if (options.reserve) reserve_file(fd, l.total_size, name);
     mapping->region = bip::mapped_region(mapping->object, bip::read_write);
@@ -219,6 +222,18 @@ Segment Segment::create(const std::string& name, const CreateOptions& options) {
 }
 
 void Segment::reserve() const { reserve_file(mapping_->object.get_mapping_handle().handle, size_, name_); }
+
+Segment::FileAccess Segment::file_access() const {
+  struct stat st {};
+  if (::fstat(mapping_->object.get_mapping_handle().handle, &st) != 0) {
+    throw SegmentError(errno, describe(name_) + ": stat: " + std::strerror(errno));
+  }
+  return {static_cast<std::uint32_t>(st.st_mode & 07777), st.st_gid};
+}
+
+void Segment::set_file_access(std::uint32_t mode, gid_t group) const {
+  set_access(mapping_->object.get_mapping_handle().handle, mode, group, name_);
+}
 
 std::uint64_t Segment::reserved_bytes() const {
   struct stat st {};

@@ -76,6 +76,16 @@ class Segment {
   // Bytes of the segment that have their memory in /dev/shm: size() once
   // reserved, the pages written so far otherwise.
   std::uint64_t reserved_bytes() const;
+  // The file's permission bits and group.
+  struct FileAccess {
+    std::uint32_t mode = 0;
+    gid_t group = 0;
+  };
+  FileAccess file_access() const;
+  // Gives the file `mode` and `group`, as create() does a new one. Throws
+  // SegmentError (EPERM when this process may not: it must own the file,
+  // and be in the group or privileged).
+  void set_file_access(std::uint32_t mode, gid_t group) const;
 
   Segment(Segment&&) noexcept;
   Segment& operator=(Segment&&) noexcept;

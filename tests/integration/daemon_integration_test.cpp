@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -511,6 +512,29 @@ TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
       << listen.output();
   // Nothing was created.
   EXPECT_THROW(shm::Segment::attach(segment_, shm::Access::kReadOnly), shm::SegmentError);
+}
+
+// A restart applies a new segment_mode and segment_group to the segment it
+// adopts, as a new segment gets them: changed only on restart, but then.
+TEST_F(DaemonIntegration, ARestartGivesTheAdoptedSegmentTheConfiguredModeAndGroup) {
+  {
+    DaemonProcess first(BULKHEADD_PATH, dir_, config());
+    ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
+  }
+  const group* daemon_group = ::getgrnam("daemon");  // in every Debian's base files
+  ASSERT_NE(daemon_group, nullptr);
+  const gid_t gid = daemon_group->gr_gid;
+  std::string changed = config();
+  changed.insert(changed.find('\n') + 1, "segment_mode = 0o600\nsegment_group = \"daemon\"\n");
+  DaemonProcess second(BULKHEADD_PATH, dir_, changed);
+  ASSERT_TRUE(second.wait_ready(segment_)) << second.log();
+  struct stat st {};
+  ASSERT_EQ(::stat(("/dev/shm/" + segment_.str()).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_gid, gid);
+  EXPECT_NE(second.log().find("segment /dev/shm/" + segment_.str() + ": mode 0660 -> 0600, group "),
+            std::string::npos)
+      << second.log();
 }
 
 // Bytes of /dev/shm that the segment's file has memory for.
