@@ -154,6 +154,14 @@ TEST_F(SimCli, BadArgumentsSayWhatWasWrongAndWriteNothing) {
             std::string::npos)
       << r.err;
 
+  r = sim({"run", kScenario, "--policy", "aimd", "--policy", "balance", "--policy", "aimd"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "bulkhead-sim: --policy aimd: given twice\n");
+
+  r = sim({"run", kScenario, "--out", ""});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--out: must not be empty"), std::string::npos) << r.err;
+
   r = sim({"replay", "--policy", "aimd", "--param", "backoff"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--param backoff: must be KEY=NUMBER"), std::string::npos) << r.err;

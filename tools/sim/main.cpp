@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -94,10 +95,13 @@ void check_written() {
 }
 
 int run(const RunArgs& args) {
-  for (const std::string& p : args.policies) {
-    if (!bulkhead::policies::builtin_registry().contains(p)) {
-      throw Failure("--policy " + p + ": unknown policy (known: " + bulkhead::policies::builtin_registry().known() + ")");
+  for (auto p = args.policies.begin(); p != args.policies.end(); ++p) {
+    if (!bulkhead::policies::builtin_registry().contains(*p)) {
+      throw Failure("--policy " + *p + ": unknown policy (known: " + bulkhead::policies::builtin_registry().known() +
+                    ")");
     }
+    // Two rows of one name in the table, the CSV and the JSON, told apart by nothing.
+    if (std::find(args.policies.begin(), p, *p) != p) throw Failure("--policy " + *p + ": given twice");
   }
   std::vector<bulkhead::sim::Scenario> scenarios;
   std::set<std::string> names;
@@ -184,8 +188,11 @@ int main(int argc, char** argv) {
                    "a policy parameter over the scenarios' own (repeatable)")
       ->allow_extra_args(false)
       ->type_name("POLICY.KEY=VALUE");
+  // "" would mean "not given": nothing written, and exit 0.
   run_cmd->add_option("--out", run_args.out_dir, "write DIR/<scenario>.csv, .gp, .png and DIR/summary.json")
-      ->type_name("DIR");
+      ->type_name("DIR")
+      ->check(CLI::Validator([](std::string& dir) { return dir.empty() ? "must not be empty" : ""; }, "",
+                             "NOT_EMPTY"));
   run_cmd->add_flag("--json", run_args.json, "print the summary as JSON instead of tables");
   run_cmd->add_flag("--no-plot", run_args.no_plot, "with --out: skip gnuplot (no .gp, no .png)");
   run_cmd->add_option("--jobs,-j", run_args.jobs, "runs at once (threads, 1 to 64); the output does not depend on it")
