@@ -117,16 +117,6 @@ void ControlLoop::apply(const Config& config) {
     }
     publish_limit(d);
     publish_settings(index, d.name);
-    if (metrics_ != nullptr) {
-      // Series of partitions the reload removed or renamed go too.
-      std::vector<std::string> partitions;
-      if (const PartitionPlan* plan = plan_of(index)) {
-        for (const std::string& name : plan->names) {
-          if (!name.empty()) partitions.push_back(name);
-        }
-      }
-      metrics_->keep_partitions(d.name, partitions);
-    }
     segment_.dependency(index).control.generation.store(generation, std::memory_order_relaxed);
     // Waiters look at the new settings at once: shadow mode admits them,
     // partitions send them to their rule, a larger limit may have room.
@@ -204,6 +194,16 @@ void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name)
     }
   }
   if (plans_.size() <= index) plans_.resize(segment_.capacities().max_dependencies);
+  // The series of a partition the config no longer has go with it, rather
+  // than stay frozen at their last values.
+  if (const PartitionPlan* before = plans_[index].get(); before != nullptr && metrics_ != nullptr) {
+    for (const std::string& gone : before->names) {
+      if (!gone.empty() &&
+          (!plan.partitioned || std::find(plan.names.begin(), plan.names.end(), gone) == plan.names.end())) {
+        metrics_->remove_partition(std::string(name), gone);
+      }
+    }
+  }
   plans_[index] = plan.partitioned ? std::make_unique<PartitionPlan>(plan) : nullptr;
   publish_rule(index, slot.control.limit.load(std::memory_order_relaxed));
   const std::uint64_t fields = std::uint64_t{active} << 8 | plan.caps;

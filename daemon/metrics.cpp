@@ -5,7 +5,6 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -400,22 +399,14 @@ void Metrics::observe_partition(const std::string& dependency, const std::string
   partition_inflight_.Add(labels).Set(inflight);
   partition_guaranteed_.Add(labels).Set(guaranteed);
   partition_rejected_.Add(labels).Increment(static_cast<double>(rejected));
-  std::vector<std::string>& seen = partitions_seen_[dependency];
-  if (std::find(seen.begin(), seen.end(), partition) == seen.end()) seen.push_back(partition);
 }
 
-void Metrics::keep_partitions(const std::string& dependency, const std::vector<std::string>& partitions) {
-  const auto it = partitions_seen_.find(dependency);
-  if (it == partitions_seen_.end()) return;
-  std::erase_if(it->second, [&](const std::string& partition) {
-    if (std::find(partitions.begin(), partitions.end(), partition) != partitions.end()) return false;
-    const prometheus::Labels labels{{"dependency", dependency}, {"partition", partition}};
-    // Add() finds the series that is there; Remove() takes it out.
-    partition_inflight_.Remove(&partition_inflight_.Add(labels));
-    partition_guaranteed_.Remove(&partition_guaranteed_.Add(labels));
-    partition_rejected_.Remove(&partition_rejected_.Add(labels));
-    return true;
-  });
+void Metrics::remove_partition(const std::string& dependency, const std::string& partition) {
+  const prometheus::Labels labels{{"dependency", dependency}, {"partition", partition}};
+  // Add() finds the series (or makes one no tick observed); Remove() takes it out.
+  partition_inflight_.Remove(&partition_inflight_.Add(labels));
+  partition_guaranteed_.Remove(&partition_guaranteed_.Add(labels));
+  partition_rejected_.Remove(&partition_rejected_.Add(labels));
 }
 
 }  // namespace bulkhead::daemon

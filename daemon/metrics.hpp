@@ -128,9 +128,9 @@ class Metrics {
   // calls refused since the last tick.
   void observe_partition(const std::string& dependency, const std::string& partition, std::uint32_t inflight,
                          std::uint32_t guaranteed, std::uint64_t rejected);
-  // After a reload: the partition series of `dependency` other than those
-  // of `partitions` (its partitions now) are removed, not left frozen.
-  void keep_partitions(const std::string& dependency, const std::vector<std::string>& partitions);
+  // After a reload that removed or renamed a partition: its series go,
+  // rather than stay frozen.
+  void remove_partition(const std::string& dependency, const std::string& partition);
 
  private:
   class DependencySeries;
@@ -142,8 +142,6 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& partition_inflight_;
   prometheus::Family<prometheus::Gauge>& partition_guaranteed_;
   prometheus::Family<prometheus::Counter>& partition_rejected_;
-  // The partitions each dependency has series of (control loop only).
-  std::map<std::string, std::vector<std::string>, std::less<>> partitions_seen_;
   prometheus::Family<prometheus::Gauge>& slots_;
   prometheus::Family<prometheus::Gauge>& slots_used_;
   prometheus::Histogram& tick_seconds_;
