@@ -551,6 +551,12 @@ bool give_back(bh_dep* d) {
   return true;
 }
 
+// give_back() of a permit of `partition` (0: none named); false when it was
+// not this process's to give.
+inline bool give_back_permit(bh_dep* d, std::uint32_t partition) {
+  return partition == 0 ? give_back(d) : give_back_partition(d, partition);
+}
+
 // After a successful compare-and-swap from `word`: the held count (shared
 // word first, then held; see give_back()) and the stripe's peak.
 // `unit` is what the CAS added to the word's partition fields
@@ -1168,15 +1174,11 @@ void bh_release_latency(bh_permit* p, int outcome, std::uint64_t latency_ns) {
     // In a forked child: a permit inherited from the parent is the
     // parent's, and so is the call's outcome. Its release gives nothing
     // back and records nothing (the parent's release of it does both).
-    if (partition == 0 ? give_back(d) : give_back_partition(d, partition)) record(d, outcome, latency_ns);
+    if (give_back_permit(d, partition)) record(d, outcome, latency_ns);
     return;
   }
   record(d, outcome, latency_ns);
-  if (partition == 0) {
-    give_back(d);
-  } else {
-    give_back_partition(d, partition);
-  }
+  give_back_permit(d, partition);
 }
 
 int bh_partition(bh_dep* d, const char* name, bh_dep** out) {
