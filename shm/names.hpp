@@ -24,4 +24,12 @@ constexpr const char* check_dependency_name(std::string_view name) {
   return nullptr;
 }
 
+// nullptr when `name` may name a segment, /dev/shm/NAME: a dependency name
+// other than "." and "..", which are directories there; otherwise why not.
+constexpr const char* check_segment_name(std::string_view name) {
+  if (const char* why = check_dependency_name(name)) return why;
+  if (name == "." || name == "..") return "names a directory";
+  return nullptr;
+}
+
 }  // namespace bulkhead::shm

@@ -54,12 +54,7 @@ int native_error(const bip::interprocess_exception& e) {
 }
 
 void check_name(const std::string& name) {
-  if (const char* why = check_dependency_name(name)) {
-    throw SegmentError(EINVAL, "segment name '" + name + "' " + why);
-  }
-  if (name == "." || name == "..") {
-    throw SegmentError(EINVAL, "segment name '" + name + "' names a directory");
-  }
+  if (const char* why = check_segment_name(name)) throw SegmentError(EINVAL, "segment name '" + name + "' " + why);
 }
 
 // The file's mode (past the umask) and, when given, its group.
