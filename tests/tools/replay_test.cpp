@@ -109,5 +109,21 @@ TEST(SimReplay, BadPolicyOrParamIsAParamError) {
   EXPECT_THROW(replay_text("1,1,0\n", o), policies::ParamError);
 }
 
+TEST(SimReplay, BadBoundsAreNamedByTheirFlags) {
+  const auto message = [](policies::Bounds bounds) {
+    ReplayOptions o = aimd();
+    o.bounds = bounds;
+    try {
+      replay_text("1,1,0\n", o);
+    } catch (const ReplayError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({10, 5, 10}), "--max-limit 5: must be >= --min-limit (10)");
+  EXPECT_EQ(message({0, 5, 1}), "--min-limit 0: must be >= 1");
+  EXPECT_EQ(message({1, 5, 7.5}), "--initial-limit 7.5: must be in [--min-limit, --max-limit] = [1, 5]");
+}
+
 }  // namespace
 }  // namespace bulkhead::sim

@@ -6,7 +6,9 @@
 #include <istream>
 #include <memory>
 #include <ostream>
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include "policies/params.hpp"
 #include "policies/window.hpp"
@@ -23,6 +25,26 @@ bool parse_field(std::string_view field, T& out) {
   return ec == std::errc{} && end == field.data() + field.size();
 }
 
+// The bounds checked in the words of the command line, where replay's come
+// from: "--max-limit 5: must be >= --min-limit (10)" rather than the config
+// keys validate_bounds names.
+void check_bounds(const policies::Bounds& bounds) {
+  try {
+    policies::validate_bounds(bounds);
+  } catch (const policies::ParamError& e) {
+    std::string message = e.what();
+    message.replace(message.find(" = "), 3, " ");  // "KEY = VALUE: ..." -> "KEY VALUE: ..."
+    for (const auto& [key, flag] : {std::pair{"min_limit", "--min-limit"}, std::pair{"max_limit", "--max-limit"},
+                                    std::pair{"initial_limit", "--initial-limit"}}) {
+      for (std::size_t at = message.find(key); at != std::string::npos; at = message.find(key, at)) {
+        message.replace(at, std::string_view(key).size(), flag);
+        at += std::string_view(flag).size();
+      }
+    }
+    throw ReplayError(message);
+  }
+}
+
 // The most drops one window may report (2^32 - 1: far more than a window
 // holds).
 constexpr std::uint64_t kMaxDropped = 0xffffffffu;
@@ -31,6 +53,7 @@ constexpr std::uint64_t kMaxDropped = 0xffffffffu;
 
 std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& options,
                    const std::string& source) {
+  check_bounds(options.bounds);
   const std::unique_ptr<policies::Policy> policy =
       policies::builtin_registry().create(options.policy, options.bounds, options.params);
   const policies::Bounds& b = options.bounds;

@@ -28,8 +28,9 @@ struct ReplayOptions {
   double window_ms = 100;                // --window-ms: each window's length (the daemon's default tick)
 };
 
-// "SOURCE:LINE: reason" for a bad line; policies::ParamError for a bad
-// policy name, parameter or bounds.
+// "SOURCE:LINE: reason" for a bad line, "--max-limit 5: must be >=
+// --min-limit (10)" for bad bounds; policies::ParamError for a bad policy
+// name or parameter.
 class ReplayError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
