@@ -6,7 +6,10 @@
 //
 // It runs without a daemon: with no segment of the name it asks for, the
 // client opens in standalone mode and admits up to its own static limit.
+// It uses every public header, built as C++17: the headers promise no more.
 #include <bulkhead/client.hpp>
+#include <bulkhead/executor.hpp>
+#include <bulkhead/fallback.hpp>
 
 #include <cstdio>
 #include <exception>
@@ -31,8 +34,17 @@ int main() try {
   const auto admitted = held.size();
   for (auto& permit : held) permit.success();
 
+  // The thread-pool bulkhead, and a call with a fallback.
+  bulkhead::ExecutorOptions pool_options;
+  pool_options.threads = 1;
+  bulkhead::Executor pool(payments, pool_options);
+  auto submitted = pool.submit([](const bulkhead::Permit&) { return 40; });
+  const int pooled = submitted ? submitted.future().get() : -1;
+  const int served = bulkhead::execute(
+      payments, [] { return 2; }, [](const bulkhead::FallbackContext&) { return -1; });
+
   const bool ok = client.mode() == bulkhead::Client::Mode::kStandalone && admitted == 2 &&
-                  rejected == 1 && payments.inflight() == 0;
+                  rejected == 1 && pooled + served == 42 && payments.inflight() == 0;
   std::printf("consumer (C++): %.*s; admitted %zu, rejected %d: %s\n",
               static_cast<int>(client.status().size()), client.status().data(), admitted, rejected,
               ok ? "ok" : "WRONG");

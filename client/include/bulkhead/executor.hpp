@@ -173,8 +173,8 @@ class Executor {
 
  private:
   template <typename F>
-  using Result = std::conditional_t<std::is_invocable_v<F&, const Permit&>,
-                                    std::invoke_result<F&, const Permit&>, std::invoke_result<F&>>::type;
+  using Result = typename std::conditional_t<std::is_invocable_v<F&, const Permit&>,
+                                             std::invoke_result<F&, const Permit&>, std::invoke_result<F&>>::type;
 
   struct TaskBase {
     virtual ~TaskBase() = default;
