@@ -57,12 +57,20 @@ void check_name(const std::string& name) {
   if (const char* why = check_segment_name(name)) throw SegmentError(EINVAL, "segment name '" + name + "' " + why);
 }
 
-// The file's mode (past the umask) and, when given, its group.
+// The file's mode (past the umask) and, when given, its group. Only what
+// differs is changed: a chown to the group the file has already would fail
+// where chown is refused (bulkheadd.service's system call filter, or an
+// owner outside the group). The group goes first, so that a refusal leaves
+// the file as it was.
 void set_access(int fd, std::uint32_t mode, std::optional<gid_t> group, const std::string& name) {
-  if (::fchmod(fd, mode) != 0) throw SegmentError(errno, describe(name) + ": chmod: " + std::strerror(errno));
-  if (group && ::fchown(fd, static_cast<uid_t>(-1), *group) != 0) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw SegmentError(errno, describe(name) + ": stat: " + std::strerror(errno));
+  if (group && st.st_gid != *group && ::fchown(fd, static_cast<uid_t>(-1), *group) != 0) {
     throw SegmentError(errno,
                        describe(name) + ": chown to group " + std::to_string(*group) + ": " + std::strerror(errno));
+  }
+  if ((st.st_mode & 07777) != mode && ::fchmod(fd, mode) != 0) {
+    throw SegmentError(errno, describe(name) + ": chmod: " + std::strerror(errno));
   }
 }
 

@@ -82,9 +82,10 @@ class Segment {
     gid_t group = 0;
   };
   FileAccess file_access() const;
-  // Gives the file `mode` and `group`, as create() does a new one. Throws
-  // SegmentError (EPERM when this process may not: it must own the file,
-  // and be in the group or privileged).
+  // Gives the file `mode` and `group`, as create() does a new one, changing
+  // only what differs. Throws SegmentError (EPERM when this process may
+  // not: it must own the file, and be in a new group or privileged); a
+  // refused change of group leaves the mode as it was too.
   void set_file_access(std::uint32_t mode, gid_t group) const;
 
   Segment(Segment&&) noexcept;

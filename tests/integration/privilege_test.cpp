@@ -14,9 +14,11 @@
 
 #include <cerrno>
 #include <string>
+#include <utility>
 
 #include "bulkhead/bulkhead.h"
 #include "daemon/config.hpp"
+#include "shm/segment.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/temp_segment.hpp"
 
@@ -110,6 +112,67 @@ TEST(LeastPrivilege, TheDaemonRunsUnprivilegedAndOnlyItsGroupAttaches) {
   daemon.signal(SIGTERM);
   ASSERT_TRUE(daemon.wait_exit(10s));
   EXPECT_EQ(daemon.exit_code(), 0) << daemon.log();
+}
+
+// Segment::set_file_access() in a child running as `u` (no supplementary
+// group): 0, or the SegmentError's code.
+int set_access_as(const User& u, const std::string& segment, std::uint32_t mode, gid_t group) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return -999;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int rc = -998;
+    if (::setgroups(0, nullptr) == 0 && ::setgid(u.gid) == 0 && ::setuid(u.uid) == 0) {
+      try {
+        shm::Segment::attach(segment, shm::Access::kReadWrite).set_file_access(mode, group);
+        rc = 0;
+      } catch (const shm::SegmentError& e) {
+        rc = e.code();
+      }
+    }
+    (void)!::write(pipe_fds[1], &rc, sizeof rc);
+    std::_Exit(0);
+  }
+  ::close(pipe_fds[1]);
+  int rc = -997;
+  (void)!::read(pipe_fds[0], &rc, sizeof rc);
+  ::close(pipe_fds[0]);
+  ::waitpid(pid, nullptr, 0);
+  return rc;
+}
+
+// A restarted bulkheadd gives the segment it adopts the configured mode and
+// group. Its owner may chmod, but not chown to a group it is not in (nor
+// chown at all under bulkheadd.service's system call filter): a new mode
+// with the group unchanged must not need a chown, and a refused new group
+// must leave the mode as it was, as the daemon's warning says.
+TEST(LeastPrivilege, AnAdoptedSegmentsAccessChangesOnlyWhatDiffers) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch to the user nobody";
+  const User nobody = user("nobody");
+  const User other = user("daemon");
+  ASSERT_NE(nobody.uid, static_cast<uid_t>(-1));
+  ASSERT_NE(other.uid, static_cast<uid_t>(-1));
+  ASSERT_NE(other.gid, nobody.gid);
+
+  TempSegmentName segment{"access"};
+  shm::CreateOptions options;
+  options.capacities = {4, 4, 1, 0};
+  options.mode = 0660;
+  options.group = 0;  // a group nobody is not in
+  shm::Segment created = shm::Segment::create(segment.str(), options);
+  const std::string path = "/dev/shm/" + segment.str();
+  ASSERT_EQ(::chown(path.c_str(), nobody.uid, static_cast<gid_t>(-1)), 0);
+  const auto mode_and_group = [&] {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0);
+    return std::pair{st.st_mode & 07777, st.st_gid};
+  };
+
+  EXPECT_EQ(set_access_as(nobody, segment.str(), 0640, 0), 0);
+  EXPECT_EQ(mode_and_group(), std::pair(0640u, gid_t{0}));
+
+  EXPECT_EQ(set_access_as(nobody, segment.str(), 0600, other.gid), EPERM);
+  EXPECT_EQ(mode_and_group(), std::pair(0640u, gid_t{0}));
 }
 
 TEST(LeastPrivilege, MetricsListenOnLoopbackByDefault) {
