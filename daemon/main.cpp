@@ -116,22 +116,28 @@ std::string group_name(gid_t gid) {
 // Gives an adopted segment the config's mode and group (the daemon's own
 // when segment_group is unset), which a new one gets at creation: a restart
 // with a new segment_mode, segment_group or systemd Group= applies them. A
-// change this process may not make is logged, and the segment adopted as
-// it is.
-void apply_access_adopted(const shm::Segment& segment, const shm::CreateOptions& create) {
+// change this process may not make (under bulkheadd.service, any change of
+// group: its filter refuses chown) is logged, and the segment adopted as it
+// is; or, with `recreate`, false is returned and the segment is made anew.
+bool apply_access_adopted(const shm::Segment& segment, const shm::CreateOptions& create, bool recreate) {
   const shm::Segment::FileAccess was = segment.file_access();
   const gid_t group = create.group.value_or(::getegid());
-  if (was.mode == create.mode && was.group == group) return;
+  if (was.mode == create.mode && was.group == group) return true;
   const std::string change = fmt::format("mode {:04o} -> {:04o}, group {} -> {}", was.mode, create.mode,
                                          group_name(was.group), group_name(group));
   try {
     segment.set_file_access(create.mode, group);
     spdlog::info("segment /dev/shm/{}: {} (the config's)", segment.name(), change);
   } catch (const shm::SegmentError& e) {
+    if (recreate) {
+      spdlog::warn("{}; cannot give it {}", e.what(), change);
+      return false;
+    }
     spdlog::warn("{}; kept {:04o} and group {} rather than {}: run bulkheadd as the segment's owner, or with "
-                 "--recreate-segment",
-                 e.what(), was.mode, group_name(was.group), change);
+                 "--recreate-segment (under systemd: stop it, remove /dev/shm/{}, start it)",
+                 e.what(), was.mode, group_name(was.group), change, segment.name());
   }
+  return true;
 }
 
 shm::Segment create_segment(const std::string& name, const shm::CreateOptions& options) {
@@ -182,11 +188,11 @@ shm::Segment open_segment(const Config& config, bool recreate) {
                      shm::kAbiMajor, shm::kAbiMinor);
         segment.header().abi_minor = shm::kAbiMinor;
       }
-      apply_access_adopted(segment, create);
-      reserve_adopted(segment, config);
-      return segment;
-    }
-    if (!recreate) {
+      if (apply_access_adopted(segment, create, recreate)) {
+        reserve_adopted(segment, config);
+        return segment;
+      }
+    } else if (!recreate) {
       throw std::runtime_error(
           "segment /dev/shm/" + name + " has other capacities than the config (" +
           std::to_string(h.max_dependencies) + " dependencies, " + std::to_string(h.max_processes) +
@@ -407,7 +413,8 @@ int main(int argc, char** argv) {
                  "where /metrics listens, overriding daemon.metrics_listen (\"\" turns it off)")
       ->type_name("HOST:PORT");
   app.add_flag("--recreate-segment", options.recreate_segment,
-               "replace a segment that cannot be adopted (corrupt, other ABI or capacities)");
+               "replace a segment that cannot be adopted (corrupt, other ABI or capacities) or be given the "
+               "configured mode and group");
   app.set_version_flag("--version", BULKHEAD_VERSION);
   CLI11_PARSE(app, argc, argv);
 

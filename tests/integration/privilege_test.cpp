@@ -175,6 +175,75 @@ TEST(LeastPrivilege, AnAdoptedSegmentsAccessChangesOnlyWhatDiffers) {
   EXPECT_EQ(mode_and_group(), std::pair(0640u, gid_t{0}));
 }
 
+// Group= changed in bulkheadd.service: the restarted daemon runs in another
+// group, and the unit's filter refuses the chown that would give the
+// segment it adopts that group (deny_chown stands in for the filter). It
+// keeps the old group and says how to change it; --recreate-segment makes
+// the segment anew, in the new group; a change of mode alone needs no chown.
+TEST(LeastPrivilege, UnderTheUnitsFilterANewGroupNeedsTheSegmentMadeAnew) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch to the user nobody";
+  const User nobody = user("nobody");
+  const User other = user("daemon");
+  ASSERT_NE(nobody.uid, static_cast<uid_t>(-1));
+  ASSERT_NE(other.gid, nobody.gid);
+
+  TempSegmentName segment{"regroup"};
+  const std::string path = "/dev/shm/" + segment.str();
+  const std::string dir = testing::make_temp_dir();
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  const std::string config = dir + "/bulkhead.toml";
+  const auto write_config = [&](const std::string& extra) {
+    testing::write_file(config, "[daemon]\nsegment = \"" + segment.str() +
+                                    "\"\ntick_ms = 20\nmetrics_listen = \"127.0.0.1:0\"\n" + extra);
+    ASSERT_EQ(::chmod(config.c_str(), 0644), 0);
+  };
+  // Runs bulkheadd as nobody in `group` until it has opened the segment,
+  // stops it, and returns its log.
+  int runs = 0;
+  const auto run_as_nobody_in = [&](gid_t group, const std::vector<std::string>& flags) {
+    std::vector<std::string> argv{"/usr/bin/setpriv", "--reuid=nobody", "--regid=" + std::to_string(group),
+                                  "--clear-groups", "--inh-caps=-all", DENY_CHOWN_PATH, BULKHEADD_PATH,
+                                  "--config", config};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    ChildProcess daemon(argv, dir + "/bulkheadd-" + std::to_string(++runs) + ".log");
+    for (int i = 0; i < 1000 && daemon.log().find("configured dependencies") == std::string::npos &&
+                    !daemon.exited();
+         ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+    daemon.signal(SIGTERM);
+    EXPECT_TRUE(daemon.wait_exit(10s));
+    EXPECT_EQ(daemon.exit_code(), 0) << daemon.log();
+    return daemon.log();
+  };
+  const auto mode_and_group = [&] {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0);
+    return std::pair{st.st_mode & 07777, st.st_gid};
+  };
+
+  write_config("");
+  run_as_nobody_in(nobody.gid, {});
+  ASSERT_EQ(mode_and_group(), std::pair(0660u, nobody.gid));
+
+  std::string log = run_as_nobody_in(other.gid, {});
+  EXPECT_NE(log.find("chown to group " + std::to_string(other.gid) + ": Operation not permitted; kept 0660"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("remove " + path), std::string::npos) << log;
+  EXPECT_EQ(mode_and_group(), std::pair(0660u, nobody.gid));
+
+  log = run_as_nobody_in(other.gid, {"--recreate-segment"});
+  EXPECT_NE(log.find("replacing segment " + path), std::string::npos) << log;
+  EXPECT_EQ(mode_and_group(), std::pair(0660u, other.gid));
+
+  write_config("segment_mode = 0o640\n");
+  log = run_as_nobody_in(other.gid, {});
+  EXPECT_NE(log.find("mode 0660 -> 0640"), std::string::npos) << log;
+  EXPECT_EQ(log.find("warn"), std::string::npos) << log;
+  EXPECT_EQ(mode_and_group(), std::pair(0640u, other.gid));
+}
+
 TEST(LeastPrivilege, MetricsListenOnLoopbackByDefault) {
   const auto config = daemon::parse_config(daemon::embedded_default_config(), "default");
   EXPECT_EQ(config.daemon.metrics_listen.rfind("127.0.0.1:", 0), 0u) << config.daemon.metrics_listen;
