@@ -17,16 +17,20 @@
 //                  histogram bucket, the latency sum, the window minimum and
 //                  maximum, the peak in-flight) on the process's stripe;
 //
-// with the segment's statistics on 1 stripe, on the default 8 (process slot
-// p writes stripe p % 8: N <= 8 processes with consecutive slots write a
-// stripe each), and on 8 with the slots placed so that every process maps
-// to stripe 0 (the slots between are taken first): what processes sharing
-// a stripe cost, which the default mapping gives whenever more processes
-// than stripes run at once.
+// with the segment's statistics on 1 stripe, on 8 (Capacities' default),
+// and on 8 with the process slots placed so that slot p % 8 is 0 for every
+// process (the slots between are taken first). Which stripe a call writes
+// is the client's choice (assign_stripes() in client/client.cpp): with more
+// stripes than CPUs, the stripe of the CPU it runs on, added to without a
+// lock prefix, so the slot placement no longer matters, and the last row
+// checks that it does not; with fewer, the stripe of the CPU modulo the
+// stripes, with locked adds.
 //
-// Each process reports its calls and its own CPU time; the table gives the
-// median over the processes of CPU ns per call, and the calls per second of
-// all processes together. CPU time, not real time: with more processes than
+// Each process reports its calls, its own CPU time and the real time it
+// ran; the table gives the median over the processes of CPU ns per call,
+// the calls per second of all processes together, and their CPU time over
+// the real time they ran on the CPUs they may use. CPU time for the cost,
+// not real time: with more processes than
 // CPUs each is off its CPU part of the time, which is not a cost of the
 // call. On a machine with C CPUs at most C processes run at once, so at
 // most C write a line at the same instant whatever N is: N > C adds
@@ -88,6 +92,7 @@ struct Report {
   alignas(64) std::atomic<int> ready;
   std::uint64_t calls;
   double cpu_ns;
+  double wall_ns;  // from go to stop, as this process saw them
   std::uint32_t slot;
   char error[160];
 };
@@ -108,9 +113,9 @@ std::vector<int> usable_cpus() {
   return cpus;
 }
 
-double thread_cpu_ns() {
+double clock_ns(clockid_t clock) {
   timespec ts;
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  ::clock_gettime(clock, &ts);
   return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
 }
 
@@ -157,7 +162,7 @@ inline bool cas_pair(std::atomic<std::uint64_t>& word, const std::atomic<std::ui
     }
     std::uint64_t calls = 0;
     bool refused = false;
-    const double cpu0 = thread_cpu_ns();
+    const double cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = clock_ns(CLOCK_MONOTONIC);
     while (shared->stop.load(std::memory_order_relaxed) == 0) {
       for (int i = 0; i < 64; ++i) {
         if (loop == Loop::kCasFloor) {
@@ -170,7 +175,8 @@ inline bool cas_pair(std::atomic<std::uint64_t>& word, const std::atomic<std::ui
       }
       calls += 64;
     }
-    report->cpu_ns = thread_cpu_ns() - cpu0;
+    report->cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+    report->wall_ns = clock_ns(CLOCK_MONOTONIC) - wall0;
     report->calls = calls;
     bh_client_close(client);
     if (refused) fail("a call was refused below the limit");
@@ -247,23 +253,29 @@ std::optional<Figures> run(const Setting& s, int n, double seconds, const std::v
       if (shared->reports[i].error[0] != '\0') *error = shared->reports[i].error;
     }
     if (error->empty()) *error = "a process died";
+  } else if (const auto idle = std::find_if(shared->reports, shared->reports + n,
+                                             [](const Report& r) { return r.calls == 0; });
+             idle != shared->reports + n) {
+    *error = "process " + std::to_string(idle - shared->reports) + " made no call: raise --seconds";
   } else {
+    // Rates over the time the processes ran, not the time asked for: the
+    // parent's sleep oversleeps, and processes start and stop a little apart.
     std::vector<double> per_call;
-    std::uint64_t calls = 0;
+    double calls_per_s = 0, cpu_ns = 0, wall_ns = 0;
     Figures f{};
-    double cpu_ns = 0;
     for (int i = 0; i < n; ++i) {
       const Report& r = shared->reports[i];
       cpu_ns += r.cpu_ns;
-      per_call.push_back(r.cpu_ns / static_cast<double>(std::max<std::uint64_t>(r.calls, 1)));
-      calls += r.calls;
+      wall_ns = std::max(wall_ns, r.wall_ns);
+      per_call.push_back(r.cpu_ns / static_cast<double>(r.calls));
+      calls_per_s += static_cast<double>(r.calls) / (r.wall_ns * 1e-9);
       f.slots += (i ? "," : "") + std::to_string(r.slot % s.stripes);
     }
     std::sort(per_call.begin(), per_call.end());
     f.cpu_ns_per_call = per_call.size() % 2 ? per_call[per_call.size() / 2]
                                             : (per_call[per_call.size() / 2 - 1] + per_call[per_call.size() / 2]) / 2;
-    f.calls_per_s = static_cast<double>(calls) / seconds;
-    f.cpu_share = cpu_ns / (seconds * 1e9 * static_cast<double>(std::min<std::size_t>(n, cpus.size())));
+    f.calls_per_s = calls_per_s;
+    f.cpu_share = cpu_ns / (wall_ns * static_cast<double>(std::min<std::size_t>(n, cpus.size())));
     out = f;
   }
   for (std::uint32_t p : placeholders) shm::release_process_slot(segment, p);
