@@ -61,6 +61,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cleanup.hpp"
 #include "bulkhead/bulkhead.h"
 #include "daemon/config.hpp"
 #include "daemon/control_loop.hpp"
@@ -160,6 +161,7 @@ std::vector<std::uint32_t> share_of(std::uint32_t w, const Size& size) {
                               const std::string& segment, Rounds* r, pid_t parent) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);
+  cleanup::keep_on_signal();
   bh_options options{};
   options.segment = segment.c_str();
   options.flags = BH_OPEN_REQUIRE_SEGMENT;
@@ -287,6 +289,7 @@ class Writers {
 // One size, in the calling (forked) process. Fills `out`.
 void run_size(const Size& size, const Options& o, Result* out) {
   const std::string segment = "bhscale-" + std::to_string(::getpid());
+  cleanup::remove_on_signal(segment);
   shm::Segment::remove(segment);
   struct Remove {
     std::string name;
@@ -441,6 +444,7 @@ int main(int argc, char** argv) {
   std::printf("%6s %6s %9s %10s | %9s %9s %9s | %8s %8s %8s %8s | %9s\n", "", "", "MiB", "", "ms", "ms", "ms", "MiB",
               "MiB", "MiB", "MiB", "ms");
   bool failed = false;
+  const pid_t parent = ::getpid();
   for (const Size& size : o.sizes) {
     Result* result = shared_new<Result>();
     std::fflush(stdout);
@@ -450,6 +454,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (pid == 0) {
+      // Stopped with the bench: the signal's handler removes the segment.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) ::_exit(1);
       try {
         run_size(size, o, result);
       } catch (const std::exception& e) {

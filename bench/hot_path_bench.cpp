@@ -97,6 +97,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/cleanup.hpp"
 #include "bulkhead/bulkhead.h"
 #include "shm/segment.hpp"
 
@@ -181,9 +182,6 @@ class SharedPeers {
   Peers* peers_ = nullptr;
 };
 
-// The System V set's id, for the signal handler; -1 when there is none.
-volatile std::sig_atomic_t g_sysv_semid = -1;
-
 // glibc leaves semctl's fourth argument for the caller to declare.
 union SemctlArg {
   int val;
@@ -197,7 +195,7 @@ class SysvSemaphore {
  public:
   SysvSemaphore() : id_(::semget(IPC_PRIVATE, 1, IPC_CREAT | 0600)) {
     if (id_ < 0) throw std::runtime_error(std::string("semget: ") + std::strerror(errno));
-    g_sysv_semid = id_;
+    cleanup::sysv_semid = id_;  // for the signal handler
     SemctlArg arg{};
     arg.val = static_cast<int>(kAdmitLimit);
     if (::semctl(id_, 0, SETVAL, arg) != 0) {
@@ -214,7 +212,7 @@ class SysvSemaphore {
 
  private:
   void remove() {
-    g_sysv_semid = -1;
+    cleanup::sysv_semid = -1;
     ::semctl(id_, 0, IPC_RMID);
   }
   int id_;
@@ -412,22 +410,6 @@ class PinnedTo {
 };
 
 // --- The segment.
-
-// /dev/shm/<name>, for the signal handler. The run loop belongs to Google
-// Benchmark, so there is no loop of ours to look at a flag: the handler
-// removes the name and the System V set itself (unlink() is
-// async-signal-safe; semctl() is not on POSIX's list, but glibc's is the
-// bare system call) and dies of the signal. Children reset the handlers.
-char g_segment_path[128];
-
-extern "C" void remove_segment_and_die(int sig) {
-  ::unlink(g_segment_path);
-  if (const int semid = g_sysv_semid; semid >= 0) ::semctl(semid, 0, IPC_RMID);
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
 // Removes a segment name when it goes, whatever happened in between.
 class SegmentName {
@@ -634,7 +616,7 @@ class ChildHandles {
     // Die with the parent, whatever kills it.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);
-    for (int sig : kCleanupSignals) ::signal(sig, SIG_DFL);
+    cleanup::keep_on_signal();
     if (!pin_to(cpu)) child_fail(control, "cannot pin the child to CPU " + std::to_string(cpu));
     // The client inherited from the parent is left alone: the fork handler
     // gave it a process slot of its own, which the parent reclaims.
@@ -1105,8 +1087,9 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
 
   const std::string name = "bhbench-" + std::to_string(::getpid());
-  std::snprintf(g_segment_path, sizeof g_segment_path, "/dev/shm/%s", name.c_str());
-  for (int sig : kCleanupSignals) ::signal(sig, remove_segment_and_die);
+  // The run loop belongs to Google Benchmark, so there is no loop of ours
+  // to look at a flag: a signal removes the segment and the System V set.
+  cleanup::remove_on_signal(name);
 
   std::optional<Fixture> fixture;
   try {

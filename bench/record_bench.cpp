@@ -59,6 +59,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cleanup.hpp"
 #include "bulkhead/bulkhead.h"
 #include "shm/segment.hpp"
 
@@ -133,6 +134,7 @@ inline bool cas_pair(std::atomic<std::uint64_t>& word, const std::atomic<std::ui
                              pid_t parent) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);
+  cleanup::keep_on_signal();
   auto fail = [report](const std::string& why) {
     std::snprintf(report->error, sizeof report->error, "%s", why.c_str());
     report->ready.store(-1);
@@ -197,6 +199,7 @@ struct Figures {
 std::optional<Figures> run(const Setting& s, int n, double seconds, const std::vector<int>& cpus,
                            std::string* error) {
   const std::string name = "bhrecord-" + std::to_string(::getpid());
+  cleanup::remove_on_signal(name);
   shm::Segment::remove(name);
   struct Remove {
     std::string name;
