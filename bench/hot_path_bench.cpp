@@ -13,8 +13,8 @@
 //   cas_pair                 the admission algorithm and nothing else: load
 //                            the published limit, load the admission word,
 //                            check in-flight < limit, compare-and-swap +1;
-//                            then one add -1 (in the segment's encoding,
-//                            which also bumps the word's operation counter);
+//                            then one add -1 (kAdmissionRelease, in the
+//                            segment's encoding);
 //   clock_read               one clock_gettime(CLOCK_MONOTONIC), the read the
 //                            library makes twice per call when it times it;
 //   acquire_release          bh_try_acquire + bh_release: the library's own

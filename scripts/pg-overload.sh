@@ -210,6 +210,12 @@ if $check; then
   none=$(field none all timeouts)
   adaptive=$(field adaptive all timeouts)
   echo "pg-overload: timeouts: none $none, adaptive $adaptive"
+  # An empty or garbled field would fail the tests below inside an `if`,
+  # which set -e lets pass.
+  if ! [[ $none =~ ^[0-9]+$ && $adaptive =~ ^[0-9]+$ ]]; then
+    echo "pg-overload: FAIL: the summary has no timeout count for the unlimited or the adaptive run" >&2
+    exit 1
+  fi
   if [ "$none" -eq 0 ]; then
     echo "pg-overload: FAIL: the unlimited run had no timeouts: the load did not overload the server" >&2
     exit 1

@@ -554,6 +554,8 @@ int cmd_run(Args& args) {
   args.check_all_used();
   if (cfg.capacity_qps <= 0) die("--capacity must be > 0 (queries per second; see 'calibrate')");
   if (cfg.processes < 1 || cfg.connections < 1) die("--processes and --connections must be >= 1");
+  if (!(cfg.duration_s > 0 && cfg.duration_s <= 86400)) die("--duration must be in (0, 86400] seconds");
+  if (!(cfg.timeout_ms > 0 && cfg.timeout_ms <= 3.6e6)) die("--timeout-ms must be in (0, 3600000]");
   if (!slow.empty() && std::sscanf(slow.c_str(), "%lf:%lf", &cfg.slow_from_s, &cfg.slow_to_s) != 2)
     die("--slow: expected FROM:TO in seconds, got '" + slow + "'");
 
