@@ -37,6 +37,13 @@ namespace {
 
 using bulkhead::daemon::Config;
 using bulkhead::daemon::ConfigError;
+
+// The exit status of a wrong config (the file, or a command-line value that
+// overrides one of its keys): sysexits' EX_CONFIG, which systemd shows as
+// "status=78/CONFIG" and bulkheadd.service's RestartPreventExitStatus= does
+// not restart on, since a restart would find the same config. 1 is any
+// other failure at start-up, which a restart may get past.
+constexpr int kExitConfig = 78;
 using bulkhead::daemon::DaemonConfig;
 using bulkhead::daemon::kAutoStripes;
 namespace shm = bulkhead::shm;
@@ -433,14 +440,14 @@ int main(int argc, char** argv) {
       return 0;
     } catch (const ConfigError& e) {
       std::cerr << e.what() << "\n";
-      return 1;
+      return kExitConfig;
     }
   }
   try {
     return run(options);
   } catch (const ConfigError& e) {
     spdlog::critical("{}", e.what());
-    return 1;
+    return kExitConfig;
   } catch (const std::exception& e) {
     spdlog::critical("{}", e.what());
     return 1;

@@ -463,26 +463,26 @@ TEST_F(DaemonIntegration, ASIGKILLedDaemonLeavesCallersRunningAndItsSuccessorCon
 TEST_F(DaemonIntegration, BadConfigAtStartExitsNonZeroNamingFileAndLine) {
   DaemonProcess daemon(BULKHEADD_PATH, dir_, config("\n[dependency.x]\npolicy = \"nonesuch\"\n"));
   ASSERT_TRUE(daemon.wait_exit(20s));
-  EXPECT_NE(daemon.exit_code(), 0);
+  EXPECT_EQ(daemon.exit_code(), 78);  // EX_CONFIG: the unit does not restart on it
   EXPECT_NE(daemon.log().find("bulkhead.toml:16: dependency.x.policy"), std::string::npos) << daemon.log();
 }
 
 // What main() checks beyond the config file: the --segment override's
-// name, and that daemon.segment_group names a group. Each exits 1 saying
-// which, before any segment exists.
+// name, and that daemon.segment_group names a group. Each exits 78 (a
+// wrong config) saying which, before any segment exists.
 TEST_F(DaemonIntegration, BadSegmentNameOrGroupExitsNonZeroNamingIt) {
   const std::string path = dir_ + "/bulkhead.toml";
   testing::write_file(path, config());
   testing::ChildProcess bad_name({BULKHEADD_PATH, "--config", path, "--segment", "a/b"}, dir_ + "/name.log");
   ASSERT_TRUE(bad_name.wait_exit(20s));
-  EXPECT_EQ(bad_name.exit_code(), 1);
+  EXPECT_EQ(bad_name.exit_code(), 78);
   EXPECT_NE(bad_name.log().find("--segment: 'a/b' "), std::string::npos) << bad_name.log();
 
   std::string grouped = config();
   grouped.insert(grouped.find('\n') + 1, "segment_group = \"bulkhead-no-such-group\"\n");
   DaemonProcess bad_group(BULKHEADD_PATH, dir_, grouped);
   ASSERT_TRUE(bad_group.wait_exit(20s));
-  EXPECT_EQ(bad_group.exit_code(), 1);
+  EXPECT_EQ(bad_group.exit_code(), 78);
   EXPECT_NE(bad_group.log().find("bulkhead.toml: daemon.segment_group: no group named 'bulkhead-no-such-group'"),
             std::string::npos)
       << bad_group.log();
@@ -497,7 +497,7 @@ TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
   EXPECT_EQ(ok.exit_code, 0) << ok.output();
   EXPECT_NE(ok.output().find("good.toml: ok (1 dependency, 1 pattern)\n"), std::string::npos) << ok.output();
   const auto fail = testing::run_command({BULKHEADD_PATH, "--check-config", bad}, dir_);
-  EXPECT_EQ(fail.exit_code, 1);
+  EXPECT_EQ(fail.exit_code, 78);
   EXPECT_NE(fail.output().find("bad.toml:2: daemon.tick_ms"), std::string::npos) << fail.output();
   // An empty path (a script's unset variable) is refused, not taken for "no
   // path": that would check nothing and start a daemon on the embedded config.
@@ -507,7 +507,7 @@ TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
     EXPECT_NE(empty.output().find("must not be empty"), std::string::npos) << empty.output();
   }
   const auto listen = testing::run_command({BULKHEADD_PATH, "--config", good, "--metrics-listen", "[::1]]:80"}, dir_);
-  EXPECT_EQ(listen.exit_code, 1);
+  EXPECT_EQ(listen.exit_code, 78);
   EXPECT_NE(listen.output().find("--metrics-listen: '[::1]]:80': must be \"host:port\""), std::string::npos)
       << listen.output();
   // Nothing was created.

@@ -45,6 +45,7 @@ require "WatchdogSec=10s" "bulkheadd says WATCHDOG=1 every tick"
 require "ExecReload=/bin/kill -HUP \$MAINPID" "SIGHUP reloads the config"
 require "RemoveIPC=no" "the segment must survive a stop"
 require "User=bulkhead" "a fixed user from bulkhead.sysusers"
+require "RestartPreventExitStatus=78" "a wrong config (EX_CONFIG) is not retried: a restart finds it again"
 require "Group=bulkhead" "clients in this group may attach"
 if grep -q '^DynamicUser=yes' "$src/systemd/bulkheadd.service"; then
   fail "DynamicUser=yes forces RemoveIPC=yes: the segment would vanish on every stop"
