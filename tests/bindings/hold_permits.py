@@ -7,6 +7,9 @@ for shared_limit_test (C++): it and a C++ process share one host-wide limit.
       takes N permits (exit 3 if refused one), prints "holding N", waits for
       UNTIL_FILE to exist (30 s at most: exit 4), gives them back, prints
       "released"
+  hold_permits.py SEGMENT DEPENDENCY wait SECONDS
+      takes one permit, waiting up to SECONDS in the wait queue; prints
+      "admitted" and gives it back, or "refused REASON" (exit 3)
 """
 
 import contextlib
@@ -30,6 +33,14 @@ def main(segment, dependency, mode, *args):
                     break
                 admitted += 1
             print(f"admitted {admitted}", flush=True)
+            return 0
+        if mode == "wait":
+            try:
+                held.enter_context(dep.acquire(timeout=float(args[0])))
+            except bulkhead.Rejected as e:
+                print(f"refused {e.reason}", flush=True)
+                return 3
+            print("admitted", flush=True)
             return 0
         count, until = int(args[0]), args[1]
         for taken in range(count):

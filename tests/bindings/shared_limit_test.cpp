@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "bulkhead/client.hpp"
+#include "shm/segment.hpp"
+#include "shm/wait_queue.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/temp_segment.hpp"
 
@@ -70,7 +72,7 @@ class SharedLimit : public ::testing::Test {
                             "\"\ntick_ms = 20\nmetrics_listen = \"\"\nmax_dependencies = 16\n"
                             "max_processes = 16\nstats_stripes = 2\n\n"
                             "[dependency.shared]\npolicy = \"fixed\"\nmin_limit = 1\nmax_limit = 5\n"
-                            "initial_limit = 5\n"};
+                            "initial_limit = 5\nmax_queue = 4\n"};
   std::optional<Client> client_;
   std::optional<Dependency> dep_;
 };
@@ -111,6 +113,29 @@ TEST_F(SharedLimit, CppGetsWhatPythonLeaves) {
   // Python's permits came back: the whole limit is C++'s now.
   EXPECT_EQ(dep_->inflight(), 0);
   EXPECT_EQ(take_all(held), kLimit);
+}
+
+// A waiting acquire from Python: it joins the host-wide wait queue, and is
+// admitted when C++ gives a permit back.
+TEST_F(SharedLimit, PythonWaitsInTheQueueForThePermitCppGivesBack) {
+  std::vector<Permit> held;
+  ASSERT_EQ(take_all(held), kLimit);
+  ChildProcess py = python({"wait", "60"});
+  const shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadOnly);
+  const std::uint32_t slot = *shm::find_dependency(segment, "shared");
+  const auto waiting = [&] { return shm::queue_length(segment.queue(slot), segment.queue_slots()); };
+  for (auto give_up = std::chrono::steady_clock::now() + 60s;
+       waiting() == 0 && !py.exited() && std::chrono::steady_clock::now() < give_up;)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(waiting(), 1u) << py.log();
+  EXPECT_EQ(py.log(), "");  // not admitted while every permit is held
+
+  held.pop_back();
+  ASSERT_TRUE(py.wait_exit(60s));
+  EXPECT_EQ(py.exit_code(), 0) << py.log();
+  EXPECT_EQ(py.log(), "admitted\n");
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(dep_->inflight(), kLimit - 1);
 }
 
 }  // namespace

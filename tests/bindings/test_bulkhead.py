@@ -159,6 +159,55 @@ class StandaloneTest(unittest.TestCase):
             t.join()
         self.assertEqual(outcomes, ["closed"] * 4)
 
+    def test_a_waiting_acquire_standalone_is_admitted_or_refused_at_once(self):
+        # Standalone, no daemon gives the dependency a wait queue: at the
+        # limit a waiting acquire is refused at once, as queue full.
+        with self.dep.acquire(timeout=5), self.dep.acquire(timeout=0):
+            with self.assertRaises(bulkhead.Rejected) as caught:
+                self.dep.acquire(timeout=5)
+            self.assertEqual(caught.exception.reason, bulkhead.REJECT_QUEUE_FULL)
+            self.assertIsNone(self.dep.try_acquire(timeout=float("inf")))
+        self.assertEqual(self.dep.inflight, 0)
+
+    def test_a_bad_timeout_is_a_value_error(self):
+        for timeout in (-1, float("nan"), "1", True):
+            with self.assertRaises(ValueError, msg=repr(timeout)):
+                self.dep.acquire(timeout=timeout)
+        self.assertEqual(self.dep.inflight, 0)
+
+    def test_a_waiting_call_holds_up_neither_other_calls_nor_close(self):
+        # A call that blocks, as bh_acquire() does while it waits: the
+        # others go on meanwhile, and close() waits for it to return.
+        events, in_call, go_on = [], threading.Event(), threading.Event()
+
+        def blocking():
+            in_call.set()
+            go_on.wait()
+            events.append("call returned")
+
+        waiter = threading.Thread(target=self.client._call_waiting, args=(blocking,))
+        waiter.start()
+        in_call.wait()
+        other = threading.Thread(target=lambda: events.append(self.dep.limit))
+        other.start()
+        other.join(60)
+        self.assertEqual(events, [2])  # not held up by the waiting call
+
+        def close():
+            self.client.close()
+            events.append("closed")
+
+        closer = threading.Thread(target=close)
+        closer.start()
+        while self.client._handle:  # close() has begun: later calls are refused
+            threading.Event().wait(0.001)
+        with self.assertRaises(ValueError):
+            self.dep.try_acquire(timeout=1)
+        go_on.set()
+        waiter.join()
+        closer.join()
+        self.assertEqual(events, [2, "call returned", "closed"])
+
     def test_a_copy_of_the_module_high_in_the_tree_falls_back_to_the_system(self):
         # Vendored as /bulkhead/__init__.py: no checkout three levels up.
         saved_file, saved_env = bulkhead.__file__, os.environ.pop("BULKHEAD_LIBRARY")

@@ -25,18 +25,24 @@ The library is found through $BULKHEAD_LIBRARY (a path to libbulkhead.so),
 then the build tree of the checkout this file lies in (build/client/), then
 the system's (libbulkhead.so.0, as ldconfig knows it).
 
+``payments.acquire(timeout=0.2)`` waits up to 0.2 s for a permit in the
+dependency's wait queue, when bulkheadd gives it one (max_queue).
+
 Thread safety: a Client and its Dependency objects may be shared by threads;
 a Permit belongs to the thread that acquired it. Each call into libbulkhead
-holds the client's lock (none of them blocks), so close() waits for the calls
-other threads are in, and those that come after it raise ValueError.
+holds the client's lock, but for a waiting acquire, which other threads'
+calls do not wait for; close() waits for every call other threads are in,
+a waiting acquire included, and those that come after it raise ValueError.
 """
 
 import ctypes
 import ctypes.util
 import errno
 import os
+import math
 import pathlib
 import threading
+import time
 
 __all__ = ["Client", "Dependency", "Permit", "Rejected", "SUCCESS", "DROPPED", "IGNORE", "FAILED",
            "REJECT_LIMIT", "REJECT_QUEUE_FULL", "REJECT_DEADLINE", "REJECT_OPEN_CIRCUIT", "REJECT_PARTITION",
@@ -60,7 +66,10 @@ class Rejected(Exception):
 
     ``reason`` is the BH_REJECT_* code: REJECT_LIMIT (at its limit),
     REJECT_OPEN_CIRCUIT (its circuit breaker is open) or REJECT_PARTITION
-    (a partition's call: its share reserved by others, or its hard cap)."""
+    (a partition's call: its share reserved by others, or its hard cap); for
+    a waiting acquire, REJECT_QUEUE_FULL (no wait queue, or max_queue calls
+    wait already) or REJECT_DEADLINE (the timeout passed, or the expected
+    wait exceeds it) in place of REJECT_LIMIT."""
 
     def __init__(self, dependency, reason):
         super().__init__(f"{dependency}: not admitted (reason {reason})")
@@ -112,6 +121,8 @@ def _load():
         "bh_limit": (ctypes.c_long, [c_dep]),
         "bh_inflight": (ctypes.c_long, [c_dep]),
         "bh_last_error": (ctypes.c_char_p, []),
+        # BULKHEAD_1.1: absent from the oldest libbulkhead (then no acquire waits).
+        "bh_acquire": (ctypes.c_int, [c_dep, ctypes.c_uint64, ctypes.POINTER(_Permit)]),
         # BULKHEAD_1.3: absent from an older libbulkhead (then the breaker
         # is always closed, and no partition can be named).
         "bh_breaker_state": (ctypes.c_int, [c_dep]),
@@ -119,7 +130,7 @@ def _load():
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name, None)
-        if fn is None and name in ("bh_breaker_state", "bh_partition"):
+        if fn is None and name in ("bh_acquire", "bh_breaker_state", "bh_partition"):
             continue
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
@@ -150,6 +161,17 @@ def _raise(rc, what):
     if rc == -errno.EINVAL:
         raise ValueError(why)
     raise OSError(-rc, why)  # FileNotFoundError, PermissionError, ... by errno
+
+
+def _deadline_ns(timeout):
+    """bh_acquire()'s deadline, on CLOCK_MONOTONIC (time.monotonic_ns's
+    clock on Linux), `timeout` seconds from now."""
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout >= 0:
+        raise ValueError(f"timeout {timeout!r}: must be a number of seconds, 0 or more")
+    no_deadline = 2**64 - 1  # BH_NO_DEADLINE
+    if math.isinf(timeout):
+        return no_deadline
+    return min(time.monotonic_ns() + int(timeout * 1e9), no_deadline - 1)
 
 
 class Permit:
@@ -215,22 +237,35 @@ class Dependency:
         self.name = name
         self._handle = handle
 
-    def try_acquire(self):
-        """A Permit, or None when the dependency is at its limit. Never blocks."""
-        permit, rc = self._try_acquire()
+    def try_acquire(self, timeout=None):
+        """A Permit, or None when the call is not admitted. timeout: as for
+        acquire()."""
+        permit, rc = self._acquire(timeout)
         return permit if rc == 0 else None
 
-    def acquire(self):
-        """A Permit, or raises Rejected when the dependency is at its limit.
-        Never blocks."""
-        permit, rc = self._try_acquire()
+    def acquire(self, timeout=None):
+        """A Permit, or raises Rejected when the call is not admitted.
+
+        timeout None or 0: never blocks; refused at the limit. timeout in
+        seconds (up to math.inf): at the limit, waits up to that long in the
+        dependency's wait queue for a permit (bh_acquire), other threads
+        running meanwhile; refused at once when bulkheadd gives the
+        dependency no queue (max_queue = 0, or standalone) or it is full."""
+        permit, rc = self._acquire(timeout)
         if rc > 0:
             raise Rejected(self.name, rc)
         return permit
 
-    def _try_acquire(self):
+    def _acquire(self, timeout):
         permit = Permit(self)
-        rc = self._client._call(_c().bh_try_acquire, self._handle, ctypes.byref(permit._permit))
+        deadline = None if timeout is None else _deadline_ns(timeout)
+        if timeout is None or timeout == 0:
+            rc = self._client._call(_c().bh_try_acquire, self._handle, ctypes.byref(permit._permit))
+        else:
+            fn = getattr(_c(), "bh_acquire", None)
+            if fn is None or fn.argtypes is None:
+                raise OSError(errno.ENOSYS, f"{self.name}: this libbulkhead predates the wait queue")
+            rc = self._client._call_waiting(fn, self._handle, deadline, ctypes.byref(permit._permit))
         if rc < 0:
             _raise(rc, self.name)
         return permit, rc
@@ -289,9 +324,12 @@ class Client:
         # Held across each call into libbulkhead (ctypes lets other threads
         # run meanwhile), so that close() never frees what a call uses.
         # Reentrant: a Permit collected during a call may release itself.
-        # None of the calls blocks; one that waited (bh_acquire) would need
-        # a count of callers instead.
+        # A waiting acquire does not hold it while it waits (every other
+        # call would wait behind it), but counts itself in _waiting, which
+        # close() waits to see at 0.
         self._lock = threading.RLock()
+        self._waiting = 0
+        self._no_waiters = threading.Condition(self._lock)
 
     def dependency(self, name):
         """The Dependency called name (1 to 47 of A-Z a-z 0-9 . _ -)."""
@@ -316,10 +354,14 @@ class Client:
 
     def close(self):
         """Closes the client; release every permit first. Idempotent, and
-        safe while other threads use it: it waits for the call each is in."""
+        safe while other threads use it: it waits for the call each is in,
+        a waiting acquire until it is admitted or refused (its timeout at
+        most)."""
         with self._lock:
-            handle, self._handle = self._handle, None
+            handle, self._handle = self._handle, None  # calls from now on raise ValueError
             self._dependencies.clear()
+            while self._waiting:
+                self._no_waiters.wait()
             if handle:
                 _c().bh_client_close(handle)
 
@@ -337,6 +379,21 @@ class Client:
             if not self._handle:
                 raise ValueError("the client is closed")
             return fn(*args)
+
+    def _call_waiting(self, fn, *args):
+        """fn(*args), a call that may block, as _call() but without the lock
+        held while it runs; close() waits for it all the same."""
+        with self._lock:
+            if not self._handle:
+                raise ValueError("the client is closed")
+            self._waiting += 1
+        try:
+            return fn(*args)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+                if not self._waiting:
+                    self._no_waiters.notify_all()
 
     def _call_client(self, fn, *args):
         """fn(the client's handle, *args), as _call()."""
