@@ -544,7 +544,7 @@ void ControlLoop::update_breaker(Dependency& d, const shm::DependencyCounters& d
     }
   }
   // Every tick, not only on a transition: a client may have written junk
-  // into the word. Release pairs with the acquire fence in the client's
+  // into the word. Release pairs with the acquire load in the client's
   // breaker_gate(): a client that sees half open sees its trial permits.
   const std::uint32_t word = state_word(b.state()) | (b.forced() ? shm::kBreakerForced : 0);
   if (control.breaker.load(std::memory_order_relaxed) != word) {
