@@ -10,9 +10,14 @@
 // stays steady, and keeps its limit, which is the point of a bulkhead.
 //
 // Usage: bulkhead-demo [--segment NAME] [--seconds N] [--processes N] [--threads N]
+// (--help says more). It exits 1 if bulkheadd stops ticking meanwhile.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <CLI/CLI.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -20,12 +25,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bulkhead/client.hpp"
+#include "shm/names.hpp"
 #include "shm/segment.hpp"
 #include "shm/stats.hpp"
 
@@ -46,6 +53,9 @@ const Simulated kDependencies[] = {
     {"payments", 8, 4000us, 5.0, 200ms},
     {"recs", 16, 2000us, 1.0, 200ms},
 };
+
+// A daemon silent this long has stopped (it ticks every 100 ms by default).
+constexpr double kStaleAfterS = 3;
 
 struct Options {
   std::string segment = "bulkhead";
@@ -85,7 +95,9 @@ void caller(bulkhead::Dependency dep, const Simulated& sim, Clock::time_point st
   }
 }
 
-[[noreturn]] void run_worker(const Options& o, Clock::time_point start, int worker) {
+[[noreturn]] void run_worker(const Options& o, Clock::time_point start, int worker, pid_t parent) {
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // stopped with the demo
+  if (::getppid() != parent) std::_Exit(1);
   try {
     bulkhead::Client client(o.segment);
     std::vector<std::thread> threads;
@@ -104,7 +116,17 @@ void caller(bulkhead::Dependency dep, const Simulated& sim, Clock::time_point st
   }
 }
 
-void report(const bulkhead::shm::Segment& segment, Clock::time_point start, const Options& o) {
+// Seconds since bulkheadd's last tick, as the segment says.
+double heartbeat_age_s(const bulkhead::shm::Segment& segment) {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  const double now_ns = static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+  return (now_ns - static_cast<double>(segment.header().heartbeat_ns.load(std::memory_order_relaxed))) / 1e9;
+}
+
+// Prints a line per dependency each second; false if bulkheadd stopped
+// ticking (its limits no longer adapt: the demo would show nothing).
+bool report(const bulkhead::shm::Segment& segment, Clock::time_point start, const Options& o) {
   namespace shm = bulkhead::shm;
   struct Seen {
     std::uint32_t index;
@@ -124,6 +146,11 @@ void report(const bulkhead::shm::Segment& segment, Clock::time_point start, cons
               "p50(ms)", "p99(ms)", "admitted/s", "rejected/s");
   for (int second = 1; second <= o.seconds; ++second) {
     std::this_thread::sleep_until(start + std::chrono::seconds(second));
+    if (const double age = heartbeat_age_s(segment); age > kStaleAfterS) {
+      std::fprintf(stderr, "bulkhead-demo: bulkheadd has not ticked for %.0f s: its limits no longer adapt "
+                   "(is it still running? its log says why it stopped)\n", age);
+      return false;
+    }
     const bool slow = slow_phase(start, o.seconds, Clock::now() - 500ms);
     for (Seen& s : seen) {
       const shm::DependencySlot& slot = segment.dependency(s.index);
@@ -141,24 +168,33 @@ void report(const bulkhead::shm::Segment& segment, Clock::time_point start, cons
     }
     std::fflush(stdout);
   }
+  return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  if (const char* env = std::getenv("BULKHEAD_SEGMENT")) o.segment = env;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--segment") o.segment = argv[i + 1];
-    else if (flag == "--seconds") o.seconds = std::atoi(argv[i + 1]);
-    else if (flag == "--processes") o.processes = std::atoi(argv[i + 1]);
-    else if (flag == "--threads") o.threads = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: %s [--segment NAME] [--seconds N] [--processes N] [--threads N]\n", argv[0]);
-      return 2;
-    }
-  }
+  CLI::App app{"bulkhead-demo: processes call two simulated dependencies, payments and recs, through libbulkhead\n"
+               "while bulkheadd learns their limits; payments' latency jumps 5x through the middle third of the\n"
+               "run. Once a second it prints what the segment shows. scripts/demo.sh runs it beside a bulkheadd."};
+  app.add_option("--segment", o.segment, "the segment bulkheadd publishes in")
+      ->envname("BULKHEAD_SEGMENT")
+      ->default_str("bulkhead")
+      ->type_name("NAME")
+      ->check(CLI::Validator(
+          [](std::string& name) {
+            const char* why = bulkhead::shm::check_segment_name(name);
+            return why != nullptr ? std::string(why) : std::string();
+          },
+          "", "SEGMENT"));
+  app.add_option("--seconds", o.seconds, "how long it runs")->check(CLI::Range(3, 86400))->default_val(30);
+  app.add_option("--processes", o.processes, "client processes")->check(CLI::Range(1, 64))->default_val(4);
+  app.add_option("--threads", o.threads, "calling threads per process and dependency")
+      ->check(CLI::Range(1, 256))
+      ->default_val(12);
+  CLI11_PARSE(app, argc, argv);
+
   std::optional<bulkhead::shm::Segment> segment;
   try {
     segment = bulkhead::shm::Segment::attach(o.segment, bulkhead::shm::Access::kReadOnly);
@@ -167,21 +203,29 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("bulkhead-demo: %d processes x %d threads per dependency on /dev/shm/%s, %d s;\n"
-              "payments' latency jumps 5x from %d s to %d s.\n\n",
-              o.processes, o.threads, o.segment.c_str(), o.seconds, o.seconds / 3, 2 * o.seconds / 3);
+              "payments' latency jumps 5x from %.1f s to %.1f s.\n\n",
+              o.processes, o.threads, o.segment.c_str(), o.seconds, o.seconds / 3.0, 2 * o.seconds / 3.0);
+  std::fflush(stdout);  // not copied into the workers' buffers
   const auto start = Clock::now();
+  const pid_t parent = ::getpid();
   std::vector<pid_t> workers;
   for (int w = 0; w < o.processes; ++w) {
     const pid_t pid = fork();
-    if (pid == 0) run_worker(o, start, w);
-    if (pid > 0) workers.push_back(pid);
+    if (pid == 0) run_worker(o, start, w, parent);
+    if (pid < 0) {
+      std::perror("bulkhead-demo: fork");
+      break;
+    }
+    workers.push_back(pid);
   }
-  report(*segment, start, o);
-  int failed = 0;
+  bool ok = static_cast<int>(workers.size()) == o.processes && report(*segment, start, o);
+  if (!ok) {
+    for (pid_t pid : workers) ::kill(pid, SIGTERM);
+  }
   for (pid_t pid : workers) {
     int status = 0;
     waitpid(pid, &status, 0);
-    failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
-  return failed == 0 ? 0 : 1;
+  return ok ? 0 : 1;
 }

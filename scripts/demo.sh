@@ -3,6 +3,8 @@
 # bulkheadd on its embedded default config with the demo workload beside it.
 # The daemon uses its own segment (/dev/shm/bulkhead-demo) and an ephemeral
 # metrics port, so it does not disturb a bulkheadd already running here.
+# However it ends (done, Ctrl-C, SIGTERM, the daemon failing), it stops
+# what it started and removes the segment.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -12,11 +14,45 @@ seconds=${DEMO_SECONDS:-30}
 "$root/scripts/build.sh"
 
 segment=bulkhead-demo
+log="$build/demo-bulkheadd.log"
+daemon="" demo=""
+cleanup() {
+  if [ -n "$demo" ]; then kill "$demo" 2>/dev/null || true; fi
+  if [ -n "$daemon" ]; then
+    kill "$daemon" 2>/dev/null || true
+    wait "$daemon" 2>/dev/null || true
+  fi
+  rm -f "/dev/shm/$segment"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+# The daemon's error, if it stopped, and this script's failure.
+daemon_failed() {
+  echo "demo: $1; bulkheadd's log ($log):" >&2
+  cat "$log" >&2
+  exit 1
+}
+
 rm -f "/dev/shm/$segment"
-"$build/daemon/bulkheadd" --segment "$segment" --metrics-listen 127.0.0.1:0 2>"$build/demo-bulkheadd.log" &
+"$build/daemon/bulkheadd" --segment "$segment" --metrics-listen 127.0.0.1:0 2>"$log" &
 daemon=$!
-trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -f /dev/shm/$segment' EXIT
-for _ in $(seq 100); do [ -e "/dev/shm/$segment" ] && break; sleep 0.05; done
-grep -h "metrics on" "$build/demo-bulkheadd.log" || true
-"$build/examples/bulkhead-demo" --segment "$segment" --seconds "$seconds"
-echo "bulkheadd's log: $build/demo-bulkheadd.log"
+# Up once it logs its start line ("bulkheadd VERSION on /dev/shm/..."),
+# which comes after the segment and the metrics endpoint.
+for _ in $(seq 200); do
+  grep -q " on /dev/shm/$segment:" "$log" && break
+  kill -0 "$daemon" 2>/dev/null || daemon_failed "bulkheadd exited at start"
+  sleep 0.05
+done
+grep -q " on /dev/shm/$segment:" "$log" || daemon_failed "bulkheadd did not start within 10 s"
+grep -h "metrics on" "$log" || true
+
+"$build/examples/bulkhead-demo" --segment "$segment" --seconds "$seconds" &
+demo=$!
+if ! wait "$demo"; then
+  demo=""
+  kill -0 "$daemon" 2>/dev/null || daemon_failed "bulkheadd stopped during the demo"
+  exit 1
+fi
+demo=""
+echo "bulkheadd's log: $log"
