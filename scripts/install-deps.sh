@@ -7,7 +7,7 @@ packages=(
   cmake ninja-build pkg-config g++ make
   libboost-dev prometheus-cpp-dev libtomlplusplus-dev libspdlog-dev libfmt-dev
   libgtest-dev libbenchmark-dev libsystemd-dev libcli11-dev gnuplot-nox
-  clang  # tests/fuzz: libFuzzer (scripts/fuzz.sh)
+  clang libclang-rt-14-dev  # tests/fuzz: libFuzzer (scripts/fuzz.sh); clang only recommends the runtime
   systemd procps  # tests/systemd: systemd-analyze, systemd-sysusers, and the unit's /bin/kill
   python3 dpkg-dev file binutils  # bindings/python's tests; cpack -G DEB (dpkg-shlibdeps, file), nm, readelf
   help2man man-db  # the man pages, made from each program's --help at build time (packaging/man); man -l and lexgrog check them
@@ -31,7 +31,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   need_root "install ${missing[*]}"
   "${sudo[@]}" apt-get update -q
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # env: sudo's env_reset would drop a variable set before it. The lock
+  # timeout: on a fresh machine unattended-upgrades may hold dpkg's lock.
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    -o DPkg::Lock::Timeout=600 "${missing[@]}"
 fi
 
 # Prometheus' own promtool and prometheus, for tests/prometheus: only the two
