@@ -1,6 +1,8 @@
 // Least privilege, with real users: bulkheadd runs as an unprivileged user
 // (nobody), creates its segment 0660 in its own group, and a process of a
-// user outside that group cannot attach while one inside it can.
+// user outside that group cannot attach while one inside it can; a segment
+// it adopts gets the configured mode and group, as far as it (and the
+// unit's system call filter) may change them.
 //
 // Switching users needs root: run as anyone else these tests skip and
 // say so (CI runs as root: scripts/install-deps.sh installs packages).
@@ -15,6 +17,7 @@
 #include <cerrno>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bulkhead/bulkhead.h"
 #include "daemon/config.hpp"
@@ -40,21 +43,17 @@ User user(const char* name) {
   return {p->pw_uid, p->pw_gid};
 }
 
-// bh_client_open_opts()'s result in a child running as `u`, with `groups`
-// as its only supplementary groups.
-int open_as(const User& u, std::vector<gid_t> groups, const std::string& segment) {
+// What `body()` returns in a forked child running as `u`, with `groups` as
+// its only supplementary groups; -998 if it could not switch.
+template <typename Body>
+int as_user(const User& u, const std::vector<gid_t>& groups, Body body) {
   int pipe_fds[2];
   if (::pipe(pipe_fds) != 0) return -999;
   const pid_t pid = ::fork();
   if (pid == 0) {
     int rc = -998;
     if (::setgroups(groups.size(), groups.data()) == 0 && ::setgid(u.gid) == 0 && ::setuid(u.uid) == 0) {
-      bh_options options{};
-      options.segment = segment.c_str();
-      options.flags = BH_OPEN_REQUIRE_SEGMENT;
-      bh_client* client = nullptr;
-      rc = bh_client_open_opts(&options, &client);
-      if (rc == 0) bh_client_close(client);
+      rc = body();
     }
     (void)!::write(pipe_fds[1], &rc, sizeof rc);
     std::_Exit(0);
@@ -67,14 +66,36 @@ int open_as(const User& u, std::vector<gid_t> groups, const std::string& segment
   return rc;
 }
 
-TEST(LeastPrivilege, TheDaemonRunsUnprivilegedAndOnlyItsGroupAttaches) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch to the users nobody and daemon";
-  const User nobody = user("nobody");
-  const User outsider = user("daemon");
-  ASSERT_NE(nobody.uid, static_cast<uid_t>(-1));
-  ASSERT_NE(outsider.uid, static_cast<uid_t>(-1));
-  ASSERT_NE(outsider.gid, nobody.gid);
+// bh_client_open_opts()'s result as `u` with `groups`.
+int open_as(const User& u, const std::vector<gid_t>& groups, const std::string& segment) {
+  return as_user(u, groups, [&] {
+    bh_options options{};
+    options.segment = segment.c_str();
+    options.flags = BH_OPEN_REQUIRE_SEGMENT;
+    bh_client* client = nullptr;
+    const int rc = bh_client_open_opts(&options, &client);
+    if (rc == 0) bh_client_close(client);
+    return rc;
+  });
+}
 
+// Two unprivileged users of the host: `nobody`, which runs the daemon, and
+// `daemon`, in another group. Switching to them needs root: run as anyone
+// else these tests skip and say so.
+class LeastPrivilege : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch to the users nobody and daemon";
+    ASSERT_NE(nobody.uid, static_cast<uid_t>(-1));
+    ASSERT_NE(other.uid, static_cast<uid_t>(-1));
+    ASSERT_NE(other.gid, nobody.gid);
+  }
+  const User nobody = user("nobody");
+  const User other = user("daemon");
+};
+
+TEST_F(LeastPrivilege, TheDaemonRunsUnprivilegedAndOnlyItsGroupAttaches) {
+  const User& outsider = other;
   TempSegmentName segment{"priv"};
   const std::string dir = testing::make_temp_dir();
   ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
@@ -114,31 +135,17 @@ TEST(LeastPrivilege, TheDaemonRunsUnprivilegedAndOnlyItsGroupAttaches) {
   EXPECT_EQ(daemon.exit_code(), 0) << daemon.log();
 }
 
-// Segment::set_file_access() in a child running as `u` (no supplementary
-// group): 0, or the SegmentError's code.
+// Segment::set_file_access() as `u` (no supplementary group): 0, or the
+// SegmentError's code.
 int set_access_as(const User& u, const std::string& segment, std::uint32_t mode, gid_t group) {
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) return -999;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int rc = -998;
-    if (::setgroups(0, nullptr) == 0 && ::setgid(u.gid) == 0 && ::setuid(u.uid) == 0) {
-      try {
-        shm::Segment::attach(segment, shm::Access::kReadWrite).set_file_access(mode, group);
-        rc = 0;
-      } catch (const shm::SegmentError& e) {
-        rc = e.code();
-      }
+  return as_user(u, {}, [&] {
+    try {
+      shm::Segment::attach(segment, shm::Access::kReadWrite).set_file_access(mode, group);
+      return 0;
+    } catch (const shm::SegmentError& e) {
+      return e.code();
     }
-    (void)!::write(pipe_fds[1], &rc, sizeof rc);
-    std::_Exit(0);
-  }
-  ::close(pipe_fds[1]);
-  int rc = -997;
-  (void)!::read(pipe_fds[0], &rc, sizeof rc);
-  ::close(pipe_fds[0]);
-  ::waitpid(pid, nullptr, 0);
-  return rc;
+  });
 }
 
 // A restarted bulkheadd gives the segment it adopts the configured mode and
@@ -146,14 +153,7 @@ int set_access_as(const User& u, const std::string& segment, std::uint32_t mode,
 // chown at all under bulkheadd.service's system call filter): a new mode
 // with the group unchanged must not need a chown, and a refused new group
 // must leave the mode as it was, as the daemon's warning says.
-TEST(LeastPrivilege, AnAdoptedSegmentsAccessChangesOnlyWhatDiffers) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch to the user nobody";
-  const User nobody = user("nobody");
-  const User other = user("daemon");
-  ASSERT_NE(nobody.uid, static_cast<uid_t>(-1));
-  ASSERT_NE(other.uid, static_cast<uid_t>(-1));
-  ASSERT_NE(other.gid, nobody.gid);
-
+TEST_F(LeastPrivilege, AnAdoptedSegmentsAccessChangesOnlyWhatDiffers) {
   TempSegmentName segment{"access"};
   shm::CreateOptions options;
   options.capacities = {4, 4, 1, 0};
@@ -180,13 +180,7 @@ TEST(LeastPrivilege, AnAdoptedSegmentsAccessChangesOnlyWhatDiffers) {
 // segment it adopts that group (deny_chown stands in for the filter). It
 // keeps the old group and says how to change it; --recreate-segment makes
 // the segment anew, in the new group; a change of mode alone needs no chown.
-TEST(LeastPrivilege, UnderTheUnitsFilterANewGroupNeedsTheSegmentMadeAnew) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch to the user nobody";
-  const User nobody = user("nobody");
-  const User other = user("daemon");
-  ASSERT_NE(nobody.uid, static_cast<uid_t>(-1));
-  ASSERT_NE(other.gid, nobody.gid);
-
+TEST_F(LeastPrivilege, UnderTheUnitsFilterANewGroupNeedsTheSegmentMadeAnew) {
   TempSegmentName segment{"regroup"};
   const std::string path = "/dev/shm/" + segment.str();
   const std::string dir = testing::make_temp_dir();
@@ -244,7 +238,7 @@ TEST(LeastPrivilege, UnderTheUnitsFilterANewGroupNeedsTheSegmentMadeAnew) {
   EXPECT_EQ(mode_and_group(), std::pair(0640u, other.gid));
 }
 
-TEST(LeastPrivilege, MetricsListenOnLoopbackByDefault) {
+TEST(LeastPrivilegeDefaults, MetricsListenOnLoopbackByDefault) {
   const auto config = daemon::parse_config(daemon::embedded_default_config(), "default");
   EXPECT_EQ(config.daemon.metrics_listen.rfind("127.0.0.1:", 0), 0u) << config.daemon.metrics_listen;
   EXPECT_EQ(config.daemon.segment_mode & 0007, 0u);
