@@ -5,16 +5,22 @@
 # metrics port, so it does not disturb a bulkheadd already running here.
 # However it ends (done, Ctrl-C, SIGTERM, the daemon failing), it stops
 # what it started and removes the segment.
+#
+# Environment: BUILD_DIR (default build/), DEMO_SECONDS (30), DEMO_SEGMENT
+# (bulkhead-demo), DEMO_NO_BUILD=1 to run what BUILD_DIR holds without
+# installing or building (ctest's `demo` does).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 seconds=${DEMO_SECONDS:-30}
+segment=${DEMO_SEGMENT:-bulkhead-demo}
 
-"$root/scripts/install-deps.sh"
-"$root/scripts/build.sh"
+if [ -z "${DEMO_NO_BUILD:-}" ]; then
+  "$root/scripts/install-deps.sh"
+  "$root/scripts/build.sh"
+fi
 
-segment=bulkhead-demo
-log="$build/demo-bulkheadd.log"
+log="$build/$segment-bulkheadd.log"
 daemon="" demo=""
 cleanup() {
   if [ -n "$demo" ]; then kill "$demo" 2>/dev/null || true; fi
