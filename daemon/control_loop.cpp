@@ -235,9 +235,13 @@ void ControlLoop::publish_rule(std::uint32_t index, std::uint32_t limit) {
       shm::partition_rule(l, shm::guaranteed_count(plan.share_ppm[0], l), shm::guaranteed_count(plan.share_ppm[1], l),
                           shm::guaranteed_count(plan.share_ppm[2], l));
   // Relaxed: one word, read whole; a client reading the old one for an
-  // instant admits by the old limit, as on the fast path.
-  line.rule.store(rule, std::memory_order_relaxed);
-  line.admit_limit.store(shm::unnamed_admit_limit(rule, plan.caps), std::memory_order_relaxed);
+  // instant admits by the old limit, as on the fast path. Stored only when
+  // it changes, as above (this runs every tick).
+  if (line.rule.load(std::memory_order_relaxed) != rule) line.rule.store(rule, std::memory_order_relaxed);
+  const std::uint32_t admit = shm::unnamed_admit_limit(rule, plan.caps);
+  if (line.admit_limit.load(std::memory_order_relaxed) != admit) {
+    line.admit_limit.store(admit, std::memory_order_relaxed);
+  }
 }
 
 void ControlLoop::claim_configured() {
@@ -421,7 +425,17 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
   d.stats->take(segment_, d.index, o.delta, o.extremes);
   o.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
   follow_pin(d, now_ns);
-  if (d.controller->observe(o, now_ns)) publish_limit(d);
+  const bool moved = d.controller->observe(o, now_ns);
+  // Every tick, not only when the policy moved it: a client may have
+  // written junk into the published limit or the admission rule, which
+  // would stand until the next window otherwise (forever on an idle
+  // dependency). publish_limit() stores only what differs.
+  if (const std::uint32_t seen = slot.control.limit.load(std::memory_order_relaxed);
+      !moved && seen != d.controller->limit()) {
+    spdlog::warn("dependency {}: limit {} in the segment is not the {} published; restored", d.name, seen,
+                 d.controller->limit());
+  }
+  publish_limit(d);
   publish_service_time(d, o.delta);
   update_breaker(d, o.delta, now_ns);
 

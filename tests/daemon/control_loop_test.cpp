@@ -398,6 +398,42 @@ TEST_F(ControlLoopTest, QueueSettingsArePublishedClampedToTheSegment) {
   EXPECT_EQ(control("big").max_queue.load(), 8u);
 }
 
+// Clients may write junk into the published limit and the admission rule
+// (any process that may attach read-write can): the next tick puts back
+// what the policy says, with a warning, even when no call closes a window
+// (an idle dependency would otherwise admit by the junk for good).
+TEST_F(ControlLoopTest, JunkInThePublishedLimitIsPutBackAtTheNextTick) {
+  start("[dependency.plain]\npolicy = \"fixed\"\ninitial_limit = 10\n"
+        "[dependency.split]\npolicy = \"fixed\"\ninitial_limit = 10\n[dependency.split.partitions]\nbatch = 0.5\n");
+  advance_ticks(1);
+  shm::DependencySlot& plain = segment_->dependency(slot_of("plain"));
+  shm::DependencySlot& split = segment_->dependency(slot_of("split"));
+  const std::uint32_t admit = split.partitions.admit_limit.load();
+  const std::uint64_t rule = split.partitions.rule.load();
+  ASSERT_EQ(plain.control.limit.load(), 10u);
+  ASSERT_EQ(plain.partitions.admit_limit.load(), 10u);
+  ASSERT_NE(rule, 0u);
+
+  const testing::LogCapture log;
+  plain.control.limit.store(1'995'735'043);
+  plain.partitions.admit_limit.store(0xffffffffu);
+  split.control.limit.store(0);
+  split.partitions.admit_limit.store(7);
+  split.partitions.rule.store(~std::uint64_t{0});
+  advance_ticks(1);
+  EXPECT_EQ(plain.control.limit.load(), 10u);
+  EXPECT_EQ(plain.partitions.admit_limit.load(), 10u);
+  EXPECT_EQ(split.control.limit.load(), 10u);
+  EXPECT_EQ(split.partitions.admit_limit.load(), admit);
+  EXPECT_EQ(split.partitions.rule.load(), rule);
+  EXPECT_EQ(log.count("in the segment is not the 10 published; restored"), 2u) << log.text();
+
+  // The admission line alone: put back silently, the limit being right.
+  plain.partitions.admit_limit.store(3);
+  advance_ticks(1);
+  EXPECT_EQ(plain.partitions.admit_limit.load(), 10u);
+}
+
 TEST_F(ControlLoopTest, TheServiceTimeIsPublishedForTheExpectedWait) {
   start("");
   Dependency dep = client_->dependency("orders");
