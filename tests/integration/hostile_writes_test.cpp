@@ -5,18 +5,22 @@
 // statistics stripe, every process slot and held count). The daemon must keep running, keep
 // ticking, and once the vandal stops (and an operator lifts any limit pin
 // it left: writers may pin, as they may force a breaker) publish limits
-// inside their configured bounds again.
+// inside their configured bounds again. The identity lines of the two
+// configured names are spared (and only those): junk there makes another
+// name of the slot, and the check of their limits would find nothing.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "shm/layout.hpp"
 #include "shm/segment.hpp"
@@ -41,7 +45,8 @@ void scribble(char* at, std::size_t bytes, std::minstd_rand& rng, int n) {
 
 std::uint64_t daemon_heartbeat(const shm::Segment& s) { return s.header().heartbeat.load(); }
 
-[[noreturn]] void vandal(const std::string& segment_name, std::chrono::milliseconds duration) {
+[[noreturn]] void vandal(const std::string& segment_name, std::chrono::milliseconds duration,
+                         const std::vector<std::uint32_t>& spared_identities) {
   shm::Segment s = shm::Segment::attach(segment_name, shm::Access::kReadWrite);
   const shm::Capacities c = s.capacities();
   std::minstd_rand rng(4242);
@@ -54,7 +59,9 @@ std::uint64_t daemon_heartbeat(const shm::Segment& s) { return s.header().heartb
     scribble(header + live, sizeof(shm::Header) - live, rng, 1);
     for (std::uint32_t d = 0; d < c.max_dependencies; ++d) {
       shm::DependencySlot& slot = s.dependency(d);
-      scribble(reinterpret_cast<char*>(&slot.identity), sizeof(slot.identity), rng, 1);
+      if (std::find(spared_identities.begin(), spared_identities.end(), d) == spared_identities.end()) {
+        scribble(reinterpret_cast<char*>(&slot.identity), sizeof(slot.identity), rng, 1);
+      }
       scribble(reinterpret_cast<char*>(&slot.control), sizeof(slot.control), rng, 1);
       scribble(reinterpret_cast<char*>(&slot.admission), sizeof(slot.admission), rng, 1);
       scribble(reinterpret_cast<char*>(s.queue(d)), s.queue_slots() * sizeof(std::uint64_t), rng, 1);
@@ -83,9 +90,13 @@ TEST(HostileWrites, TheDaemonKeepsRunningAndPublishingSaneLimits) {
   auto attached = daemon.wait_ready(segment.str());
   ASSERT_TRUE(attached) << daemon.log();
   shm::Segment& s = *attached;
+  // Configured names: claimed before the daemon says it is ready.
+  const auto payments = shm::find_dependency(s, "payments");
+  const auto recs = shm::find_dependency(s, "recs");
+  ASSERT_TRUE(payments && recs);
 
   const pid_t pid = ::fork();
-  if (pid == 0) vandal(segment.str(), 2000ms);
+  if (pid == 0) vandal(segment.str(), 2000ms, {*payments, *recs});
   ASSERT_GT(pid, 0);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -109,22 +120,22 @@ TEST(HostileWrites, TheDaemonKeepsRunningAndPublishingSaneLimits) {
   // ... and every dependency it tracks gets a limit inside its configured
   // bounds again (it republishes at each window's end), once any pin the
   // vandal's bytes made is lifted, as `bulkheadctl pin NAME off` does.
-  for (const char* name : {"payments", "recs"}) {
-    if (const auto index = shm::find_dependency(s, name)) s.dependency(*index).control.limit_pin.store(0);
-  }
-  const auto sane = [&] {
-    for (const char* name : {"payments", "recs"}) {
-      const auto index = shm::find_dependency(s, name);
-      if (!index) continue;  // the vandal may have turned the slot to junk
-      const std::uint32_t limit = s.dependency(*index).control.limit.load();
-      const bool payments = std::string(name) == "payments";
-      if (limit < (payments ? 3u : 2u) || limit > (payments ? 40u : 50u)) return false;
-    }
-    return true;
+  ASSERT_EQ(shm::find_dependency(s, "payments"), payments);
+  ASSERT_EQ(shm::find_dependency(s, "recs"), recs);
+  shm::Segment operator_view = shm::Segment::attach(segment.str(), shm::Access::kReadWrite);
+  for (const std::uint32_t index : {*payments, *recs}) operator_view.dependency(index).control.limit_pin.store(0);
+  const auto within = [&](std::uint32_t index, std::uint32_t min, std::uint32_t max) {
+    const std::uint32_t limit = s.dependency(index).control.limit.load();
+    return limit >= min && limit <= max;
   };
+  const auto sane = [&] { return within(*payments, 3, 40) && within(*recs, 2, 50); };
   bool ok = false;
   for (int i = 0; i < 1000 && !(ok = sane()); ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_TRUE(ok) << daemon.log();
+  EXPECT_TRUE(ok) << "limits: payments " << s.dependency(*payments).control.limit.load() << ", recs "
+                  << s.dependency(*recs).control.limit.load() << ", pins " << std::hex
+                  << s.dependency(*payments).control.limit_pin.load() << " "
+                  << s.dependency(*recs).control.limit_pin.load() << "\n"
+                  << daemon.log();
   daemon.signal(SIGTERM);
   ASSERT_TRUE(daemon.wait_exit(10s));
   EXPECT_EQ(daemon.exit_code(), 0) << daemon.log();
