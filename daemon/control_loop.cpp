@@ -130,14 +130,17 @@ void ControlLoop::publish_settings(std::uint32_t index, std::string_view name) {
   // into the queue; a client that reads the old one for an instant waits or
   // is refused by the old rule.
   publish_partitions(index, name);
+  // A reload cannot grow the segment's queue (queue_slots lives as long as
+  // the segment): clamp to what it has.
+  const PublishedSettings published{flags_for(name),
+                                    std::min(config_.effective(name).max_queue, segment_.queue_slots())};
+  if (published_settings_.size() <= index) published_settings_.resize(segment_.capacities().max_dependencies);
+  published_settings_[index] = published;
   // Release pairs with the acquire load of the flags in the client's
   // admit_partitioned(): a client that sees kDependencyPartitioned sees the
   // rule and shape just published.
-  control.flags.store(flags_for(name), std::memory_order_release);
-  // A reload cannot grow the segment's queue (queue_slots lives as long as
-  // the segment): clamp to what it has.
-  control.max_queue.store(std::min(config_.effective(name).max_queue, segment_.queue_slots()),
-                          std::memory_order_relaxed);
+  control.flags.store(published.flags, std::memory_order_release);
+  control.max_queue.store(published.max_queue, std::memory_order_relaxed);
 }
 
 void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name) {
@@ -425,17 +428,7 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
   d.stats->take(segment_, d.index, o.delta, o.extremes);
   o.inflight = shm::admission_inflight(slot.admission.word.load(std::memory_order_relaxed));
   follow_pin(d, now_ns);
-  const bool moved = d.controller->observe(o, now_ns);
-  // Every tick, not only when the policy moved it: a client may have
-  // written junk into the published limit or the admission rule, which
-  // would stand until the next window otherwise (forever on an idle
-  // dependency). publish_limit() stores only what differs.
-  if (const std::uint32_t seen = slot.control.limit.load(std::memory_order_relaxed);
-      !moved && seen != d.controller->limit()) {
-    spdlog::warn("dependency {}: limit {} in the segment is not the {} published; restored", d.name, seen,
-                 d.controller->limit());
-  }
-  publish_limit(d);
+  repair_published(d, d.controller->observe(o, now_ns));
   publish_service_time(d, o.delta);
   update_breaker(d, o.delta, now_ns);
 
@@ -577,6 +570,32 @@ void ControlLoop::publish_service_time(Dependency& d, const shm::DependencyCount
   d.service_ns = d.service_ns == 0 ? mean_ns : d.service_ns - d.service_ns / 4 + mean_ns / 4;
   // Relaxed: a lone estimate, read by clients deciding whether to queue.
   segment_.dependency(d.index).control.service_ns.store(d.service_ns, std::memory_order_relaxed);
+}
+
+void ControlLoop::repair_published(const Dependency& d, bool limit_moved) {
+  // Every tick, not only when the policy moves the limit or a reload the
+  // settings: a client may have written junk over them (any process that
+  // may attach read-write can), which would stand until then, on an idle
+  // dependency for good. Loads, and a store only where one differs.
+  shm::DependencyControl& control = segment_.dependency(d.index).control;
+  if (const std::uint32_t seen = control.limit.load(std::memory_order_relaxed);
+      !limit_moved && seen != d.controller->limit()) {
+    spdlog::warn("dependency {}: limit {} in the segment is not the {} published; restored", d.name, seen,
+                 d.controller->limit());
+  }
+  publish_limit(d);  // the limit and the admission rule, where they differ
+  if (d.index >= published_settings_.size()) return;
+  const PublishedSettings& published = published_settings_[d.index];
+  const std::uint32_t flags = control.flags.load(std::memory_order_relaxed);
+  const std::uint32_t max_queue = control.max_queue.load(std::memory_order_relaxed);
+  if (flags == published.flags && max_queue == published.max_queue) return;
+  spdlog::warn("dependency {}: flags {:#x} and max_queue {} in the segment are not the {:#x} and {} published; "
+               "restored",
+               d.name, flags, max_queue, published.flags, published.max_queue);
+  // Release, as in publish_settings().
+  if (flags != published.flags) control.flags.store(published.flags, std::memory_order_release);
+  if (max_queue != published.max_queue) control.max_queue.store(published.max_queue, std::memory_order_relaxed);
+  shm::wake_waiters(segment_.dependency(d.index).admission.futex);  // they look at the settings again
 }
 
 void ControlLoop::publish_limit(const Dependency& d) {

@@ -128,6 +128,9 @@ class ControlLoop {
   // Gives back permits counted in flight that no process holds.
   void scan_drift();
   void publish_limit(const Dependency& d);
+  // Puts back the limit and settings publish_limit() and publish_settings()
+  // stored, where a client wrote over them; logs it.
+  void repair_published(const Dependency& d, bool limit_moved);
   // Follows bulkheadctl's pin in the segment: pins or unpins the
   // controller, publishes the limit when that changes it, and clears a pin
   // that has ended.
@@ -193,6 +196,13 @@ class ControlLoop {
   std::map<std::uint32_t, std::uint64_t> process_claiming_since_;
   // By slot index: the plan of a partitioned dependency, null for the others.
   std::vector<std::unique_ptr<PartitionPlan>> plans_;
+  // By slot index: the flags and max_queue publish_settings() stored, which
+  // each tick puts back if a client changed them.
+  struct PublishedSettings {
+    std::uint32_t flags = 0;
+    std::uint32_t max_queue = 0;
+  };
+  std::vector<PublishedSettings> published_settings_;
   const PartitionPlan* plan_of(std::uint32_t index) const {
     return index < plans_.size() ? plans_[index].get() : nullptr;
   }

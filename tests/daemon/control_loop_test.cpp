@@ -398,11 +398,12 @@ TEST_F(ControlLoopTest, QueueSettingsArePublishedClampedToTheSegment) {
   EXPECT_EQ(control("big").max_queue.load(), 8u);
 }
 
-// Clients may write junk into the published limit and the admission rule
-// (any process that may attach read-write can): the next tick puts back
-// what the policy says, with a warning, even when no call closes a window
-// (an idle dependency would otherwise admit by the junk for good).
-TEST_F(ControlLoopTest, JunkInThePublishedLimitIsPutBackAtTheNextTick) {
+// Clients may write junk into the published limit, the admission rule and
+// the settings (any process that may attach read-write can): the next tick
+// puts back what the policy and the config say, with a warning, even when
+// no call closes a window (an idle dependency would otherwise admit by the
+// junk for good).
+TEST_F(ControlLoopTest, JunkInWhatTheDaemonPublishesIsPutBackAtTheNextTick) {
   start("[dependency.plain]\npolicy = \"fixed\"\ninitial_limit = 10\n"
         "[dependency.split]\npolicy = \"fixed\"\ninitial_limit = 10\n[dependency.split.partitions]\nbatch = 0.5\n");
   advance_ticks(1);
@@ -432,6 +433,15 @@ TEST_F(ControlLoopTest, JunkInThePublishedLimitIsPutBackAtTheNextTick) {
   plain.partitions.admit_limit.store(3);
   advance_ticks(1);
   EXPECT_EQ(plain.partitions.admit_limit.load(), 10u);
+
+  // The settings: shadow mode (admit everything) and a queue it has not.
+  const std::uint32_t flags = plain.control.flags.load(), max_queue = plain.control.max_queue.load();
+  plain.control.flags.store(flags | shm::kDependencyShadow);
+  plain.control.max_queue.store(1000);
+  advance_ticks(1);
+  EXPECT_EQ(plain.control.flags.load(), flags);
+  EXPECT_EQ(plain.control.max_queue.load(), max_queue);
+  EXPECT_EQ(log.count("in the segment are not the"), 1u) << log.text();
 }
 
 TEST_F(ControlLoopTest, TheServiceTimeIsPublishedForTheExpectedWait) {
