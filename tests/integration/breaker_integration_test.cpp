@@ -144,7 +144,10 @@ TEST_F(BreakerIntegration, ForcedByConfigReloadAndByBulkheadctl) {
   testing::write_file(daemon.config_path(), config("force = \"open\"\n"));
   daemon.signal(SIGHUP);
   ASSERT_TRUE(eventually([&] { return pay.breaker() == BreakerState::kOpen; })) << daemon.log();
-  std::this_thread::sleep_for(500ms);  // past the sleep window: forced stays open
+  // Past the 300 ms sleep window, by the clock and by the daemon's ticks:
+  // forced, it stays open.
+  std::this_thread::sleep_for(500ms);
+  ASSERT_TRUE(testing::wait_ticks(*seg, 25)) << daemon.log();
   EXPECT_EQ(pay.breaker(), BreakerState::kOpen);
   Json j = ctl_get_json();
   EXPECT_EQ(j["dependency"]["breaker"]["state"].string, "open");
@@ -157,7 +160,7 @@ TEST_F(BreakerIntegration, ForcedByConfigReloadAndByBulkheadctl) {
   EXPECT_NE(r.output().find("breaker of pay: override closed"), std::string::npos) << r.output();
   ASSERT_TRUE(eventually([&] { return pay.breaker() == BreakerState::kClosed; })) << daemon.log();
   report(2, 20, Outcome::kFailed);
-  std::this_thread::sleep_for(200ms);  // ten ticks
+  ASSERT_TRUE(testing::wait_ticks(*seg, 10)) << daemon.log();  // which counted the failures
   EXPECT_EQ(pay.breaker(), BreakerState::kClosed);
   j = ctl_get_json();
   EXPECT_EQ(j["dependency"]["breaker"]["state"].string, "closed");

@@ -60,7 +60,8 @@ TEST(CrashStress, AThousandKillsLeaveExactlyThePermitsReallyHeld) {
                        testing::test_daemon_config(
                            segment.str(), "max_dependencies = 16\nmax_processes = 32\nstats_stripes = 2\n",
                            "[defaults]\npolicy = \"fixed\"\nmin_limit = 1\nmax_limit = 1000\ninitial_limit = 1000\n"));
-  ASSERT_TRUE(daemon.wait_ready(segment.str())) << daemon.log();
+  const auto seg = daemon.wait_ready(segment.str());
+  ASSERT_TRUE(seg) << daemon.log();
 
   Client client(segment.str());
   std::vector<Dependency> deps;
@@ -109,7 +110,7 @@ TEST(CrashStress, AThousandKillsLeaveExactlyThePermitsReallyHeld) {
     EXPECT_EQ(deps[i].inflight(), 1) << kDependencies[i] << "\n" << daemon.log();
   }
   // ... and nothing drifts afterwards, in either direction.
-  std::this_thread::sleep_for(200ms);  // ten ticks
+  ASSERT_TRUE(testing::wait_ticks(*seg, 10)) << daemon.log();  // ten scans of the dead
   for (std::size_t i = 0; i < deps.size(); ++i) EXPECT_EQ(deps[i].inflight(), 1) << kDependencies[i];
   EXPECT_NE(daemon.log().find("given back"), std::string::npos);
   // What it took (informational: where the kills land is chance).

@@ -224,6 +224,21 @@ class DaemonProcess {
   ChildProcess process_;
 };
 
+// Waits until the daemon publishing `segment` has made `ticks` more ticks
+// (its heartbeat count), however long a loaded machine takes; false if not
+// within `patience`. What a test that asserts something still holds after
+// a while waits for: the daemon's ticks, not a guessed time.
+inline bool wait_ticks(const shm::Segment& segment, std::uint64_t ticks,
+                       std::chrono::seconds patience = std::chrono::seconds(60)) {
+  const std::uint64_t until = segment.header().heartbeat.load() + ticks;
+  for (const auto give_up = std::chrono::steady_clock::now() + patience;
+       segment.header().heartbeat.load() < until;) {
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 // GET http://127.0.0.1:PORT/PATH; the whole response, headers included.
 inline std::string http_get(std::uint16_t port, const std::string& path) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
