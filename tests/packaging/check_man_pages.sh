@@ -75,7 +75,10 @@ for sub in status top get processes breaker pin; do
   grep -qE "^ +$sub( |$)" <<<"$ctl_text" || fail "$ctl_page does not list the subcommand $sub"
   # ... and has its own options, in its own --help's words.
   grep -qE "^ +Usage: bulkheadctl $sub " <<<"$ctl_text" || fail "$ctl_page has no usage of $sub"
-  for option in $("$ctl" "$sub" --help | grep -oE '(^|[ ,])--[a-z][a-z-]*' | sed 's/^[ ,]//' | sort -u); do
+  # Taken first: a --help that failed inside the for's list would pass.
+  sub_options=$("$ctl" "$sub" --help | grep -oE '(^|[ ,])--[a-z][a-z-]*' | sed 's/^[ ,]//' | sort -u)
+  [ -n "$sub_options" ] || fail "bulkheadctl $sub --help lists no options"
+  for option in $sub_options; do
     grep -qF -- "$option" <<<"$ctl_text" || fail "$ctl_page does not mention $sub's $option"
   done
 done

@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
+
 #include <thread>
 
 #include "shm/segment.hpp"
@@ -70,9 +73,13 @@ TEST(WaitQueue, ASleepWithAChangedWordReturnsAtOnce) {
   std::atomic<std::uint32_t> futex{0};
   const std::uint32_t seen = announce_waiter(futex);
   wake_waiters(futex);
-  // Far in the future: only the changed word lets this return.
-  futex_sleep(futex, seen, now_ns() + 3600'000'000'000ull);
-  SUCCEED();
+  // Far in the future: only the changed word lets this return. Waited for
+  // on another thread, so that a sleep that does not return fails the test
+  // (after a minute, however loaded the machine) rather than hanging it.
+  auto slept = std::async(std::launch::async, [&] { futex_sleep(futex, seen, now_ns() + 3600'000'000'000ull); });
+  const bool returned = slept.wait_for(std::chrono::minutes(1)) == std::future_status::ready;
+  if (!returned) wake_sleepers(futex, futex.load());  // let the thread go, to end the test
+  EXPECT_TRUE(returned) << "futex_sleep slept on a word that no longer held what it was told";
 }
 
 TEST(WaitQueue, ASleepEndsAtItsTimeout) {
