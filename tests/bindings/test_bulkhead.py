@@ -200,7 +200,7 @@ class StandaloneTest(unittest.TestCase):
 
         closer = threading.Thread(target=close)
         closer.start()
-        while self.client._handle:  # close() has begun: later calls are refused
+        while not self.client._closing:  # close() has begun: later calls are refused
             threading.Event().wait(0.001)
         with self.assertRaises(ValueError):
             self.dep.try_acquire(timeout=1)
@@ -208,6 +208,45 @@ class StandaloneTest(unittest.TestCase):
         waiter.join()
         closer.join()
         self.assertEqual(events, [2, "call returned", "closed"])
+
+    def test_closing_lets_permits_go_and_a_waiter_admitted_meanwhile_gives_its_back(self):
+        # While close() waits for a waiting acquire, a release (what the
+        # waiter may be waiting for) still goes through; a waiter admitted
+        # then gives its permit back and raises ValueError, so that close()
+        # ends with nothing held.
+        held = self.dep.acquire()
+        outcome, undone, in_call, go_on = [], [], threading.Event(), threading.Event()
+
+        def admitted_late():
+            in_call.set()
+            go_on.wait()
+            return 0  # admitted, as bh_acquire() would after the release
+
+        def wait():
+            try:
+                self.client._call_waiting(admitted_late, undo=lambda: undone.append(True))
+                outcome.append("returned")
+            except ValueError:
+                outcome.append("ValueError")
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        in_call.wait()
+        closer = threading.Thread(target=self.client.close)
+        closer.start()
+        while not self.client._closing:
+            threading.Event().wait(0.001)
+        with self.assertRaises(ValueError):
+            self.dep.try_acquire()
+        held.release()
+        self.assertFalse(held)
+        self.assertEqual(self.dep._client._call_release(bulkhead._c().bh_inflight, self.dep._handle), 0)
+        go_on.set()
+        waiter.join()
+        closer.join()
+        self.assertEqual(outcome, ["ValueError"])
+        self.assertEqual(undone, [True])
+        self.assertIsNone(self.client._handle)
 
     def test_a_copy_of_the_module_high_in_the_tree_falls_back_to_the_system(self):
         # Vendored as /bulkhead/__init__.py: no checkout three levels up.

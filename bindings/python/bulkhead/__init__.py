@@ -192,9 +192,10 @@ class Permit:
             return  # released already, or never admitted
         client = self._dependency._client  # its handle dies with the client
         if latency_ns is None:
-            client._call(_c().bh_release, ctypes.byref(self._permit), outcome)
+            client._call_release(_c().bh_release, ctypes.byref(self._permit), outcome)
         else:
-            client._call(_c().bh_release_latency, ctypes.byref(self._permit), outcome, max(0, int(latency_ns)))
+            client._call_release(_c().bh_release_latency, ctypes.byref(self._permit), outcome,
+                                 max(0, int(latency_ns)))
 
     def success(self):
         self.release(SUCCESS)
@@ -265,7 +266,8 @@ class Dependency:
             fn = getattr(_c(), "bh_acquire", None)
             if fn is None or fn.argtypes is None:
                 raise OSError(errno.ENOSYS, f"{self.name}: this libbulkhead predates the wait queue")
-            rc = self._client._call_waiting(fn, self._handle, deadline, ctypes.byref(permit._permit))
+            rc = self._client._call_waiting(fn, self._handle, deadline, ctypes.byref(permit._permit),
+                                            undo=lambda: _c().bh_release(ctypes.byref(permit._permit), IGNORE))
         if rc < 0:
             _raise(rc, self.name)
         return permit, rc
@@ -326,9 +328,12 @@ class Client:
         # Reentrant: a Permit collected during a call may release itself.
         # A waiting acquire does not hold it while it waits (every other
         # call would wait behind it), but counts itself in _waiting, which
-        # close() waits to see at 0.
+        # close() waits to see at 0. Meanwhile (_closing) permits may still
+        # be released, which may be what a waiter waits for, and nothing
+        # else may start.
         self._lock = threading.RLock()
         self._waiting = 0
+        self._closing = False
         self._no_waiters = threading.Condition(self._lock)
 
     def dependency(self, name):
@@ -356,12 +361,15 @@ class Client:
         """Closes the client; release every permit first. Idempotent, and
         safe while other threads use it: it waits for the call each is in,
         a waiting acquire until it is admitted or refused (its timeout at
-        most)."""
+        most). While it waits, permits may still be released (a waiter may
+        be waiting for one) but nothing else starts, and a waiter admitted
+        meanwhile gives its permit back and raises ValueError."""
         with self._lock:
-            handle, self._handle = self._handle, None  # calls from now on raise ValueError
+            self._closing = True  # calls from now on raise ValueError, but for releases
             self._dependencies.clear()
             while self._waiting:
                 self._no_waiters.wait()
+            handle, self._handle = self._handle, None
             if handle:
                 _c().bh_client_close(handle)
 
@@ -374,21 +382,37 @@ class Client:
 
     def _call(self, fn, *args):
         """fn(*args), a call on one of this client's handles, with its lock
-        held; ValueError once it is closed."""
+        held; ValueError once close() has begun."""
+        with self._lock:
+            if not self._handle or self._closing:
+                raise ValueError("the client is closed")
+            return fn(*args)
+
+    def _call_release(self, fn, *args):
+        """fn(*args), a release, as _call() but allowed until close() ends:
+        a waiting acquire that close() waits for may be waiting for it."""
         with self._lock:
             if not self._handle:
                 raise ValueError("the client is closed")
             return fn(*args)
 
-    def _call_waiting(self, fn, *args):
+    def _call_waiting(self, fn, *args, undo=None):
         """fn(*args), a call that may block, as _call() but without the lock
-        held while it runs; close() waits for it all the same."""
+        held while it runs; close() waits for it all the same. If close()
+        began meanwhile and fn admitted (returned 0), undo() gives the
+        permit back while the handle is still valid, and ValueError says
+        the client closed."""
         with self._lock:
-            if not self._handle:
+            if not self._handle or self._closing:
                 raise ValueError("the client is closed")
             self._waiting += 1
         try:
-            return fn(*args)
+            rc = fn(*args)
+            with self._lock:
+                if self._closing and rc == 0 and undo is not None:
+                    undo()
+                    raise ValueError("the client closed while the call waited")
+            return rc
         finally:
             with self._lock:
                 self._waiting -= 1
@@ -398,6 +422,6 @@ class Client:
     def _call_client(self, fn, *args):
         """fn(the client's handle, *args), as _call()."""
         with self._lock:
-            if not self._handle:
+            if not self._handle or self._closing:
                 raise ValueError("the client is closed")
             return fn(self._handle, *args)
