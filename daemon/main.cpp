@@ -125,7 +125,8 @@ std::string group_name(gid_t gid) {
 // with a new segment_mode, segment_group or systemd Group= applies them. A
 // change this process may not make (under bulkheadd.service, any change of
 // group: its filter refuses chown) is logged, and the segment adopted as it
-// is; or, with `recreate`, false is returned and the segment is made anew.
+// is; or, with `recreate` and a segment this process owns (and so may
+// remove), false is returned and the segment is made anew.
 bool apply_access_adopted(const shm::Segment& segment, const shm::CreateOptions& create, bool recreate) {
   const shm::Segment::FileAccess was = segment.file_access();
   const gid_t group = create.group.value_or(::getegid());
@@ -136,13 +137,20 @@ bool apply_access_adopted(const shm::Segment& segment, const shm::CreateOptions&
     segment.set_file_access(create.mode, group);
     spdlog::info("segment /dev/shm/{}: {} (the config's)", segment.name(), change);
   } catch (const shm::SegmentError& e) {
-    if (recreate) {
+    const bool owner = was.owner == ::geteuid();
+    if (recreate && owner) {
       spdlog::warn("{}; cannot give it {}", e.what(), change);
       return false;
     }
-    spdlog::warn("{}; kept {:04o} and group {} rather than {}: run bulkheadd as the segment's owner, or with "
-                 "--recreate-segment (under systemd: stop it, remove /dev/shm/{}, start it)",
-                 e.what(), was.mode, group_name(was.group), change, segment.name());
+    // Only the owner (or root) may remove it from /dev/shm, which is sticky.
+    const std::string remedy =
+        owner ? fmt::format("run with --recreate-segment (under systemd: stop it, remove /dev/shm/{}, start it)",
+                            segment.name())
+              : fmt::format("run bulkheadd as the segment's owner (uid {}), or have root remove /dev/shm/{} "
+                            "while no client uses it",
+                            was.owner, segment.name());
+    spdlog::warn("{}; kept {:04o} and group {} rather than {}: {}", e.what(), was.mode, group_name(was.group), change,
+                 remedy);
   }
   return true;
 }

@@ -60,18 +60,28 @@ void check_name(const std::string& name) {
 // The file's mode (past the umask) and, when given, its group. Only what
 // differs is changed: a chown to the group the file has already would fail
 // where chown is refused (bulkheadd.service's system call filter, or an
-// owner outside the group). The group goes first, so that a refusal leaves
-// the file as it was.
+// owner outside the group). A new group gets the file with only the bits
+// both modes give (never, for an instant, what the old mode gave the old
+// group), and a refused chown leaves the file as it was.
 void set_access(int fd, std::uint32_t mode, std::optional<gid_t> group, const std::string& name) {
+  const auto chmod_or_throw = [&](std::uint32_t bits) {
+    if (::fchmod(fd, bits) != 0) throw SegmentError(errno, describe(name) + ": chmod: " + std::strerror(errno));
+  };
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw SegmentError(errno, describe(name) + ": stat: " + std::strerror(errno));
-  if (group && st.st_gid != *group && ::fchown(fd, static_cast<uid_t>(-1), *group) != 0) {
-    throw SegmentError(errno,
-                       describe(name) + ": chown to group " + std::to_string(*group) + ": " + std::strerror(errno));
+  std::uint32_t bits = st.st_mode & 07777;
+  if (group && st.st_gid != *group) {
+    const std::uint32_t was = bits;
+    bits = was & mode;
+    if (bits != was) chmod_or_throw(bits);
+    if (::fchown(fd, static_cast<uid_t>(-1), *group) != 0) {
+      const int code = errno;
+      if (bits != was) (void)::fchmod(fd, was);
+      throw SegmentError(code,
+                         describe(name) + ": chown to group " + std::to_string(*group) + ": " + std::strerror(code));
+    }
   }
-  if ((st.st_mode & 07777) != mode && ::fchmod(fd, mode) != 0) {
-    throw SegmentError(errno, describe(name) + ": chmod: " + std::strerror(errno));
-  }
+  if (bits != mode) chmod_or_throw(mode);
 }
 
 void reserve_file(int fd, std::uint64_t size, const std::string& name) {
@@ -231,7 +241,7 @@ Segment::FileAccess Segment::file_access() const {
   if (::fstat(mapping_->object.get_mapping_handle().handle, &st) != 0) {
     throw SegmentError(errno, describe(name_) + ": stat: " + std::strerror(errno));
   }
-  return {static_cast<std::uint32_t>(st.st_mode & 07777), st.st_gid};
+  return {static_cast<std::uint32_t>(st.st_mode & 07777), st.st_gid, st.st_uid};
 }
 
 void Segment::set_file_access(std::uint32_t mode, gid_t group) const {

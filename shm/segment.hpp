@@ -76,16 +76,18 @@ class Segment {
   // Bytes of the segment that have their memory in /dev/shm: size() once
   // reserved, the pages written so far otherwise.
   std::uint64_t reserved_bytes() const;
-  // The file's permission bits and group.
+  // The file's permission bits, group and owner.
   struct FileAccess {
     std::uint32_t mode = 0;
     gid_t group = 0;
+    uid_t owner = 0;
   };
   FileAccess file_access() const;
   // Gives the file `mode` and `group`, as create() does a new one, changing
   // only what differs. Throws SegmentError (EPERM when this process may
   // not: it must own the file, and be in a new group or privileged); a
-  // refused change of group leaves the mode as it was too.
+  // refused change of group leaves the mode as it was too. A new group
+  // never has, even for an instant, more than both modes give.
   void set_file_access(std::uint32_t mode, gid_t group) const;
 
   Segment(Segment&&) noexcept;

@@ -236,6 +236,17 @@ TEST_F(LeastPrivilege, UnderTheUnitsFilterANewGroupNeedsTheSegmentMadeAnew) {
   EXPECT_NE(log.find("mode 0660 -> 0640"), std::string::npos) << log;
   EXPECT_EQ(log.find("warn"), std::string::npos) << log;
   EXPECT_EQ(mode_and_group(), std::pair(0640u, other.gid));
+
+  // A segment it does not own (root's, here), it may neither change nor
+  // remove (/dev/shm is sticky): even with --recreate-segment it adopts it
+  // as it is, and says who may.
+  ASSERT_EQ(::chown(path.c_str(), 0, static_cast<gid_t>(-1)), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0660), 0);
+  log = run_as_nobody_in(other.gid, {"--recreate-segment"});
+  EXPECT_NE(log.find("kept 0660"), std::string::npos) << log;
+  EXPECT_NE(log.find("run bulkheadd as the segment's owner (uid 0)"), std::string::npos) << log;
+  EXPECT_EQ(log.find("replacing segment"), std::string::npos) << log;
+  EXPECT_EQ(mode_and_group(), std::pair(0660u, other.gid));
 }
 
 TEST(LeastPrivilegeDefaults, MetricsListenOnLoopbackByDefault) {
