@@ -572,26 +572,35 @@ void ControlLoop::publish_service_time(Dependency& d, const shm::DependencyCount
   segment_.dependency(d.index).control.service_ns.store(d.service_ns, std::memory_order_relaxed);
 }
 
-void ControlLoop::repair_published(const Dependency& d, bool limit_moved) {
+void ControlLoop::repair_published(Dependency& d, bool limit_moved) {
   // Every tick, not only when the policy moves the limit or a reload the
   // settings: a client may have written junk over them (any process that
   // may attach read-write can), which would stand until then, on an idle
   // dependency for good. Loads, and a store only where one differs.
   shm::DependencyControl& control = segment_.dependency(d.index).control;
-  if (const std::uint32_t seen = control.limit.load(std::memory_order_relaxed);
-      !limit_moved && seen != d.controller->limit()) {
-    spdlog::warn("dependency {}: limit {} in the segment is not the {} published; restored", d.name, seen,
-                 d.controller->limit());
-  }
+  const std::uint32_t limit = control.limit.load(std::memory_order_relaxed);
+  const bool junk_limit = !limit_moved && limit != d.controller->limit();
   publish_limit(d);  // the limit and the admission rule, where they differ
-  if (d.index >= published_settings_.size()) return;
-  const PublishedSettings& published = published_settings_[d.index];
+  const PublishedSettings published =
+      d.index < published_settings_.size() ? published_settings_[d.index] : PublishedSettings{};
   const std::uint32_t flags = control.flags.load(std::memory_order_relaxed);
   const std::uint32_t max_queue = control.max_queue.load(std::memory_order_relaxed);
-  if (flags == published.flags && max_queue == published.max_queue) return;
-  spdlog::warn("dependency {}: flags {:#x} and max_queue {} in the segment are not the {:#x} and {} published; "
-               "restored",
-               d.name, flags, max_queue, published.flags, published.max_queue);
+  const bool junk_settings =
+      d.index < published_settings_.size() && (flags != published.flags || max_queue != published.max_queue);
+  // Logged when junk first appears, not every tick a writer keeps at it.
+  if (junk_limit && !d.junk_limit_logged) {
+    spdlog::warn("dependency {}: limit {} in the segment is not the {} published; restored (until a tick finds "
+                 "what it published, not logged again)",
+                 d.name, limit, d.controller->limit());
+  }
+  if (junk_settings && !d.junk_settings_logged) {
+    spdlog::warn("dependency {}: flags {:#x} and max_queue {} in the segment are not the {:#x} and {} published; "
+                 "restored (until a tick finds what it published, not logged again)",
+                 d.name, flags, max_queue, published.flags, published.max_queue);
+  }
+  d.junk_limit_logged = junk_limit;
+  d.junk_settings_logged = junk_settings;
+  if (!junk_settings) return;
   // Release, as in publish_settings().
   if (flags != published.flags) control.flags.store(published.flags, std::memory_order_release);
   if (max_queue != published.max_queue) control.max_queue.store(published.max_queue, std::memory_order_relaxed);

@@ -112,6 +112,9 @@ class ControlLoop {
     std::uint32_t bad_override = 0;  // an unknown override value already logged
     std::uint64_t pin = 0;           // the pin word in force (0: none), as last read
     std::uint32_t queue_scan = 0;    // wait-queue records the waiters gauge counts (count_waiters())
+    // The last tick found junk in the published limit, or settings, and said so.
+    bool junk_limit_logged = false;
+    bool junk_settings_logged = false;
   };
 
   void adopt_new_slots(std::uint64_t now_ns);
@@ -130,7 +133,7 @@ class ControlLoop {
   void publish_limit(const Dependency& d);
   // Puts back the limit and settings publish_limit() and publish_settings()
   // stored, where a client wrote over them; logs it.
-  void repair_published(const Dependency& d, bool limit_moved);
+  void repair_published(Dependency& d, bool limit_moved);
   // Follows bulkheadctl's pin in the segment: pins or unpins the
   // controller, publishes the limit when that changes it, and clears a pin
   // that has ended.

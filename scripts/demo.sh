@@ -21,14 +21,16 @@ if [ -z "${DEMO_NO_BUILD:-}" ]; then
 fi
 
 log="$build/$segment-bulkheadd.log"
-daemon="" demo=""
+daemon="" demo="" ours=""
 cleanup() {
   if [ -n "$demo" ]; then kill "$demo" 2>/dev/null || true; fi
   if [ -n "$daemon" ]; then
     kill "$daemon" 2>/dev/null || true
     wait "$daemon" 2>/dev/null || true
   fi
-  rm -f "/dev/shm/$segment"
+  # Only a segment this run's daemon made or ran on: one another bulkheadd
+  # serves (this one then refuses to start) is that daemon's clients'.
+  if [ -n "$ours" ]; then rm -f "/dev/shm/$segment"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -40,7 +42,7 @@ daemon_failed() {
   exit 1
 }
 
-rm -f "/dev/shm/$segment"
+[ -e "/dev/shm/$segment" ] || ours=1
 "$build/daemon/bulkheadd" --segment "$segment" --metrics-listen 127.0.0.1:0 2>"$log" &
 daemon=$!
 # Up once it logs its start line ("bulkheadd VERSION on /dev/shm/..."),
@@ -51,6 +53,7 @@ for _ in $(seq 200); do
   sleep 0.05
 done
 grep -q " on /dev/shm/$segment:" "$log" || daemon_failed "bulkheadd did not start within 10 s"
+ours=1
 grep -h "metrics on" "$log" || true
 
 "$build/examples/bulkhead-demo" --segment "$segment" --seconds "$seconds" &

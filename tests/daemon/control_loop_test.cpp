@@ -433,6 +433,15 @@ TEST_F(ControlLoopTest, JunkInWhatTheDaemonPublishesIsPutBackAtTheNextTick) {
   plain.partitions.admit_limit.store(3);
   advance_ticks(1);
   EXPECT_EQ(plain.partitions.admit_limit.load(), 10u);
+  EXPECT_EQ(log.count("in the segment is not the 10 published; restored"), 2u) << log.text();
+
+  // A writer that keeps at it is logged once, not every tick.
+  for (int i = 0; i < 5; ++i) {
+    plain.control.limit.store(77);
+    advance_ticks(1);
+    EXPECT_EQ(plain.control.limit.load(), 10u);
+  }
+  EXPECT_EQ(log.count("in the segment is not the 10 published; restored"), 3u) << log.text();
 
   // The settings: shadow mode (admit everything) and a queue it has not.
   const std::uint32_t flags = plain.control.flags.load(), max_queue = plain.control.max_queue.load();

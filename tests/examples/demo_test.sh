@@ -20,7 +20,7 @@ rows() { awk -v d="$1" '$1 ~ /^[0-9]+$/ && $2 == d' <<<"$out"; }
 rows payments | grep -q "<- latency x5" || fail "no payments line marks the slow phase"
 rows payments | awk '$3 != 20 { moved = 1 } END { exit !moved }' ||
   fail "payments' limit never moved off its initial 20: nothing was learned"
-rows payments | awk '$6 + 0 > 0 { served = 1 } END { exit !served }' || fail "payments admitted no call"
+rows payments | awk '$7 + 0 > 0 { served = 1 } END { exit !served }' || fail "payments admitted no call"  # admitted/s
 grep -q "metrics on http://127.0.0.1:" <<<"$out" || fail "the daemon's metrics address is not shown"
 
 [ ! -e "/dev/shm/$segment" ] || fail "/dev/shm/$segment left behind"

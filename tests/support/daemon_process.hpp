@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -98,8 +99,15 @@ class ChildProcess {
                const std::vector<std::string>& env = {})
       : log_path_(log_path) {
     std::vector<char*> args = exec_args(argv);
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {
+      // Stopped with the test even when the test itself dies (a crash, a
+      // ctest timeout), when no destructor runs: a daemon left running
+      // keeps its segment and its port. (Cleared where the program
+      // changes its credentials, as setpriv does.)
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) std::_Exit(127);
       const int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       ::dup2(fd, 1);
       ::dup2(fd, 2);

@@ -33,7 +33,9 @@ void check_bounds(const policies::Bounds& bounds) {
     policies::validate_bounds(bounds);
   } catch (const policies::ParamError& e) {
     std::string message = e.what();
-    message.replace(message.find(" = "), 3, " ");  // "KEY = VALUE: ..." -> "KEY VALUE: ..."
+    if (const std::size_t equals = message.find(" = "); equals != std::string::npos) {
+      message.replace(equals, 3, " ");  // "KEY = VALUE: ..." -> "KEY VALUE: ..."
+    }
     for (const auto& [key, flag] : {std::pair{"min_limit", "--min-limit"}, std::pair{"max_limit", "--max-limit"},
                                     std::pair{"initial_limit", "--initial-limit"}}) {
       for (std::size_t at = message.find(key); at != std::string::npos; at = message.find(key, at)) {
