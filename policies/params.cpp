@@ -39,9 +39,10 @@ std::string format_number(double value) {
 
 namespace {
 
-[[noreturn]] void fail(std::string_view key, double value, std::string_view rule) {
+[[noreturn]] void fail(std::string_view key, double value, std::string_view rule,
+                       std::string_view is = " = ") {
   std::string message(key);
-  message += " = ";
+  message += is;
   message += format_number(value);
   message += ": must be ";
   message += rule;
@@ -56,19 +57,21 @@ void check_param(std::string_view key, double value, const Range& range) {
   fail(key, value, range.describe());
 }
 
-void validate_bounds(const Bounds& bounds) {
-  // Config key names, since that is where the user has to look.
-  if (!std::isfinite(bounds.min)) fail("min_limit", bounds.min, "finite");
-  if (!std::isfinite(bounds.max)) fail("max_limit", bounds.max, "finite");
-  if (!std::isfinite(bounds.initial)) fail("initial_limit", bounds.initial, "finite");
-  if (bounds.min < 1) fail("min_limit", bounds.min, ">= 1");
+void validate_bounds(const Bounds& bounds, const BoundNames& names) {
+  const auto check = [&](std::string_view key, double value, const std::string& rule) {
+    fail(key, value, rule, names.is);
+  };
+  if (!std::isfinite(bounds.min)) check(names.min, bounds.min, "finite");
+  if (!std::isfinite(bounds.max)) check(names.max, bounds.max, "finite");
+  if (!std::isfinite(bounds.initial)) check(names.initial, bounds.initial, "finite");
+  if (bounds.min < 1) check(names.min, bounds.min, ">= 1");
   if (bounds.max < bounds.min) {
-    fail("max_limit", bounds.max, ">= min_limit (" + format_number(bounds.min) + ")");
+    check(names.max, bounds.max, ">= " + std::string(names.min) + " (" + format_number(bounds.min) + ")");
   }
   if (bounds.initial < bounds.min || bounds.initial > bounds.max) {
-    fail("initial_limit", bounds.initial,
-         "in [min_limit, max_limit] = [" + format_number(bounds.min) + ", " +
-             format_number(bounds.max) + "]");
+    check(names.initial, bounds.initial,
+          "in [" + std::string(names.min) + ", " + std::string(names.max) + "] = [" + format_number(bounds.min) +
+              ", " + format_number(bounds.max) + "]");
   }
 }
 

@@ -72,10 +72,20 @@ std::string format_number(double value);
 // Throws ParamError "KEY = VALUE: must be RULE" unless `range` holds `value`.
 void check_param(std::string_view key, double value, const Range& range);
 
+// The words a bounds error names them by: the config keys by default,
+// since that is where the user has to look; a command line's flags where
+// they come from one (is " ": "--min-limit 0: must be >= 1").
+struct BoundNames {
+  std::string_view min = "min_limit";
+  std::string_view max = "max_limit";
+  std::string_view initial = "initial_limit";
+  std::string_view is = " = ";
+};
+
 // Throws ParamError unless 1 <= min <= initial <= max and all are finite,
-// naming the config key at fault: "min_limit = 0: must be >= 1",
+// naming the bound at fault: "min_limit = 0: must be >= 1",
 // "initial_limit = 300: must be in [min_limit, max_limit] = [20, 200]".
-void validate_bounds(const Bounds& bounds);
+void validate_bounds(const Bounds& bounds, const BoundNames& names = {});
 
 // Takes a policy's keys out of a copy of its ParamMap, one at a time, then
 // refuses whatever is left over.

@@ -8,7 +8,6 @@
 #include <ostream>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include "policies/params.hpp"
 #include "policies/window.hpp"
@@ -26,24 +25,12 @@ bool parse_field(std::string_view field, T& out) {
 }
 
 // The bounds checked in the words of the command line, where replay's come
-// from: "--max-limit 5: must be >= --min-limit (10)" rather than the config
-// keys validate_bounds names.
+// from: "--max-limit 5: must be >= --min-limit (10)".
 void check_bounds(const policies::Bounds& bounds) {
   try {
-    policies::validate_bounds(bounds);
+    policies::validate_bounds(bounds, {"--min-limit", "--max-limit", "--initial-limit", " "});
   } catch (const policies::ParamError& e) {
-    std::string message = e.what();
-    if (const std::size_t equals = message.find(" = "); equals != std::string::npos) {
-      message.replace(equals, 3, " ");  // "KEY = VALUE: ..." -> "KEY VALUE: ..."
-    }
-    for (const auto& [key, flag] : {std::pair{"min_limit", "--min-limit"}, std::pair{"max_limit", "--max-limit"},
-                                    std::pair{"initial_limit", "--initial-limit"}}) {
-      for (std::size_t at = message.find(key); at != std::string::npos; at = message.find(key, at)) {
-        message.replace(at, std::string_view(key).size(), flag);
-        at += std::string_view(flag).size();
-      }
-    }
-    throw ReplayError(message);
+    throw ReplayError(e.what());
   }
 }
 
