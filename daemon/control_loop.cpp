@@ -581,12 +581,10 @@ void ControlLoop::repair_published(Dependency& d, bool limit_moved) {
   const std::uint32_t limit = control.limit.load(std::memory_order_relaxed);
   const bool junk_limit = !limit_moved && limit != d.controller->limit();
   publish_limit(d);  // the limit and the admission rule, where they differ
-  const PublishedSettings published =
-      d.index < published_settings_.size() ? published_settings_[d.index] : PublishedSettings{};
+  const PublishedSettings& published = published_settings_[d.index];  // track() published them
   const std::uint32_t flags = control.flags.load(std::memory_order_relaxed);
   const std::uint32_t max_queue = control.max_queue.load(std::memory_order_relaxed);
-  const bool junk_settings =
-      d.index < published_settings_.size() && (flags != published.flags || max_queue != published.max_queue);
+  const bool junk_settings = flags != published.flags || max_queue != published.max_queue;
   // Logged when junk first appears, not every tick a writer keeps at it.
   if (junk_limit && !d.junk_limit_logged) {
     spdlog::warn("dependency {}: limit {} in the segment is not the {} published; restored (until a tick finds "
