@@ -380,20 +380,24 @@ class Client:
         self.close()
         return False
 
+    def _refuse_if_closed(self, releasing=False):
+        """ValueError once close() has begun; for a release, once it ended
+        (a waiting acquire that close() waits for may be waiting for one).
+        Called with the lock held."""
+        if (not self._handle) if releasing else self._closing:
+            raise ValueError("the client is closed")
+
     def _call(self, fn, *args):
         """fn(*args), a call on one of this client's handles, with its lock
         held; ValueError once close() has begun."""
         with self._lock:
-            if not self._handle or self._closing:
-                raise ValueError("the client is closed")
+            self._refuse_if_closed()
             return fn(*args)
 
     def _call_release(self, fn, *args):
-        """fn(*args), a release, as _call() but allowed until close() ends:
-        a waiting acquire that close() waits for may be waiting for it."""
+        """fn(*args), a release, as _call() but allowed until close() ends."""
         with self._lock:
-            if not self._handle:
-                raise ValueError("the client is closed")
+            self._refuse_if_closed(releasing=True)
             return fn(*args)
 
     def _call_waiting(self, fn, *args, undo=None):
@@ -403,8 +407,7 @@ class Client:
         permit back while the handle is still valid, and ValueError says
         the client closed."""
         with self._lock:
-            if not self._handle or self._closing:
-                raise ValueError("the client is closed")
+            self._refuse_if_closed()
             self._waiting += 1
         try:
             rc = fn(*args)
@@ -422,6 +425,5 @@ class Client:
     def _call_client(self, fn, *args):
         """fn(the client's handle, *args), as _call()."""
         with self._lock:
-            if not self._handle or self._closing:
-                raise ValueError("the client is closed")
+            self._refuse_if_closed()
             return fn(self._handle, *args)
