@@ -14,7 +14,6 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -116,11 +115,10 @@ void caller(bulkhead::Dependency dep, const Simulated& sim, Clock::time_point st
   }
 }
 
-// Seconds since bulkheadd's last tick, as the segment says.
+// Seconds since bulkheadd's last tick, as the segment says (both on
+// CLOCK_MONOTONIC, which bh_now_ns() reads).
 double heartbeat_age_s(const bulkhead::shm::Segment& segment) {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  const double now_ns = static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+  const double now_ns = static_cast<double>(bh_now_ns());
   return (now_ns - static_cast<double>(segment.header().heartbeat_ns.load(std::memory_order_relaxed))) / 1e9;
 }
 
