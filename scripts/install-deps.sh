@@ -18,6 +18,27 @@ sudo=()
 if [ "$(id -u)" -ne 0 ]; then
   sudo=(sudo)
 fi
+# apt-get update, waiting up to 10 minutes for the package lists' lock: on a
+# fresh machine apt's daily timer may hold it, and update, unlike install,
+# does not wait for a lock on its own (apt 2.6 ignores DPkg::Lock::Timeout
+# there).
+apt_update() {
+  local out
+  for _ in $(seq 60); do
+    if out=$("${sudo[@]}" apt-get update -q 2>&1); then
+      printf '%s\n' "$out"
+      return 0
+    fi
+    if ! grep -q 'Could not get lock' <<<"$out"; then
+      printf '%s\n' "$out" >&2
+      return 1
+    fi
+    echo "install-deps: apt's package lists are locked; waiting" >&2
+    sleep 10
+  done
+  printf '%s\n' "$out" >&2
+  return 1
+}
 need_root() {
   [ ${#sudo[@]} -eq 0 ] || command -v sudo >/dev/null ||
     { echo "install-deps: need root or sudo to $*" >&2; exit 1; }
@@ -30,7 +51,7 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   need_root "install ${missing[*]}"
-  "${sudo[@]}" apt-get update -q
+  apt_update
   # env: sudo's env_reset would drop a variable set before it. The lock
   # timeout: on a fresh machine unattended-upgrades may hold dpkg's lock.
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
@@ -51,7 +72,7 @@ download=$(mktemp -d)
 trap 'rm -rf "$download"' EXIT
 if ! (cd "$download" && apt-get download -q prometheus >/dev/null 2>&1); then
   need_root "update apt's package lists"
-  "${sudo[@]}" apt-get update -q
+  apt_update
   (cd "$download" && apt-get download -q prometheus)
 fi
 dpkg-deb --fsys-tarfile "$download"/prometheus_*.deb |
