@@ -112,8 +112,8 @@ void ControlLoop::apply(const Config& config) {
     }
     d.breaker->reconfigure(config_.effective(d.name).breaker);
     if (metrics_ != nullptr) {
-      const auto& bounds = d.controller->settings().bounds;
-      metrics_->set_limit_bounds(d.name, bounds.min, bounds.max);
+      const auto& settings = d.controller->settings();
+      metrics_->set_policy(d.name, settings.policy, settings.bounds.min, settings.bounds.max);
     }
     publish_limit(d);
     publish_settings(index, d.name);
@@ -297,7 +297,7 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   d.breaker.emplace(settings.breaker, found_open ? BreakerState::kOpen : BreakerState::kClosed, now_ns);
   if (metrics_ != nullptr) {
     d.metrics = &metrics_->dependency(d.name);
-    metrics_->set_limit_bounds(d.name, settings.bounds.min, settings.bounds.max);
+    metrics_->set_policy(d.name, settings.policy, settings.bounds.min, settings.bounds.max);
   }
   spdlog::info("dependency {}: policy {}, limit {} in [{}, {}]", d.name, describe_policy(settings),
                d.controller->limit(), settings.bounds.min, settings.bounds.max);

@@ -171,8 +171,12 @@ class Metrics::DependencySeries : public prometheus::Collectable {
                             "1 while the limit policy measures its baseline latency (balance drains: the "
                             "limit is held down for it), else 0.",
                             MetricType::Gauge, n);
+    auto policy = family("bulkhead_policy_info",
+                         "The limit policy the dependency runs, in the label policy; always 1.",
+                         MetricType::Gauge, n);
     for (const Dependency& d : deps) {
       gauge(limit, d.name, d.limit);
+      gauge(policy, d.name, 1, "policy", d.policy.c_str());
       gauge(pinned, d.name, d.pinned ? 1 : 0);
       if (d.baseline_s > 0) gauge(baseline, d.name, d.baseline_s);
       gauge(measuring, d.name, d.measuring ? 1 : 0);
@@ -196,10 +200,10 @@ class Metrics::DependencySeries : public prometheus::Collectable {
       counter(breaker_shadow, d.name, d.breaker_shadow);
     }
     std::vector<prometheus::MetricFamily> out;
-    out.reserve(19);
+    out.reserve(20);
     for (auto* f : {&limit, &pinned, &inflight, &requests, &latency, &shadow, &min_limit, &max_limit, &queue_rejections,
                     &waiters, &wait, &waiters_reclaimed, &permits_reclaimed, &breaker_state, &transitions,
-                    &breaker_rejected, &breaker_shadow, &baseline, &measuring}) {
+                    &breaker_rejected, &breaker_shadow, &policy, &baseline, &measuring}) {
       out.push_back(std::move(*f));
     }
     return out;
@@ -364,9 +368,11 @@ void Metrics::count_reclaimed(const std::string& name, std::uint64_t permits) {
   d.permits_reclaimed += static_cast<double>(permits);
 }
 
-void Metrics::set_limit_bounds(const std::string& name, double min_limit, double max_limit) {
+void Metrics::set_policy(const std::string& name, const std::string& policy, double min_limit,
+                         double max_limit) {
   Dependency& d = dependency(name);
   const std::lock_guard<std::mutex> lock(mu_);
+  d.policy = policy;
   d.min_limit = min_limit;
   d.max_limit = max_limit;
 }

@@ -51,6 +51,7 @@ class Metrics {
     std::string name;
     double limit = 0;
     bool pinned = false;  // an operator's pin holds the limit
+    std::string policy;   // the limit policy's registry name
     double inflight = 0;
     double min_limit = 0;
     double max_limit = 0;
@@ -114,9 +115,10 @@ class Metrics {
   void observe_tick(double seconds);
   void count_reload(bool ok);
   void count_reclaimed(const std::string& dependency, std::uint64_t permits);
-  // The [min_limit, max_limit] the config gives the dependency: alerts
-  // compare the limit with them (pinned at the minimum).
-  void set_limit_bounds(const std::string& dependency, double min_limit, double max_limit);
+  // The policy and the [min_limit, max_limit] the config gives the
+  // dependency: alerts compare the limit with the bounds (pinned at the
+  // minimum), except under a policy that never moves it (fixed).
+  void set_policy(const std::string& dependency, const std::string& policy, double min_limit, double max_limit);
   void count_reclaimed_waiters(const std::string& dependency, std::uint64_t places);
   // The segment's tables: slots taken and slots there are, of dependencies
   // and of processes.

@@ -165,8 +165,9 @@ std::string scrape_until(std::uint16_t port, const std::function<bool(const std:
 }
 
 // The policy's baseline is the dependency's own latency, in seconds; a
-// policy that keeps none (fixed) has no such series.
-TEST_F(DaemonIntegration, MetricsShowThePolicysBaselineLatency) {
+// policy that keeps none (fixed) has no such series. Each dependency's
+// policy is a series of its own.
+TEST_F(DaemonIntegration, MetricsShowThePolicyAndItsBaselineLatency) {
   DaemonProcess daemon(BULKHEADD_PATH, dir_,
                        config("\n[dependency.b]\npolicy = \"balance\"\n"
                               "\n[dependency.f]\npolicy = \"fixed\"\n"));
@@ -188,6 +189,9 @@ TEST_F(DaemonIntegration, MetricsShowThePolicysBaselineLatency) {
   EXPECT_EQ(sample_value(metrics, "bulkhead_policy_measuring{dependency=\"f\"}"), 0) << metrics;
   const double measuring = sample_value(metrics, "bulkhead_policy_measuring{dependency=\"b\"}");
   EXPECT_TRUE(measuring == 0 || measuring == 1) << metrics;
+  // Which policy each runs: alerts leave out the limit that fixed holds at min_limit.
+  EXPECT_EQ(sample_value(metrics, "bulkhead_policy_info{dependency=\"b\",policy=\"balance\"}"), 1) << metrics;
+  EXPECT_EQ(sample_value(metrics, "bulkhead_policy_info{dependency=\"f\",policy=\"fixed\"}"), 1) << metrics;
 }
 
 // The daemon publishes a dependency's queue from its config; a call waits
