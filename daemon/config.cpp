@@ -597,7 +597,20 @@ DependencyConfig resolve(const Reporter& report, const DependencyConfig& base, c
 }
 
 [[noreturn]] void fail_to_read(const std::string& path, int error) {
-  throw ConfigError(path + ": cannot read: " + std::generic_category().message(error));
+  switch (error) {
+    case ENOENT:
+    case ENOTDIR:
+    case EISDIR:
+    case ELOOP:
+    case ENAMETOOLONG:
+    case EACCES:
+    case EPERM:
+      // What a restart would find again: the operator's to mend.
+      throw ConfigError(path + ": cannot read: " + std::generic_category().message(error));
+    default:
+      // EIO, ENOMEM, EMFILE and the like: the machine's, and maybe passing.
+      throw std::system_error(error, std::generic_category(), path + ": cannot read");
+  }
 }
 
 }  // namespace

@@ -106,7 +106,10 @@ class ConfigError : public std::runtime_error {
 // its max_dependencies and queue_slots, which a reload cannot change, and not
 // against the file's.
 Config parse_config(std::string_view text, std::string_view source, const DaemonConfig* running = nullptr);
-// Reads and parses a file.
+// Reads and parses a file. A file that is missing, not a file, or not
+// readable to the daemon is a ConfigError, as is its text; a read that fails
+// for a reason a later try may not meet (EIO, ENOMEM, EMFILE) is a
+// std::system_error.
 Config load_config_file(const std::string& path, const DaemonConfig* running = nullptr);
 // Why `address` is no daemon.metrics_listen (or --metrics-listen) value, or
 // null: "" (metrics off), "host:port" or "[v6]:port", port 0..65535. Whether

@@ -23,6 +23,8 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -41,8 +43,10 @@ using bulkhead::daemon::ConfigError;
 // The exit status of a wrong config (the file, or a command-line value that
 // overrides one of its keys): sysexits' EX_CONFIG, which systemd shows as
 // "status=78/CONFIG" and bulkheadd.service's RestartPreventExitStatus= does
-// not restart on, since a restart would find the same config. 1 is any
-// other failure at start-up, which a restart may get past.
+// not restart on, since a restart would find the same config (a missing or
+// unreadable file included). 1 is any other failure at start-up, which a
+// restart may get past (a read that fails with EIO, a group database that
+// does not answer).
 constexpr int kExitConfig = 78;
 using bulkhead::daemon::DaemonConfig;
 using bulkhead::daemon::kAutoStripes;
@@ -88,14 +92,25 @@ void set_log_level(const std::string& level) {
   spdlog::set_level(spdlog::level::from_str(level));
 }
 
+// No such group is the config's fault; a lookup that failed (the group
+// database unreachable: LDAP, sssd) is the machine's, and a restart may
+// get past it.
 std::optional<gid_t> segment_group(const Config& config) {
-  if (config.daemon.segment_group.empty()) return std::nullopt;
-  const group* g = ::getgrnam(config.daemon.segment_group.c_str());
-  if (g == nullptr) {
-    throw ConfigError(config.source + ": daemon.segment_group: no group named '" +
-                      config.daemon.segment_group + "'");
+  const std::string& name = config.daemon.segment_group;
+  if (name.empty()) return std::nullopt;
+  group entry{};
+  group* found = nullptr;
+  std::vector<char> buffer(16 * 1024);
+  int error = 0;
+  while ((error = ::getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found)) == ERANGE) {
+    buffer.resize(buffer.size() * 2);
   }
-  return g->gr_gid;
+  if (error != 0) {
+    throw std::system_error(error, std::generic_category(),
+                            config.source + ": daemon.segment_group: cannot look up group '" + name + "'");
+  }
+  if (found == nullptr) throw ConfigError(config.source + ": daemon.segment_group: no group named '" + name + "'");
+  return found->gr_gid;
 }
 
 // Reserves an adopted segment's memory, which a daemon with segment_reserve
@@ -449,6 +464,9 @@ int main(int argc, char** argv) {
     } catch (const ConfigError& e) {
       std::cerr << e.what() << "\n";
       return kExitConfig;
+    } catch (const std::exception& e) {
+      std::cerr << e.what() << "\n";
+      return 1;
     }
   }
   try {

@@ -583,6 +583,14 @@ TEST_F(ConfigFileTest, AFileOfTheLargestSizeIsRead) {
             std::string::npos);
 }
 
+// A read that fails for a reason of the machine's (here EIO: /proc/self/mem
+// opens, and reading address 0 fails) is no config error: the daemon exits
+// 1 for it, which systemd retries, not 78.
+TEST(LoadConfigFile, AFailedReadIsNotAConfigError) {
+  EXPECT_EQ(error_of([] { load_config_file("/proc/self/mem"); }),
+            "not a ConfigError: /proc/self/mem: cannot read: Input/output error");
+}
+
 TEST(ParseConfig, ErrorsNameTheGivenSource) {
   EXPECT_EQ(error_of([] { parse_config("[daemon]\ntick_ms = 1\n", "<stdin>"); }),
             "<stdin>:2: daemon.tick_ms: must be in [10, 60000]");

@@ -527,6 +527,19 @@ TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
     EXPECT_EQ(empty.exit_code, 105) << option << ": " << empty.output();  // CLI11's ValidationError
     EXPECT_NE(empty.output().find("must not be empty"), std::string::npos) << empty.output();
   }
+  // A missing file is the operator's to mend (78); a read that fails (EIO:
+  // /proc/self/mem opens, and reading address 0 fails) may pass, so 1,
+  // which the unit retries. The same at start.
+  const auto missing = testing::run_command({BULKHEADD_PATH, "--check-config", dir_ + "/none.toml"}, dir_);
+  EXPECT_EQ(missing.exit_code, 78) << missing.output();
+  EXPECT_NE(missing.output().find("none.toml: cannot read: No such file or directory"), std::string::npos)
+      << missing.output();
+  for (const char* option : {"--check-config", "--config"}) {
+    const auto failed = testing::run_command({BULKHEADD_PATH, option, "/proc/self/mem"}, dir_);
+    EXPECT_EQ(failed.exit_code, 1) << option << ": " << failed.output();
+    EXPECT_NE(failed.output().find("/proc/self/mem: cannot read: Input/output error"), std::string::npos)
+        << failed.output();
+  }
   const auto listen = testing::run_command({BULKHEADD_PATH, "--config", good, "--metrics-listen", "[::1]]:80"}, dir_);
   EXPECT_EQ(listen.exit_code, 78);
   EXPECT_NE(listen.output().find("--metrics-listen: '[::1]]:80': must be \"host:port\""), std::string::npos)
