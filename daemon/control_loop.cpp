@@ -207,9 +207,13 @@ void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name)
       }
     }
   }
+  plan.fields = active << 8 | plan.caps;
+  for (std::uint32_t p = 1; p < shm::kMaxPartitions; ++p) {
+    if ((active >> p & 1u) != 0) plan.packed[p] = shm::pack_partition_name(plan.names[p]);
+  }
   plans_[index] = plan.partitioned ? std::make_unique<PartitionPlan>(plan) : nullptr;
   publish_rule(index, slot.control.limit.load(std::memory_order_relaxed));
-  const std::uint64_t fields = std::uint64_t{active} << 8 | plan.caps;
+  const std::uint32_t fields = plan.fields;
   // A new version whenever a handle's cached field may mean another name
   // now (or none), so that handles look their names up again.
   if ((shape & 0xffffffffu) != fields || renamed || shm::shape_version(shape) == 0) {
@@ -598,11 +602,39 @@ void ControlLoop::repair_published(Dependency& d, bool limit_moved) {
   }
   d.junk_limit_logged = junk_limit;
   d.junk_settings_logged = junk_settings;
+  const bool junk_partitions = repair_partitions(d.index);
+  if (junk_partitions && !d.junk_partitions_logged) {
+    spdlog::warn("dependency {}: partitions' names or caps in the segment are not those published; restored "
+                 "(until a tick finds what it published, not logged again)",
+                 d.name);
+  }
+  d.junk_partitions_logged = junk_partitions;
   if (!junk_settings) return;
   // Release, as in publish_settings().
   if (flags != published.flags) control.flags.store(published.flags, std::memory_order_release);
   if (max_queue != published.max_queue) control.max_queue.store(published.max_queue, std::memory_order_relaxed);
   shm::wake_waiters(segment_.dependency(d.index).admission.futex);  // they look at the settings again
+}
+
+bool ControlLoop::repair_partitions(std::uint32_t index) {
+  const PartitionPlan* plan = plan_of(index);
+  if (plan == nullptr) return false;  // clients look at the shape only when the flags say partitioned
+  shm::DependencyPartitions& line = segment_.dependency(index).partitions;
+  const std::uint64_t shape = line.shape.load(std::memory_order_relaxed);
+  bool junk = (shape & 0xffffffffu) != plan->fields || shm::shape_version(shape) == 0;
+  for (std::uint32_t p = 1; p < shm::kMaxPartitions; ++p) {
+    const bool active = (shm::shape_active(plan->fields) >> p & 1u) != 0;
+    if (!active || shm::load_partition_name(line, p) == plan->packed[p]) continue;
+    junk = true;
+    // Relaxed: published by the release store of the shape below.
+    line.names[p - 1][0].store(plan->packed[p].words[0], std::memory_order_relaxed);
+    line.names[p - 1][1].store(plan->packed[p].words[1], std::memory_order_relaxed);
+  }
+  if (!junk) return false;
+  // A new version, as in publish_partitions(): handles that cached a field
+  // by a junk name look it up again. Release pairs with their acquire load.
+  line.shape.store((std::uint64_t{shm::shape_version(shape) + 1} << 32) | plan->fields, std::memory_order_release);
+  return true;
 }
 
 void ControlLoop::publish_limit(const Dependency& d) {

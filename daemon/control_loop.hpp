@@ -40,6 +40,7 @@
 #include "daemon/config.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/process_watch.hpp"
+#include "shm/partitions.hpp"
 #include "shm/segment.hpp"
 #include "shm/stats.hpp"
 
@@ -112,9 +113,11 @@ class ControlLoop {
     std::uint32_t bad_override = 0;  // an unknown override value already logged
     std::uint64_t pin = 0;           // the pin word in force (0: none), as last read
     std::uint32_t queue_scan = 0;    // wait-queue records the waiters gauge counts (count_waiters())
-    // The last tick found junk in the published limit, or settings, and said so.
+    // The last tick found junk in the published limit, settings, or
+    // partitions' shape and names, and said so.
     bool junk_limit_logged = false;
     bool junk_settings_logged = false;
+    bool junk_partitions_logged = false;
   };
 
   void adopt_new_slots(std::uint64_t now_ns);
@@ -131,9 +134,12 @@ class ControlLoop {
   // Gives back permits counted in flight that no process holds.
   void scan_drift();
   void publish_limit(const Dependency& d);
-  // Puts back the limit and settings publish_limit() and publish_settings()
-  // stored, where a client wrote over them; logs it.
+  // Puts back the limit, settings and partitions publish_limit(),
+  // publish_settings() and publish_partitions() stored, where a client wrote
+  // over them; logs it.
   void repair_published(Dependency& d, bool limit_moved);
+  // The partitions' half of that: true when it put something back.
+  bool repair_partitions(std::uint32_t index);
   // Follows bulkheadctl's pin in the segment: pins or unpins the
   // controller, publishes the limit when that changes it, and clears a pin
   // that has ended.
@@ -149,6 +155,10 @@ class ControlLoop {
     std::array<std::uint32_t, 3> share_ppm{};  // by field: 0 "default", 1, 2
     std::uint32_t caps = 0;
     std::array<std::string, 3> names{"default", "", ""};
+    // As published: the shape's low word (fields in use, caps) and the
+    // names of fields 1 and 2.
+    std::uint32_t fields = 0;
+    std::array<shm::PackedName, 3> packed{};
   };
   // Publishes the partitions' names, caps and field assignment (names keep
   // their fields across reloads), then the rule for the current limit.

@@ -451,6 +451,29 @@ TEST_F(ControlLoopTest, JunkInWhatTheDaemonPublishesIsPutBackAtTheNextTick) {
   EXPECT_EQ(plain.control.flags.load(), flags);
   EXPECT_EQ(plain.control.max_queue.load(), max_queue);
   EXPECT_EQ(log.count("in the segment are not the"), 1u) << log.text();
+
+  // The partitions: a cap on "batch", its field taken from it, its name
+  // changed. Put back under a new version, so that handles that looked a
+  // name up since look it up again.
+  const std::uint64_t shape = split.partitions.shape.load();
+  const shm::PackedName batch = shm::load_partition_name(split.partitions, 1);
+  ASSERT_EQ(shm::shape_active(shape), 0b10u);
+  ASSERT_EQ(batch, shm::pack_partition_name("batch"));
+  for (const std::uint64_t junk : {shape | 0b10u, shape & ~(std::uint64_t{0b10} << 8)}) {
+    split.partitions.shape.store(junk);
+    advance_ticks(1);
+    EXPECT_EQ(split.partitions.shape.load() & 0xffffffffu, shape & 0xffffffffu);
+    EXPECT_GT(shm::shape_version(split.partitions.shape.load()), shm::shape_version(junk));
+  }
+  split.partitions.names[0][0].store(0x6b6e756a);  // "junk"
+  advance_ticks(1);
+  EXPECT_EQ(shm::load_partition_name(split.partitions, 1), batch);
+  const std::uint64_t repaired = split.partitions.shape.load();
+  advance_ticks(2);
+  EXPECT_EQ(split.partitions.shape.load(), repaired);  // nothing to put back: no new version
+  // Junk three ticks running: one warning.
+  EXPECT_EQ(log.count("partitions' names or caps in the segment are not those published; restored"), 1u)
+      << log.text();
 }
 
 TEST_F(ControlLoopTest, TheServiceTimeIsPublishedForTheExpectedWait) {
