@@ -86,6 +86,38 @@ for script in postinst prerm postrm; do
   [ -x "$work/control/daemon/$script" ] || fail "$script is not executable"
   sh -n "$work/control/daemon/$script" || fail "$script is not valid sh"
 done
+# What the scripts ask of systemd, on a host that runs it: each runs in a
+# mount namespace (unshare -rm: no root needed where user namespaces are
+# allowed) with /run/systemd/system present and systemctl and
+# systemd-sysusers replaced by stubs that log their arguments.
+stubs=$work/stubs
+mkdir -p "$stubs"
+for tool in systemctl systemd-sysusers; do
+  printf '#!/bin/sh\necho "%s $*" >> "%s/calls"\n' "$tool" "$work" >"$stubs/$tool"
+  chmod +x "$stubs/$tool"
+done
+# calls SCRIPT ARGS...: what the script called, one line each, ";"-joined.
+calls() {
+  rm -f "$work/calls"
+  unshare -rm /bin/sh -c 'mount -t tmpfs none /run && mkdir -p /run/systemd/system && exec "$@"' sh \
+    env PATH="$stubs:$PATH" "$work/control/daemon/$@" >/dev/null ||
+    fail "$* failed (or unshare -rm is not allowed here)"
+  [ -f "$work/calls" ] && paste -sd';' "$work/calls" || true
+}
+expect_calls() {
+  local want=$1 got
+  shift
+  got=$(calls "$@")
+  [ "$got" = "$want" ] || fail "$*: called '$got', not '$want'"
+}
+# Neither an install nor an upgrade starts, stops or restarts the daemon
+# (the operator enables it, and restarts it onto a new binary when
+# convenient); removal stops and disables it.
+expect_calls "systemd-sysusers bulkhead.conf;systemctl daemon-reload" postinst configure
+expect_calls "systemd-sysusers bulkhead.conf;systemctl daemon-reload" postinst configure 0.1.0
+expect_calls "systemctl disable --now bulkheadd.service" prerm remove
+expect_calls "" prerm upgrade 0.2.0
+expect_calls "systemctl daemon-reload" postrm remove
 [ "$(cat "$work/control/lib/shlibs" 2>&1)" = "libbulkhead $major libbulkhead$major (>= $version)" ] ||
   fail "libbulkhead$major's shlibs is not 'libbulkhead $major libbulkhead$major (>= $version)': $(cat "$work/control/lib/shlibs" 2>&1)"
 grep -q ldconfig "$work/control/lib/postinst" || fail "libbulkhead$major's postinst does not run ldconfig"
