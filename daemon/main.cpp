@@ -105,11 +105,14 @@ std::optional<gid_t> segment_group(const Config& config) {
   while ((error = ::getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found)) == ERANGE) {
     buffer.resize(buffer.size() * 2);
   }
-  if (error != 0) {
+  // Some NSS modules say "no such group" with ENOENT or ESRCH
+  // (getgrnam(3)), where glibc's files module returns 0 and no entry.
+  const bool not_found = error == ENOENT || error == ESRCH;
+  if (error != 0 && !not_found) {
     throw std::system_error(error, std::generic_category(),
                             config.source + ": daemon.segment_group: cannot look up group '" + name + "'");
   }
-  if (found == nullptr) throw ConfigError(config.source + ": daemon.segment_group: no group named '" + name + "'");
+  if (not_found || found == nullptr) throw ConfigError(config.source + ": daemon.segment_group: no group named '" + name + "'");
   return found->gr_gid;
 }
 
