@@ -260,6 +260,24 @@ TEST_F(BreakerLoopTest, SlowCallRateOpensIt) {
   EXPECT_EQ(pay.breaker(), ClientState::kOpen);  // 22 of 42
 }
 
+// Calls made while slow calls were off (slow_call_duration_ms = 0) stay in
+// the breaker's window across a reload that turns them on: they must have
+// been counted as not slow, not as slow past a threshold of 0.
+TEST_F(BreakerLoopTest, CallsFromBeforeSlowCallsWereOnDoNotCountAsSlow) {
+  start(kBreakerConfig);
+  Dependency pay = client_->dependency("pay");
+  advance_ticks(1);
+  report_from_processes(2, 10, Outcome::kSuccess, 1ms);  // the breaker's 20-call minimum
+  advance_ticks(1);
+  loop_->apply(parse(std::string(kBreakerConfig) + "slow_call_duration_ms = 200\nslow_call_rate_threshold = 0.5\n",
+                     "slow.toml"));
+  advance_ticks(1);
+  EXPECT_EQ(pay.breaker(), ClientState::kClosed);
+  report_from_processes(2, 11, Outcome::kSuccess, 300ms);  // 22 slow of 42: now it opens
+  advance_ticks(1);
+  EXPECT_EQ(pay.breaker(), ClientState::kOpen);
+}
+
 TEST_F(BreakerLoopTest, ForcedByConfigAndByTheOverrideWhichWins) {
   start(kBreakerConfig);
   Dependency pay = client_->dependency("pay");

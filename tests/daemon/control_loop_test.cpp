@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <filesystem>
 #include <functional>
 #include <thread>
 
@@ -310,6 +311,29 @@ TEST_F(ControlLoopTest, AZombieThatHeldPermitsCountsAsDead) {
   int status = 0;
   ::waitpid(child, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+// The pidfds this process holds open (the daemon's process watch).
+int open_pidfds() {
+  int n = 0;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    if (std::filesystem::read_symlink(fd.path(), error) == "anon_inode:[pidfd]") ++n;
+  }
+  return n;
+}
+
+// A process the daemon watches is watched through one pidfd, opened once
+// (not /proc read every tick) and closed when its slot is freed: a
+// daemon that outlives many clients does not run out of descriptors.
+TEST_F(ControlLoopTest, AWatchedProcessHoldsOnePidfdUntilItsSlotIsFreed) {
+  const int before = open_pidfds();
+  start("[dependency.pay]\n");
+  advance_ticks(2);
+  EXPECT_EQ(open_pidfds(), before + 1);  // this test's client
+  client_.reset();  // frees its slot, holding nothing
+  advance_ticks(1);
+  EXPECT_EQ(open_pidfds(), before);
 }
 
 // A process seen alive at a tick is watched through a pidfd from then on,
@@ -681,6 +705,7 @@ TEST_F(ControlLoopTest, TheSegmentsTablesAreCountedAndAFullOneIsLoggedOnce) {
   EXPECT_EQ(log.count("process table no longer full: 7 of 8 slots taken"), 1u) << log.text();
   advance_ticks(1);
   EXPECT_EQ(log.count("table full"), 2u);  // still once each
+  EXPECT_EQ(log.count("no longer full"), 1u) << log.text();  // and its emptying once, when it began
 }
 
 // A waiter killed in the queue keeps its place only until the next tick,
