@@ -284,6 +284,14 @@ TEST_F(PartitionTest, AReloadMovesNoPermitAndAGonePartitionAdmitsAsDefault) {
   all.clear();
   EXPECT_EQ(word("db").load(), 0u);
   EXPECT_EQ(held_total("db"), 0u);
+  // And the waiting acquire: its permit belongs to the dependency, and
+  // goes back to it.
+  Permit waited = batch.acquire(std::chrono::seconds(1));
+  ASSERT_TRUE(waited);
+  EXPECT_EQ(db.inflight(), 1);
+  waited.success();
+  EXPECT_EQ(word("db").load(), 0u);
+  EXPECT_EQ(held_total("db"), 0u);
 }
 
 // The partition series follow the config: a reload that removes or renames
