@@ -32,6 +32,14 @@ constexpr std::size_t kDriftMinSlice = 64;
 // on a claim after 1 s, so this is safely longer.
 constexpr std::uint64_t kAbandonAfterNs = 2'000'000'000;
 
+// Publishes a partitions line's shape as `fields` under a version after
+// `shape`'s, so that handles that cached a field by name look it up again.
+// Release pairs with the clients' acquire loads of the shape: the names and
+// rule stored before it are visible with the new version.
+void store_new_shape(shm::DependencyPartitions& line, std::uint64_t shape, std::uint32_t fields) {
+  line.shape.store((std::uint64_t{shm::shape_version(shape) + 1} << 32) | fields, std::memory_order_release);
+}
+
 std::uint64_t abandon_after_ticks(const Config& config) {
   const auto tick_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(config.daemon.tick).count());
@@ -190,10 +198,7 @@ void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name)
       if (pc->hard_cap) plan.caps |= 1u << field;
       plan.names[field] = pc->name;
       renamed = true;
-      const shm::PackedName packed = shm::pack_partition_name(pc->name);
-      // Relaxed: published by the release store of the shape below.
-      line.names[field - 1][0].store(packed.words[0], std::memory_order_relaxed);
-      line.names[field - 1][1].store(packed.words[1], std::memory_order_relaxed);
+      shm::store_partition_name(line, field, shm::pack_partition_name(pc->name));
     }
   }
   if (plans_.size() <= index) plans_.resize(segment_.capacities().max_dependencies);
@@ -208,18 +213,12 @@ void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name)
     }
   }
   plan.fields = active << 8 | plan.caps;
-  for (std::uint32_t p = 1; p < shm::kMaxPartitions; ++p) {
-    if ((active >> p & 1u) != 0) plan.packed[p] = shm::pack_partition_name(plan.names[p]);
-  }
   plans_[index] = plan.partitioned ? std::make_unique<PartitionPlan>(plan) : nullptr;
   publish_rule(index, slot.control.limit.load(std::memory_order_relaxed));
-  const std::uint32_t fields = plan.fields;
   // A new version whenever a handle's cached field may mean another name
-  // now (or none), so that handles look their names up again.
-  if ((shape & 0xffffffffu) != fields || renamed || shm::shape_version(shape) == 0) {
-    // Release pairs with the clients' acquire loads of the shape: names and
-    // rule stored above are visible with the new version.
-    line.shape.store((std::uint64_t{shm::shape_version(shape) + 1} << 32) | fields, std::memory_order_release);
+  // now (or none).
+  if ((shape & 0xffffffffu) != plan.fields || renamed || shm::shape_version(shape) == 0) {
+    store_new_shape(line, shape, plan.fields);
   }
 }
 
@@ -623,18 +622,14 @@ bool ControlLoop::repair_partitions(std::uint32_t index) {
   const std::uint64_t shape = line.shape.load(std::memory_order_relaxed);
   bool junk = (shape & 0xffffffffu) != plan->fields || shm::shape_version(shape) == 0;
   for (std::uint32_t p = 1; p < shm::kMaxPartitions; ++p) {
-    const bool active = (shm::shape_active(plan->fields) >> p & 1u) != 0;
-    if (!active || shm::load_partition_name(line, p) == plan->packed[p]) continue;
+    if ((shm::shape_active(plan->fields) >> p & 1u) == 0) continue;
+    const shm::PackedName name = shm::pack_partition_name(plan->names[p]);
+    if (shm::load_partition_name(line, p) == name) continue;
     junk = true;
-    // Relaxed: published by the release store of the shape below.
-    line.names[p - 1][0].store(plan->packed[p].words[0], std::memory_order_relaxed);
-    line.names[p - 1][1].store(plan->packed[p].words[1], std::memory_order_relaxed);
+    shm::store_partition_name(line, p, name);
   }
-  if (!junk) return false;
-  // A new version, as in publish_partitions(): handles that cached a field
-  // by a junk name look it up again. Release pairs with their acquire load.
-  line.shape.store((std::uint64_t{shm::shape_version(shape) + 1} << 32) | plan->fields, std::memory_order_release);
-  return true;
+  if (junk) store_new_shape(line, shape, plan->fields);  // handles look junk names up again
+  return junk;
 }
 
 void ControlLoop::publish_limit(const Dependency& d) {

@@ -40,7 +40,6 @@
 #include "daemon/config.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/process_watch.hpp"
-#include "shm/partitions.hpp"
 #include "shm/segment.hpp"
 #include "shm/stats.hpp"
 
@@ -155,10 +154,7 @@ class ControlLoop {
     std::array<std::uint32_t, 3> share_ppm{};  // by field: 0 "default", 1, 2
     std::uint32_t caps = 0;
     std::array<std::string, 3> names{"default", "", ""};
-    // As published: the shape's low word (fields in use, caps) and the
-    // names of fields 1 and 2.
-    std::uint32_t fields = 0;
-    std::array<shm::PackedName, 3> packed{};
+    std::uint32_t fields = 0;  // the shape's low word, as published: fields in use << 8 | caps
   };
   // Publishes the partitions' names, caps and field assignment (names keep
   // their fields across reloads), then the rule for the current limit.

@@ -122,5 +122,11 @@ inline PackedName load_partition_name(const DependencyPartitions& line, std::uin
   out.words[1] = line.names[p - 1][1].load(std::memory_order_relaxed);
   return out;
 }
+// Relaxed stores: the daemon publishes them with a new shape version
+// (release), which readers load with acquire.
+inline void store_partition_name(DependencyPartitions& line, std::uint32_t p, const PackedName& name) {
+  line.names[p - 1][0].store(name.words[0], std::memory_order_relaxed);
+  line.names[p - 1][1].store(name.words[1], std::memory_order_relaxed);
+}
 
 }  // namespace bulkhead::shm

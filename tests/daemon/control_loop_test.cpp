@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "daemon/metrics.hpp"
+#include "shm/partitions.hpp"
 #include "shm/wait_queue.hpp"
 
 #include "bulkhead/client.hpp"
