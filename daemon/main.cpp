@@ -112,7 +112,9 @@ std::optional<gid_t> segment_group(const Config& config) {
     throw std::system_error(error, std::generic_category(),
                             config.source + ": daemon.segment_group: cannot look up group '" + name + "'");
   }
-  if (not_found || found == nullptr) throw ConfigError(config.source + ": daemon.segment_group: no group named '" + name + "'");
+  if (not_found || found == nullptr) {
+    throw ConfigError(config.source + ": daemon.segment_group: no group named '" + name + "'");
+  }
   return found->gr_gid;
 }
 
