@@ -118,6 +118,13 @@ expect_calls "systemd-sysusers bulkhead.conf;systemctl daemon-reload" postinst c
 expect_calls "systemctl disable --now bulkheadd.service" prerm remove
 expect_calls "" prerm upgrade 0.2.0
 expect_calls "systemctl daemon-reload" postrm remove
+# Where there is no systemd-sysusers, postinst says what to create instead.
+mkdir -p "$work/no-sysusers"
+cp "$stubs/systemctl" "$work/no-sysusers/"
+said=$(PATH="$work/no-sysusers" "$work/control/daemon/postinst" configure 2>&1 >/dev/null) ||
+  fail "postinst configure failed without systemd-sysusers"
+grep -q "systemd-sysusers not found: create the user and group bulkhead" <<<"$said" ||
+  fail "postinst without systemd-sysusers said '$said'"
 [ "$(cat "$work/control/lib/shlibs" 2>&1)" = "libbulkhead $major libbulkhead$major (>= $version)" ] ||
   fail "libbulkhead$major's shlibs is not 'libbulkhead $major libbulkhead$major (>= $version)': $(cat "$work/control/lib/shlibs" 2>&1)"
 grep -q ldconfig "$work/control/lib/postinst" || fail "libbulkhead$major's postinst does not run ldconfig"
