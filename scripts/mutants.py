@@ -84,6 +84,8 @@ def main():
     parser.add_argument("--list", help="a Python file defining M = [(old, new), ...] instead of the generated ones")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory (default: build)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds a test binary may take (default 300)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="ninja's parallel jobs (default: the CPUs)")
     parser.add_argument("--first", type=int, help="run only the mutants numbered under N")
     parser.add_argument("--from", dest="start", type=int, default=0, help="start at mutant #N (default 0)")
     args = parser.parse_args()
@@ -101,7 +103,8 @@ def main():
     numbered = list(enumerate(mutants))[args.start:args.first]
 
     def build():
-        return subprocess.run(["ninja", "-C", args.build] + args.target, capture_output=True, text=True).returncode == 0
+        command = ["ninja", "-C", args.build, f"-j{args.jobs}"] + args.target
+        return subprocess.run(command, capture_output=True, text=True).returncode == 0
 
     # An interrupt ends the loop through the finally below, which restores.
     signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
