@@ -54,6 +54,26 @@ TEST_F(ProcessWatchTest, ALiveProcessIsWatchedByOnePidfdThatTellsWhenItExits) {
   EXPECT_EQ(open_fds(), base_);
 }
 
+// A poll that finds one process gone keeps watching the others: their
+// pidfds stay open, and /proc is not read for them again.
+TEST_F(ProcessWatchTest, AnExitLeavesTheOtherWatchedProcessesWatched) {
+  testing::PausedChild other{[] { return true; }};
+  ASSERT_TRUE(other.ok());
+  const auto other_start = shm::process_start_time(other.pid());
+  ASSERT_TRUE(other_start);
+  const std::size_t base = open_fds();
+  EXPECT_EQ(watch_.check(1, child_.pid(), start_), shm::Liveness::kAlive);
+  EXPECT_EQ(watch_.check(2, other.pid(), *other_start), shm::Liveness::kAlive);
+  EXPECT_EQ(open_fds(), base + 2);
+  ::kill(other.pid(), SIGKILL);
+  ASSERT_TRUE(testing::wait_until_exited(other.pid()));
+  watch_.poll();
+  EXPECT_EQ(open_fds(), base + 2);
+  EXPECT_EQ(watch_.check(1, child_.pid(), start_), shm::Liveness::kAlive);
+  EXPECT_EQ(watch_.check(2, other.pid(), *other_start), shm::Liveness::kDead);
+  EXPECT_EQ(open_fds(), base + 2);
+}
+
 TEST_F(ProcessWatchTest, ASlotThatNamesAnotherProcessIsReadFromProcAgain) {
   EXPECT_EQ(watch_.check(2, child_.pid(), start_), shm::Liveness::kAlive);
   // The same pid with another start time: the pid was reused, and the
