@@ -543,6 +543,8 @@ TEST_F(CtlSegment, APinShowsWhileItHolds) {
 TEST(DescribeDuration, SaysSecondsMinutesHoursAndDays) {
   EXPECT_EQ(describe_duration(0), "0 s");
   EXPECT_EQ(describe_duration(90), "90 s");
+  EXPECT_EQ(describe_duration(119), "119 s");
+  EXPECT_EQ(describe_duration(120), "2 min");
   EXPECT_EQ(describe_duration(600), "10 min");
   EXPECT_EQ(describe_duration(150), "2 min 30 s");
   EXPECT_EQ(describe_duration(5400), "1 h 30 min");
@@ -929,6 +931,11 @@ TEST_F(CtlBinary, PinWritesTheLimitAndWhenItEnds) {
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_GE(shm::pin_until_s(pin.load()), before_s + 600);
   EXPECT_LE(shm::pin_until_s(pin.load()), monotonic_now_ns() / kSecond + 1 + 600);
+  for (const std::string edge : {"1", "1000000"}) {  // the ends of the range are limits too
+    r = run({"--segment", name.str(), "pin", "payments", edge});
+    ASSERT_EQ(r.exit_code, 0) << edge << ": " << r.output();
+    EXPECT_EQ(std::to_string(shm::pin_limit(pin.load())), edge);
+  }
 
   pin.store(0);
   for (const std::vector<std::string>& bad : {std::vector<std::string>{"0"}, {"1000001"}, {"8x"}, {"-3"},
