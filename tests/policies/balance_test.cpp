@@ -1227,12 +1227,18 @@ BalancePolicy in_a_scheduled_drain() {
 }
 
 // The baseline a scheduled drain leaves when the first window it measures
-// finds p50 10 ms and the second `next_ms`, 100 calls each, one in flight.
-double baseline_after_drain_windows(double next_ms) {
+// finds p50 10 ms and the second `next_ms`, `calls` calls each, one in flight.
+double baseline_after_drain_windows(double next_ms, std::uint64_t calls = 100) {
   BalancePolicy b = in_a_scheduled_drain();
-  b.update(spread_window(10, 2, 1));  // in-flight falls to the drained limit: measured from the next
-  b.update(spread_window(10, 2, 1));
-  b.update(spread_window(next_ms, next_ms / 5, 1));
+  const auto window = [calls](double p50_ms) {
+    Window w = spread_window(p50_ms, p50_ms / 5, 1);
+    w.rtt_sum_ns = w.rtt_sum_ns / w.ok * calls;
+    w.ok = calls;
+    return w;
+  };
+  b.update(window(10));  // in-flight falls to the drained limit: measured from the next
+  b.update(window(10));
+  b.update(window(next_ms));
   EXPECT_FALSE(b.probing());
   return b.baseline_ns() / 1e6;
 }
@@ -1245,6 +1251,9 @@ TEST(BalancePolicy, ADrainMeasuresFromAWindowThatSawTheDependencyChange) {
   // the drain, which measures what it is now.
   EXPECT_DOUBLE_EQ(baseline_after_drain_windows(40), 40);
   EXPECT_DOUBLE_EQ(baseline_after_drain_windows(3), 3);
+  // 20 calls on each side are enough to tell.
+  EXPECT_DOUBLE_EQ(baseline_after_drain_windows(40, 20), 40);
+  EXPECT_DOUBLE_EQ(baseline_after_drain_windows(40, 19), 25);
 }
 
 // Where a scheduled drain leaves the baseline (ms) and the limit when its
