@@ -331,6 +331,7 @@ TEST_F(DaemonIntegration, ARestartedDaemonAdoptsTheSegmentAndItsLimits) {
   DaemonProcess second(BULKHEADD_PATH, dir_, with_fixed);
   ASSERT_TRUE(second.wait_ready(segment_)) << second.log();
   EXPECT_NE(second.log().find("adopted segment"), std::string::npos) << second.log();
+  EXPECT_EQ(second.log().find("raised to"), std::string::npos) << second.log();  // its own minor already
   EXPECT_EQ(kept.limit(), 11);
   EXPECT_EQ(kept.inflight(), 1);  // the in-flight count survived
 }
