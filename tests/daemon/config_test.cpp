@@ -422,6 +422,14 @@ TEST(ParseConfig, APatternBracketMayStartWithItsCloseBracket) {
   EXPECT_EQ(config.table_for("db-b"), nullptr);
 }
 
+// A pattern may be as long as a name (47 bytes; 48 is refused, below).
+TEST(ParseConfig, APatternOfTheLongestNamesLengthIsAccepted) {
+  const std::string pattern = "db-*-" + std::string(42, '7');
+  ASSERT_EQ(pattern.size(), 47u);
+  const Config config = parse_config("[dependency.\"" + pattern + "\"]\nmax_limit = 90\n", "p.toml");
+  EXPECT_EQ(config.effective("db-1-" + std::string(42, '7')).bounds.max, 90);
+}
+
 // A reload is checked against the segment in use: its capacities keep their
 // running values (main.cpp), so a file that raises them cannot make room for
 // more configured names or a longer wait queue than the segment has.
