@@ -41,10 +41,22 @@ for f in bin/bulkheadd bin/bulkheadctl "$mandir/man8/bulkheadd.8.gz" "$mandir/ma
     share/doc/bulkhead/docs/prometheus/bulkhead-alerts.yml share/doc/bulkhead/docs/grafana/bulkhead.json; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
-# Every link of the installed README into docs/ resolves beside it.
-for link in $(grep -oE '\]\(docs/[^)#]+' "$prefix/share/doc/bulkhead/README.md" | cut -c3- | sort -u); do
-  [ -e "$prefix/share/doc/bulkhead/$link" ] || fail "README links to $link, which is not installed"
+# Every relative link of the installed README and docs/ resolves where they
+# are installed: the ones into docs/ beside README, and none to a repository
+# file the install leaves out (those become their text, and nothing else
+# changes: with every link read as its text, each file is its source).
+docdir=$prefix/share/doc/bulkhead
+as_text() { sed -E 's/\[([^];]*)\]\([^);[:space:]]+\)/\1/g' "$1"; }
+for doc in README.md $(cd "$src" && echo docs/*.md); do
+  [ -e "$docdir/$doc" ] || fail "not installed: share/doc/bulkhead/$doc"
+  cmp -s <(as_text "$src/$doc") <(as_text "$docdir/$doc") || fail "$doc changed in more than its links when installed"
+  for link in $(grep -oE '\]\([^);[:space:]]+\)' "$docdir/$doc" | sed -E 's/^\]\(//; s/[#)].*$//' | sort -u); do
+    case "$link" in "" | *:*) continue ;; esac
+    [ -e "$(dirname "$docdir/$doc")/$link" ] || fail "the installed $doc links to $link, which is not installed"
+  done
 done
+grep -qF '[`docs/operations.md`](docs/operations.md)' "$docdir/README.md" ||
+  fail "the installed README lost its link to docs/operations.md"
 [ -x "$prefix/bin/bulkheadd" ] || fail "bin/bulkheadd is not executable"
 cmp -s "$src/daemon/default_config.toml" "$prefix/etc/bulkhead/bulkhead.toml" ||
   fail "etc/bulkhead/bulkhead.toml is not daemon/default_config.toml"
