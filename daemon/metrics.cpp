@@ -5,6 +5,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -31,16 +32,6 @@ constexpr const char* kOutcomes[5] = {"success", "dropped", "ignored", "rejected
 constexpr const char* kStates[3] = {"closed", "open", "half_open"};
 // Labels of bulkhead_segment_slots(_used), in Metrics::slots_of_'s order.
 constexpr std::array<const char*, 2> kTables = {"dependencies", "processes"};
-
-// The host of `listen` ("host:port" or "[v6]:port") a connection to the
-// exporter goes to: its own, or loopback when it is a wildcard.
-std::string connect_host(const std::string& listen) {
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  if (host.empty() || host == "0.0.0.0") return "127.0.0.1";
-  if (host == "::") return "::1";
-  return host;
-}
 
 // Opens a connection to `address` and closes it, giving up after 100 ms.
 void poke(const sockaddr_storage& address, socklen_t size) {
@@ -259,9 +250,8 @@ Metrics::Metrics(const std::string& listen)
   static_assert(kBuckets == 17);
   for (std::uint32_t b = 0; b < shm::kHistogramBuckets; ++b) {
     const double upper_s = static_cast<double>(shm::histogram_bucket_upper_ns(b)) / 1e9;
-    std::uint8_t p = 0;
-    while (p < bounds.size() && bounds[p] < upper_s) ++p;
-    bucket_map_[b] = p;  // == bounds.size(): the +Inf bucket
+    // bounds.size(): the +Inf bucket.
+    bucket_map_[b] = static_cast<std::uint8_t>(std::ranges::lower_bound(bounds, upper_s) - bounds.begin());
   }
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(listen);
@@ -281,7 +271,7 @@ Metrics::Metrics(const std::string& listen)
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  if (::getaddrinfo(connect_host(listen).c_str(), std::to_string(port()).c_str(), &hints, &found) == 0) {
+  if (::getaddrinfo(wake_host(listen).c_str(), std::to_string(port()).c_str(), &hints, &found) == 0) {
     if (found != nullptr && found->ai_addrlen <= sizeof wake_address_) {
       std::memcpy(&wake_address_, found->ai_addr, found->ai_addrlen);
       wake_size_ = found->ai_addrlen;
@@ -309,6 +299,14 @@ Metrics::~Metrics() {
   exposer_.reset();
   stopped.store(true, std::memory_order_release);
   if (waker.joinable()) waker.join();
+}
+
+std::string Metrics::wake_host(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (host.empty() || host == "0.0.0.0") return "127.0.0.1";
+  if (host == "::") return "::1";
+  return host;
 }
 
 std::uint16_t Metrics::port() const {

@@ -105,6 +105,10 @@ class Metrics {
 
   // The port actually bound.
   std::uint16_t port() const;
+  // The host of `listen` ("host:port" or "[v6]:port") that the destructor
+  // connects to, to wake the exporter's listener: its own, or loopback when
+  // it is a wildcard.
+  static std::string wake_host(const std::string& listen);
 
   // The series of one dependency, created on first use (the record's
   // address stays valid as long as the Metrics).

@@ -540,6 +540,17 @@ TEST(MetricsExporter, AnIPv6AddressServesOrSaysWhyNot) {
   }
 }
 
+// The exporter's listener is woken at stop (~Metrics) by connecting to it:
+// on its own host, and on loopback when it listens on a wildcard.
+TEST(MetricsExporter, ItsListenerIsWokenOnItsOwnHostOrOnLoopbackForAWildcard) {
+  EXPECT_EQ(Metrics::wake_host("0.0.0.0:9100"), "127.0.0.1");
+  EXPECT_EQ(Metrics::wake_host(":9100"), "127.0.0.1");
+  EXPECT_EQ(Metrics::wake_host("[::]:9100"), "::1");
+  EXPECT_EQ(Metrics::wake_host("[::1]:9100"), "::1");
+  EXPECT_EQ(Metrics::wake_host("10.1.2.3:9100"), "10.1.2.3");
+  EXPECT_EQ(Metrics::wake_host("localhost:9100"), "localhost");
+}
+
 // Each tick adds its own calls to the metrics' latency and wait histograms,
 // and a tick without any adds nothing.
 TEST_F(ControlLoopTest, TheMetricsHistogramsTakeEachTicksCallsOnce) {
@@ -570,6 +581,24 @@ TEST_F(ControlLoopTest, TheMetricsHistogramsTakeEachTicksCallsOnce) {
   advance_ticks(1);
   EXPECT_EQ(count(m.latency), 6u);
   EXPECT_EQ(count(m.wait), 2u);
+}
+
+// Each call counts in the first Prometheus bucket whose bound is at or above
+// its segment bucket's upper edge: 3 ms under le="0.005" (the sixth bound),
+// 7 ms under le="0.01"; a call slower than the last bound, 10 s, under +Inf.
+TEST_F(ControlLoopTest, TheMetricsHistogramPutsACallUnderTheFirstBoundAtOrAboveIt) {
+  start("", {}, /*with_metrics=*/true);
+  Dependency dep = client_->dependency("orders");
+  advance_ticks(1);
+  feed_calls(dep, 3, 3ms);
+  feed_calls(dep, 2, 7ms);
+  feed_calls(dep, 1, 20s);
+  advance_ticks(1);
+  std::array<std::uint64_t, Metrics::kBuckets> want{};
+  want[5] = 3;
+  want[6] = 2;
+  want[Metrics::kBuckets - 1] = 1;
+  EXPECT_EQ(metrics_->dependency("orders").latency.counts, want);
 }
 
 // bulkheadctl pin: the pinned limit goes out over the policy and the
