@@ -1,10 +1,12 @@
-# CPack: `cpack -G DEB` in the build directory makes three packages.
+# CPack: `cpack -G DEB` in the build directory makes four packages.
 #
 #   bulkhead       bulkheadd, its unit, sysusers file, /etc/bulkhead/bulkhead.toml
 #                  (a conffile), README; postinst creates the user and group
 #   libbulkhead0   libbulkhead.so.0 alone (with a shlibs file), what a
 #                  program that links it depends on
 #   bulkhead-dev   headers, libbulkhead.so and .a, the CMake package, bulkhead.pc
+#   python3-bulkhead  `import bulkhead`: the binding (ctypes), for any
+#                  architecture, over libbulkhead0
 #
 # Depends of bulkhead and libbulkhead0 come from dpkg-shlibdeps (Debian's
 # dpkg-dev package); bulkhead-dev depends on the libbulkhead0 of its version.
@@ -19,7 +21,7 @@ set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 # put the unit, sysusers file and config in the system's places.
 set(CPACK_SET_DESTDIR ON)
 set(CPACK_INSTALL_PREFIX /usr)
-set(CPACK_COMPONENTS_ALL daemon lib dev)
+set(CPACK_COMPONENTS_ALL daemon lib dev python)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
@@ -59,5 +61,16 @@ set(CPACK_COMPONENT_DEV_DESCRIPTION "host-wide bulkheads and adaptive concurrenc
  Headers (C: bulkhead/bulkhead.h, C++: bulkhead/client.hpp), the static
  library, the CMake package (find_package(bulkhead) gives bulkhead::client)
  and bulkhead.pc for pkg-config.")
+
+set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-bulkhead)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_ARCHITECTURE all)
+# Any libbulkhead0 from this version on: the module calls only functions of
+# the version nodes this one has, and a later library keeps them.
+set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "python3, libbulkhead${PROJECT_VERSION_MAJOR} (>= ${PROJECT_VERSION})")
+set(CPACK_COMPONENT_PYTHON_DESCRIPTION "host-wide bulkheads and adaptive concurrency limits: Python binding
+ import bulkhead: permits as context managers, admitted against the limits
+ bulkheadd publishes for every process on the host. Pure Python over
+ libbulkhead's C ABI (ctypes).")
 
 include(CPack)

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# `cpack -G DEB` makes the three packages, and each holds what it should: a
+# `cpack -G DEB` makes the four packages, and each holds what it should: a
 # ctest. No root needed: the packages are read with dpkg-deb -I/-c/-f and
 # unpacked into a scratch root with dpkg-deb -x, never installed.
-# usage: deb_test.sh SOURCE_DIR BUILD_DIR
+# usage: deb_test.sh SOURCE_DIR BUILD_DIR PYTHON3 [NAME=VALUE...]
+#   PYTHON3 runs the binding's tests on the packaged module, with the
+#   NAME=VALUEs in its environment (what a sanitized library needs).
 set -euo pipefail
 src=$1
 build=$2
+python3=$3
+shift 3
 fail() { echo "deb_test: $*" >&2; exit 1; }
 command -v dpkg-shlibdeps >/dev/null ||
   fail "dpkg-shlibdeps not found: install Debian's dpkg-dev package (scripts/install-deps.sh does)"
@@ -22,7 +26,8 @@ echo "== cpack -G DEB"
 daemon=$work/bulkhead_${version}_$arch.deb
 lib=$work/libbulkhead${major}_${version}_$arch.deb
 dev=$work/bulkhead-dev_${version}_$arch.deb
-for deb in "$daemon" "$lib" "$dev"; do
+python=$work/python3-bulkhead_${version}_all.deb
+for deb in "$daemon" "$lib" "$dev" "$python"; do
   [ -f "$deb" ] || fail "cpack made no $(basename "$deb"); it made: $(cd "$work" && ls -- *.deb 2>/dev/null)"
   dpkg-deb -I "$deb" >/dev/null || fail "dpkg-deb cannot read $(basename "$deb")"
 done
@@ -55,23 +60,28 @@ has "$dev" usr/lib/libbulkhead.so usr/lib/libbulkhead.a usr/include/bulkhead/bul
   usr/lib/pkgconfig/bulkhead.pc
 # Each file in one package only: dpkg refuses to install two packages that
 # share one.
-shared=$(cat <(files "$daemon") <(files "$lib") <(files "$dev") | sort | uniq -d)
+shared=$(cat <(files "$daemon") <(files "$lib") <(files "$dev") <(files "$python") | sort | uniq -d)
 [ -z "$shared" ] || fail "files in more than one package: $shared"
 if files "$daemon" | grep -E 'libbulkhead|/include/'; then fail "the daemon's package holds library files"; fi
 if files "$lib" | grep -vE "^\./usr/lib/libbulkhead\.so\.$major(\..*)?$"; then
   fail "libbulkhead$major holds more than the shared library"
 fi
-owners=$(for deb in "$daemon" "$lib" "$dev"; do dpkg-deb -c "$deb"; done | awk '{ print $2 }' | sort -u)
+module=usr/lib/python3/dist-packages/bulkhead/__init__.py
+[ "$(files "$python")" = "./$module" ] || fail "python3-bulkhead holds more or less than /$module: $(files "$python")"
+owners=$(for deb in "$daemon" "$lib" "$dev" "$python"; do dpkg-deb -c "$deb"; done | awk '{ print $2 }' | sort -u)
 [ "$owners" = root/root ] || fail "files not owned by root/root: $(tr '\n' ' ' <<<"$owners")"
 
 echo "== control"
-for deb in "$daemon" "$lib" "$dev"; do
+for deb in "$daemon" "$lib" "$dev" "$python"; do
   echo "-- $(basename "$deb")"
   dpkg-deb -f "$deb" Package Version Architecture Depends Section
 done
 [ "$(field "$daemon" Package)" = bulkhead ] || fail "the daemon's package is not named bulkhead"
 [ "$(field "$dev" Depends)" = "libbulkhead$major (= $version)" ] ||
   fail "bulkhead-dev depends on '$(field "$dev" Depends)'"
+[ "$(field "$python" Architecture)" = all ] || fail "python3-bulkhead is not Architecture: all"
+[ "$(field "$python" Depends)" = "python3, libbulkhead$major (>= $version)" ] ||
+  fail "python3-bulkhead depends on '$(field "$python" Depends)'"
 # dpkg-shlibdeps computed these from the ELF files: the C library, C++, and
 # the daemon's own libraries.
 for want in libc6 libstdc++6 libsystemd0 libspdlog libtomlplusplus libprometheus-cpp; do
@@ -136,7 +146,7 @@ grep -q ldconfig "$work/control/lib/postinst" || fail "libbulkhead$major's posti
 
 echo "== unpacked into a scratch root"
 root=$work/root
-for deb in "$daemon" "$lib" "$dev"; do dpkg-deb -x "$deb" "$root"; done
+for deb in "$daemon" "$lib" "$dev" "$python"; do dpkg-deb -x "$deb" "$root"; done
 cmp -s "$src/daemon/default_config.toml" "$root/etc/bulkhead/bulkhead.toml" ||
   fail "/etc/bulkhead/bulkhead.toml is not daemon/default_config.toml"
 cmp -s "$src/systemd/bulkheadd.service" "$root/lib/systemd/system/bulkheadd.service" ||
@@ -161,4 +171,16 @@ readelf -d "$root/usr/lib/libbulkhead.so.$version" | grep -q "Library soname: \[
   fail "the packaged library has no soname libbulkhead.so.$major"
 [ "$(readlink "$root/usr/lib/libbulkhead.so")" = "libbulkhead.so.$major" ] ||
   fail "libbulkhead.so does not point at libbulkhead.so.$major"
-echo "ok: bulkhead, libbulkhead$major and bulkhead-dev $version hold what they should"
+cmp -s "$src/bindings/python/bulkhead/__init__.py" "$root/$module" ||
+  fail "the packaged module is not bindings/python/bulkhead/__init__.py"
+# The binding's own tests, on the packaged module and the packaged library.
+echo "== the binding's tests on python3-bulkhead and libbulkhead$major"
+packages=$root/usr/lib/python3/dist-packages
+loaded=$(env "$@" PYTHONPATH="$packages" "$python3" -c 'import bulkhead; print(bulkhead.__file__)') ||
+  fail "python3 cannot import the packaged module"
+[ "$loaded" = "$root/$module" ] || fail "python3 imported bulkhead from $loaded, not from the package"
+env "$@" PYTHONPATH="$packages" BULKHEAD_LIBRARY="$root/usr/lib/libbulkhead.so.$major" PYTHONDONTWRITEBYTECODE=1 \
+  "$python3" -m unittest discover -s "$src/tests/bindings" -p "test_*.py" >"$work/python.log" 2>&1 ||
+  { cat "$work/python.log"; fail "the binding's tests fail on the packaged module"; }
+tail -n 3 "$work/python.log"
+echo "ok: bulkhead, libbulkhead$major, bulkhead-dev and python3-bulkhead $version hold what they should"

@@ -37,7 +37,7 @@ for f in bin/bulkheadd bin/bulkheadctl "$mandir/man8/bulkheadd.8.gz" "$mandir/ma
     include/bulkhead/client.hpp "$libdir/cmake/bulkhead/bulkheadConfig.cmake" \
     "$libdir/cmake/bulkhead/bulkheadConfigVersion.cmake" "$libdir/pkgconfig/bulkhead.pc" \
     lib/systemd/system/bulkheadd.service lib/sysusers.d/bulkhead.conf etc/bulkhead/bulkhead.toml \
-    share/doc/bulkhead/README.md share/doc/bulkhead/docs/operations.md \
+    share/doc/bulkhead/README.md share/doc/bulkhead/docs/operations.md lib/python3/dist-packages/bulkhead/__init__.py \
     share/doc/bulkhead/docs/prometheus/bulkhead-alerts.yml share/doc/bulkhead/docs/grafana/bulkhead.json; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
