@@ -50,8 +50,10 @@ has "$daemon" usr/bin/bulkheadd usr/bin/bulkheadctl lib/systemd/system/bulkheadd
   usr/share/doc/bulkhead/docs/prometheus/bulkhead-alerts.yml usr/share/doc/bulkhead/docs/grafana/bulkhead.json
 # The packaged docs link to no repository file outside them (install_test.sh
 # checks every link of a plain install; this, that cpack ran the same rule).
-packaged_doc() { dpkg-deb --fsys-tarfile "$daemon" | tar -xO "./usr/share/doc/bulkhead/$1"; }
-packaged_doc docs/config.md | grep -q '^default, which is `daemon/default_config.toml`$' ||
+# (Read whole before grep -q, which stops reading at the first match: the
+# writer's SIGPIPE would fail the pipeline under pipefail.)
+config_md=$(dpkg-deb --fsys-tarfile "$daemon" | tar -xO ./usr/share/doc/bulkhead/docs/config.md)
+grep -q '^default, which is `daemon/default_config.toml`$' <<<"$config_md" ||
   fail "the packaged docs/config.md still links to ../daemon/default_config.toml, which it does not hold"
 has "$lib" "usr/lib/libbulkhead.so.$major" "usr/lib/libbulkhead.so.$version"
 has "$dev" usr/lib/libbulkhead.so usr/lib/libbulkhead.a usr/include/bulkhead/bulkhead.h \
