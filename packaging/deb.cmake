@@ -68,6 +68,7 @@ set(CPACK_DEBIAN_PYTHON_PACKAGE_ARCHITECTURE all)
 # Any libbulkhead0 from this version on: the module calls only functions of
 # the version nodes this one has, and a later library keeps them.
 set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "python3, libbulkhead${PROJECT_VERSION_MAJOR} (>= ${PROJECT_VERSION})")
+set(CPACK_DEBIAN_PYTHON_PACKAGE_CONTROL_EXTRA "${deb}/python/postinst;${deb}/python/prerm")
 set(CPACK_COMPONENT_PYTHON_DESCRIPTION "host-wide bulkheads and adaptive concurrency limits: Python binding
  import bulkhead: permits as context managers, admitted against the limits
  bulkheadd publishes for every process on the host. Pure Python over

@@ -95,29 +95,32 @@ done
 mkdir -p "$work/control"
 dpkg-deb -e "$daemon" "$work/control/daemon"
 dpkg-deb -e "$lib" "$work/control/lib"
+dpkg-deb -e "$python" "$work/control/python"
 [ "$(cat "$work/control/daemon/conffiles")" = /etc/bulkhead/bulkhead.toml ] ||
   fail "conffiles is not exactly /etc/bulkhead/bulkhead.toml: $(cat "$work/control/daemon/conffiles" 2>&1)"
 grep -q "systemd-sysusers bulkhead.conf" "$work/control/daemon/postinst" ||
   fail "postinst does not create the user and group"
-for script in postinst prerm postrm; do
-  [ -x "$work/control/daemon/$script" ] || fail "$script is not executable"
-  sh -n "$work/control/daemon/$script" || fail "$script is not valid sh"
+for script in daemon/postinst daemon/prerm daemon/postrm python/postinst python/prerm; do
+  [ -x "$work/control/$script" ] || fail "$script is not executable"
+  sh -n "$work/control/$script" || fail "$script is not valid sh"
 done
-# What the scripts ask of systemd, on a host that runs it: each runs in a
-# mount namespace (unshare -rm: no root needed where user namespaces are
-# allowed) with /run/systemd/system present and systemctl and
-# systemd-sysusers replaced by stubs that log their arguments.
+# What the scripts ask of systemd, on a host that runs it, and of Python's
+# byte-compiler: each runs in a mount namespace (unshare -rm: no root needed
+# where user namespaces are allowed) with /run/systemd/system present and
+# systemctl, systemd-sysusers, py3compile and py3clean replaced by stubs
+# that log their arguments.
 stubs=$work/stubs
 mkdir -p "$stubs"
-for tool in systemctl systemd-sysusers; do
+for tool in systemctl systemd-sysusers py3compile py3clean; do
   printf '#!/bin/sh\necho "%s $*" >> "%s/calls"\n' "$tool" "$work" >"$stubs/$tool"
   chmod +x "$stubs/$tool"
 done
-# calls SCRIPT ARGS...: what the script called, one line each, ";"-joined.
+# calls PACKAGE/SCRIPT ARGS...: what the script called, one line each,
+# ";"-joined.
 calls() {
   rm -f "$work/calls"
   unshare -rm /bin/sh -c 'mount -t tmpfs none /run && mkdir -p /run/systemd/system && exec "$@"' sh \
-    env PATH="$stubs:$PATH" "$work/control/daemon/$@" >/dev/null ||
+    env PATH="$stubs:$PATH" "$work/control/$@" >/dev/null ||
     fail "$* failed (or unshare -rm is not allowed here)"
   [ -f "$work/calls" ] && paste -sd';' "$work/calls" || true
 }
@@ -130,11 +133,16 @@ expect_calls() {
 # Neither an install nor an upgrade starts, stops or restarts the daemon
 # (the operator enables it, and restarts it onto a new binary when
 # convenient); removal stops and disables it.
-expect_calls "systemd-sysusers bulkhead.conf;systemctl daemon-reload" postinst configure
-expect_calls "systemd-sysusers bulkhead.conf;systemctl daemon-reload" postinst configure 0.1.0
-expect_calls "systemctl disable --now bulkheadd.service" prerm remove
-expect_calls "" prerm upgrade 0.2.0
-expect_calls "systemctl daemon-reload" postrm remove
+expect_calls "systemd-sysusers bulkhead.conf;systemctl daemon-reload" daemon/postinst configure
+expect_calls "systemd-sysusers bulkhead.conf;systemctl daemon-reload" daemon/postinst configure 0.1.0
+expect_calls "systemctl disable --now bulkheadd.service" daemon/prerm remove
+expect_calls "" daemon/prerm upgrade 0.2.0
+expect_calls "systemctl daemon-reload" daemon/postrm remove
+# python3-bulkhead compiles its module when configured and cleans it before
+# removal or an upgrade (the new version compiles its own).
+expect_calls "py3compile -p python3-bulkhead" python/postinst configure
+expect_calls "py3clean -p python3-bulkhead" python/prerm remove
+expect_calls "py3clean -p python3-bulkhead" python/prerm upgrade 0.2.0
 # Where there is no systemd-sysusers, postinst says what to create instead.
 mkdir -p "$work/no-sysusers"
 cp "$stubs/systemctl" "$work/no-sysusers/"
