@@ -235,7 +235,9 @@ std::uint64_t status_kb(const std::string& key) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.compare(0, key.size() + 1, key + ":") == 0) return std::strtoull(line.c_str() + key.size() + 1, nullptr, 10);
+    if (line.compare(0, key.size() + 1, key + ":") == 0) {
+      return std::strtoull(line.c_str() + key.size() + 1, nullptr, 10);
+    }
   }
   return 0;
 }
@@ -303,7 +305,8 @@ void run_size(const Size& size, const Options& o, Result* out) {
   out->segment_bytes = seg.size();
   // The names, as clients would claim them (the daemon adopts them at its first tick).
   for (std::uint32_t d = 0; d < size.dependencies; ++d) {
-    shm::find_or_claim_dependency(seg, dependency_name(d), static_cast<std::uint32_t>(config.defaults.bounds.initial), 0);
+    const auto initial = static_cast<std::uint32_t>(config.defaults.bounds.initial);
+    shm::find_or_claim_dependency(seg, dependency_name(d), initial, 0);
   }
 
   Rounds* rounds = shared_new<Rounds>();
@@ -485,6 +488,9 @@ int main(int argc, char** argv) {
               "at most 64 MB resident. RssShmem is the segment's pages the daemon touched (its slots, the\n"
               "process table, the histograms of the stripes written: here those of the CPUs the writers ran\n"
               "on), RssAnon its own memory.\n");
-  if (o.smoke) std::printf("%s\n", failed ? "smoke: FAILED" : "smoke: every measured tick closed a window for every dependency and published its limit");
+  if (o.smoke) {
+    std::printf("smoke: %s\n",
+                failed ? "FAILED" : "every measured tick closed a window for every dependency and published its limit");
+  }
   return failed ? 1 : 0;
 }

@@ -231,7 +231,8 @@ std::optional<Figures> run(const Setting& s, int n, double seconds, const std::v
   for (int i = 0; i < n; ++i) {
     std::fflush(stdout);
     const pid_t pid = ::fork();
-    if (pid == 0) child_main(name, s.loop, cpus[static_cast<std::size_t>(i) % cpus.size()], shared, &shared->reports[i], parent);
+    const int cpu = cpus[static_cast<std::size_t>(i) % cpus.size()];
+    if (pid == 0) child_main(name, s.loop, cpu, shared, &shared->reports[i], parent);
     if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     pids.push_back(pid);
     // One at a time, so that slots are taken in order.

@@ -245,7 +245,9 @@ StepResult closed_loop(const std::string& conninfo, int c, double seconds, long 
       std::string code;
       bool broken = false;
       if (!collect(slots[i], st, code, broken)) continue;
-      if (broken || st != PGRES_TUPLES_OK) die("calibration query failed: " + std::string(PQerrorMessage(slots[i].conn)));
+      if (broken || st != PGRES_TUPLES_OK) {
+        die("calibration query failed: " + std::string(PQerrorMessage(slots[i].conn)));
+      }
       const std::int64_t t = now_ns();
       if (slots[i].arrival_ns >= count_from) latencies.push_back(t - slots[i].arrival_ns);
       slots[i].arrival_ns = t;

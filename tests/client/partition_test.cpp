@@ -38,7 +38,8 @@ constexpr std::uint64_t word_of(std::uint32_t total, std::uint32_t c1, std::uint
 std::string dependency(const std::string& name, int limit, const std::string& partitions) {
   const std::string l = std::to_string(limit);
   return "[dependency." + name + "]\npolicy = \"fixed\"\nmin_limit = " + l + "\nmax_limit = " + l +
-         "\ninitial_limit = " + l + "\n" + (partitions.empty() ? "" : "[dependency." + name + ".partitions]\n" + partitions);
+         "\ninitial_limit = " + l + "\n" +
+         (partitions.empty() ? "" : "[dependency." + name + ".partitions]\n" + partitions);
 }
 
 class PartitionTest : public testing::LoopFixture {
@@ -54,7 +55,9 @@ class PartitionTest : public testing::LoopFixture {
   std::atomic<std::uint64_t>& word(const std::string& dep) { return segment_->dependency(slot_of(dep)).admission.word; }
   std::uint64_t held_total(const std::string& dep) {
     std::uint64_t sum = 0;
-    for (std::uint32_t p = 0; p < segment_->capacities().max_processes; ++p) sum += segment_->held(p, slot_of(dep)).load();
+    for (std::uint32_t p = 0; p < segment_->capacities().max_processes; ++p) {
+      sum += segment_->held(p, slot_of(dep)).load();
+    }
     return sum;
   }
   // Acquires through `d` until refused; returns the permits and the reason.

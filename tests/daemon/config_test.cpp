@@ -912,7 +912,8 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:1: dependency.\"db-*-0123456789012345678901234567890123456789012\": pattern is longer than 47 bytes"},
     {"PatternUnderStrict", "[daemon]\nstrict = true\n[dependency.db]\n[dependency.\"db-*\"]\nmax_limit = 5\n",
      "bad.toml:4: dependency.\"db-*\": a pattern table would never apply with daemon.strict = true"},
-    {"PatternKeyChecked", "[dependency.\"db-*\"]\nmax_limt = 5\n", "bad.toml:2: dependency.\"db-*\".max_limt: unknown parameter 'max_limt' for policy 'balance'"},
+    {"PatternKeyChecked", "[dependency.\"db-*\"]\nmax_limt = 5\n",
+     "bad.toml:2: dependency.\"db-*\".max_limt: unknown parameter 'max_limt' for policy 'balance'"},
 
     // Whole-file checks.
     {"TooManyDependencies",

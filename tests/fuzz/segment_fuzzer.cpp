@@ -136,8 +136,10 @@ struct Fixture {
       case 6: return {reinterpret_cast<char*>(&segment->held(p, 0)), c.max_dependencies * sizeof(std::uint64_t)};
       case 7: return {reinterpret_cast<char*>(&segment->dependency(d).partitions), sizeof(shm::DependencyPartitions)};
       case 8: return {reinterpret_cast<char*>(segment->queue(d)), segment->queue_slots() * sizeof(std::uint64_t)};
-      case 9: return {reinterpret_cast<char*>(&segment->latency_histogram(d, index / c.max_dependencies % c.stats_stripes)),
-                      sizeof(shm::HistogramCounts)};
+      case 9: {
+        const std::uint32_t stripe = index / c.max_dependencies % c.stats_stripes;
+        return {reinterpret_cast<char*>(&segment->latency_histogram(d, stripe)), sizeof(shm::HistogramCounts)};
+      }
       case 10: return {reinterpret_cast<char*>(&segment->wait_histogram(d)), sizeof(shm::HistogramCounts)};
       default: return {reinterpret_cast<char*>(&segment->dependency(d).waits), sizeof(shm::DependencyWaits)};
     }

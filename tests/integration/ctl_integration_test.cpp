@@ -107,7 +107,8 @@ TEST_F(CtlIntegration, StatusGetAndProcessesShowWhatTheClientDid) {
   EXPECT_EQ(counters["rejected"]["limit"].number, kRejected);
   const std::uint64_t ns = std::chrono::nanoseconds(kLatency).count();
   const std::uint32_t b = shm::histogram_bucket(ns);
-  const double mid_ms = static_cast<double>(shm::histogram_bucket_lower_ns(b) + shm::histogram_bucket_upper_ns(b)) / 2e6;
+  const double mid_ms =
+      static_cast<double>(shm::histogram_bucket_lower_ns(b) + shm::histogram_bucket_upper_ns(b)) / 2e6;
   const Json& since = get["dependency"]["latency_ms"]["since_created"];
   EXPECT_EQ(since["samples"].number, kSuccesses);
   EXPECT_NEAR(since["p50"].number, mid_ms, 0.001);

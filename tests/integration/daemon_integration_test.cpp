@@ -258,7 +258,8 @@ TEST_F(DaemonIntegration, GivesBackThePermitsOfAProcessThatDied) {
 }
 
 TEST_F(DaemonIntegration, BadReloadKeepsTheRunningConfig) {
-  DaemonProcess daemon(BULKHEADD_PATH, dir_, config("\n[dependency.fixed-one]\npolicy = \"fixed\"\ninitial_limit = 7\n"));
+  const std::string fixed_one = "\n[dependency.fixed-one]\npolicy = \"fixed\"\ninitial_limit = 7\n";
+  DaemonProcess daemon(BULKHEADD_PATH, dir_, config(fixed_one));
   auto seg = daemon.wait_ready(segment_);
   ASSERT_TRUE(seg) << daemon.log();
   Client client(segment_.str());
@@ -266,7 +267,7 @@ TEST_F(DaemonIntegration, BadReloadKeepsTheRunningConfig) {
   EXPECT_EQ(fixed.limit(), 7);
   const auto generation = seg->header().config_generation.load();
 
-  testing::write_file(daemon.config_path(), config("\n[dependency.fixed-one]\npolicy = \"fixed\"\ninitial_limit = 7\nbogus = 1\n"));
+  testing::write_file(daemon.config_path(), config(fixed_one + "bogus = 1\n"));
   daemon.signal(SIGHUP);
   for (int i = 0; i < 500 && daemon.log().find("reload rejected") == std::string::npos; ++i) {
     std::this_thread::sleep_for(10ms);

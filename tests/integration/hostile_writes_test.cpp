@@ -83,7 +83,8 @@ TEST(HostileWrites, TheDaemonKeepsRunningAndPublishingSaneLimits) {
   const std::string dir = testing::make_temp_dir();
   DaemonProcess daemon(BULKHEADD_PATH, dir,
                        testing::test_daemon_config(
-                           segment.str(), "max_dependencies = 8\nmax_processes = 8\nstats_stripes = 2\nqueue_slots = 8\n",
+                           segment.str(),
+                           "max_dependencies = 8\nmax_processes = 8\nstats_stripes = 2\nqueue_slots = 8\n",
                            "[defaults]\nmin_limit = 2\nmax_limit = 50\ninitial_limit = 10\nmax_queue = 4\n\n"
                            "[dependency.payments]\npolicy = \"aimd\"\nmin_limit = 3\nmax_limit = 40\n\n"
                            "[dependency.recs]\npolicy = \"gradient2\"\n"));

@@ -838,7 +838,8 @@ TEST_F(CtlBinary, UsageErrorsExitTwoAndUnknownDependencyThree) {
     EXPECT_EQ(bad.exit_code, 2) << bad.output();
     EXPECT_NE(bad.output().find("name: '" + args[1] + "' "), std::string::npos) << bad.output();
   }
-  const auto bad_segment = testing::run_command({"/usr/bin/env", "BULKHEAD_SEGMENT=a/b", BULKHEADCTL_PATH, "status"}, dir_);
+  const auto bad_segment =
+      testing::run_command({"/usr/bin/env", "BULKHEAD_SEGMENT=a/b", BULKHEADCTL_PATH, "status"}, dir_);
   EXPECT_EQ(bad_segment.exit_code, 2) << bad_segment.output();
   EXPECT_NE(bad_segment.output().find("segment name 'a/b' has a character other than A-Z a-z 0-9 . _ - (from "
                                       "$BULKHEAD_SEGMENT)"),
