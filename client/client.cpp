@@ -849,18 +849,20 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
     if (c->segment) {
       shm::Segment& s = *c->segment;
       const shm::Header& h = s.header();
-      std::uint32_t index;
+      std::optional<std::uint32_t> found;
       if ((h.flags.load(std::memory_order_relaxed) & shm::kHeaderStrict) != 0) {
-        const auto found = shm::find_dependency(s, name);
-        if (!found) {
+        // A strict daemon's patterns: a name one matches is claimed, as
+        // by any client of a daemon that is not strict.
+        found = shm::find_dependency(s, name);
+        if (!found && !shm::matches_pattern(s, name)) {
           return fail(ENOENT, std::string("dependency '") + name +
-                                  "' is not in bulkheadd's config, and the daemon is strict");
+                                  "' is not in bulkheadd's config, nor matches a pattern table of it, and the "
+                                  "daemon is strict");
         }
-        index = *found;
-      } else {
-        index = shm::find_or_claim_dependency(s, name, h.default_limit.load(std::memory_order_relaxed), 0)
-                    .index;
       }
+      const std::uint32_t index =
+          found ? *found
+                : shm::find_or_claim_dependency(s, name, h.default_limit.load(std::memory_order_relaxed), 0).index;
       shm::DependencySlot& slot = s.dependency(index);
       dep->index = index;
       dep->admission = &slot.admission.word;

@@ -163,44 +163,6 @@ DaemonConfig read_daemon(const Reporter& report, const toml::table& table) {
   return d;
 }
 
-// A [dependency."KEY"] whose key has a glob character is a pattern
-// (fnmatch(3)): no dependency name has one.
-bool is_pattern(std::string_view key) { return key.find_first_of("*?[") != std::string_view::npos; }
-
-// Why `pattern` is not one, or null: the characters of names and * ? [ ] !,
-// at most as long as a name, its brackets read as fnmatch(3) reads them: a
-// ! first in [...] negates it, and a ] right after [ or [! is one of its
-// characters. What fnmatch would take for a literal [ ] or ! outside a
-// bracket is refused: no name has one, so the table would never apply.
-const char* check_pattern(std::string_view pattern) {
-  if (pattern.size() > shm::kMaxNameLength) return "is longer than 47 bytes";
-  const auto name_character = [](char c) { return shm::check_dependency_name(std::string_view(&c, 1)) == nullptr; };
-  for (std::size_t i = 0; i < pattern.size(); ++i) {
-    const char c = pattern[i];
-    if (c == '[') {
-      std::size_t j = i + 1;
-      if (j < pattern.size() && pattern[j] == '!') ++j;
-      const std::size_t first = j;
-      for (; j < pattern.size() && (pattern[j] != ']' || j == first); ++j) {
-        if (pattern[j] == '[') return "has a [ inside [...]";
-        if (pattern[j] == '!') return "has a ! inside [...] other than first";
-        if (pattern[j] != ']' && !name_character(pattern[j])) {
-          return "has a character other than A-Z a-z 0-9 . _ - inside [...]";
-        }
-      }
-      if (j == pattern.size()) return "has a [ without its ] (a ] right after [ or [! is one of its characters)";
-      i = j;
-    } else if (c == ']') {
-      return "has a ] without its [";
-    } else if (c == '!') {
-      return "has a ! outside [...] (write [!...] for any character but those)";
-    } else if (c != '*' && c != '?' && !name_character(c)) {
-      return "has a character other than A-Z a-z 0-9 . _ - and * ? [ ] !";
-    }
-  }
-  return nullptr;
-}
-
 // [defaults] or one [dependency.NAME] as written: only the keys it sets.
 struct RawTable {
   std::string path;        // "defaults" or "dependency.NAME", as in errors
@@ -697,8 +659,8 @@ Config parse_config(std::string_view text, std::string_view source, const Daemon
       for (const Entry& d : in_file_order(read_table(report, e, path))) {
         const std::string dep_path = key_path(path, d.key);
         if (!d.node->is_table()) report.fail(d.line, dep_path, "must be a table: [dependency.NAME]");
-        const bool pattern = is_pattern(d.key);
-        if (const char* why = pattern ? check_pattern(d.key) : shm::check_dependency_name(d.key)) {
+        const bool pattern = shm::is_pattern(d.key);
+        if (const char* why = pattern ? shm::check_pattern(d.key) : shm::check_dependency_name(d.key)) {
           report.fail(d.line, dep_path, std::string(pattern ? "pattern " : "name ") + why);
         }
         (pattern ? raw_patterns : raw_dependencies)
@@ -727,10 +689,17 @@ Config parse_config(std::string_view text, std::string_view source, const Daemon
   }
   std::sort(config.dependencies.begin(), config.dependencies.end(),
             [](const DependencyConfig& a, const DependencyConfig& b) { return a.name < b.name; });
-  if (config.daemon.strict && !raw_patterns.empty()) {
-    report.fail(raw_patterns.front().line, raw_patterns.front().path,
-                "a pattern table would never apply with daemon.strict = true: a strict daemon refuses every "
-                "name it has no table of its own for");
+  // A strict daemon gives each pattern a slot of its own, where strict
+  // clients find it (shm::find_or_claim_pattern()).
+  if (config.daemon.strict && raw_dependencies.size() + raw_patterns.size() > capacities.max_dependencies &&
+      raw_dependencies.size() <= capacities.max_dependencies) {
+    const RawTable& first_extra = raw_patterns[capacities.max_dependencies - raw_dependencies.size()];
+    report.fail(first_extra.line, first_extra.path,
+                std::to_string(raw_dependencies.size()) + " dependencies and " +
+                    std::to_string(raw_patterns.size()) +
+                    " patterns configured, more than daemon.max_dependencies (" +
+                    std::to_string(capacities.max_dependencies) + capacities.whose +
+                    "): with daemon.strict = true each pattern takes a slot");
   }
   for (const RawTable& raw : raw_patterns) {
     config.patterns.push_back(resolve(report, config.defaults, raw, capacities, "from [defaults]"));

@@ -112,7 +112,13 @@ void ControlLoop::apply(const Config& config) {
 
   unclaimed_.clear();
   for (const DependencyConfig& dc : config_.dependencies) unclaimed_.push_back(dc.name);
+  unclaimed_patterns_.clear();
+  pattern_slots_.clear();
+  if (config_.daemon.strict) {
+    for (const DependencyConfig& p : config_.patterns) unclaimed_patterns_.push_back(p.name);
+  }
   claim_configured();
+  withdraw_patterns();
   for (auto& [index, d] : dependencies_) {
     if (d.controller->reconfigure(config_.effective(d.name))) {
       spdlog::info("dependency {}: policy {}, continuing from limit {}", d.name,
@@ -268,6 +274,40 @@ void ControlLoop::claim_configured() {
       return false;
     }
   });
+  // A strict config's patterns get a slot each, where strict clients match
+  // the names they do not find against them (shm::matches_pattern()).
+  std::erase_if(unclaimed_patterns_, [&](const std::string& pattern) {
+    try {
+      const auto claim = shm::find_or_claim_pattern(segment_, pattern, std::chrono::milliseconds(0));
+      // A slot a previous config left without the flag takes it again.
+      segment_.dependency(claim.index).control.flags.store(shm::kDependencyPattern, std::memory_order_relaxed);
+      pattern_slots_.push_back(claim.index);
+      if (claim.created) spdlog::info("pattern {}: published for strict clients (slot {})", pattern, claim.index);
+      return true;
+    } catch (const shm::SegmentError& e) {
+      spdlog::warn("pattern {}: no slot yet ({}); strict clients are refused the names it matches until it has "
+                   "one; trying again next tick",
+                   pattern, e.what());
+      return false;
+    }
+  });
+}
+
+void ControlLoop::withdraw_patterns() {
+  // After claim_configured() published this config's patterns, so that a
+  // pattern both configs have is never missing for a strict client's lookup.
+  // Any slot's, not only this daemon's: one that ran before may have
+  // published patterns this config no longer has.
+  for (std::uint32_t i = 0; i < segment_.capacities().max_dependencies; ++i) {
+    std::atomic<std::uint32_t>& flags = segment_.dependency(i).control.flags;
+    // Relaxed: the daemon's word, read by strict clients' lookups.
+    if ((flags.load(std::memory_order_relaxed) & shm::kDependencyPattern) == 0) continue;
+    if (std::ranges::find(pattern_slots_, i) != pattern_slots_.end()) continue;
+    flags.fetch_and(~shm::kDependencyPattern, std::memory_order_relaxed);
+    if (const auto pattern = shm::slot_pattern(segment_, i)) {
+      spdlog::info("pattern {}: no longer published for strict clients (slot {})", *pattern, i);
+    }
+  }
 }
 
 bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
@@ -276,6 +316,9 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   d.index = index;
   d.name.assign(slot.identity.name, std::min<std::uint32_t>(slot.identity.name_length,
                                                             shm::kMaxNameLength));
+  // A strict daemon's pattern (this one's, or an earlier config's): no
+  // dependency.
+  if (shm::slot_pattern(segment_, index)) return false;
   // The name is a client's to write: one no client library would claim is
   // junk, kept out of the logs, the metrics and the control loop.
   if (d.name.size() != slot.identity.name_length || shm::check_dependency_name(d.name) != nullptr) {
@@ -384,7 +427,14 @@ void ControlLoop::report_occupancy(const Occupancy& before) {
 
 void ControlLoop::tick(std::uint64_t now_ns) {
   const Occupancy before = occupancy_;
-  if (!unclaimed_.empty()) claim_configured();
+  if (!unclaimed_.empty() || !unclaimed_patterns_.empty()) claim_configured();
+  for (const std::uint32_t index : pattern_slots_) {
+    // A client's write undone, as publish_settings() does for dependencies.
+    std::atomic<std::uint32_t>& flags = segment_.dependency(index).control.flags;
+    if (flags.load(std::memory_order_relaxed) != shm::kDependencyPattern) {
+      flags.store(shm::kDependencyPattern, std::memory_order_relaxed);
+    }
+  }
   adopt_new_slots(now_ns);
   for (auto& [index, d] : dependencies_) update(d, now_ns);
   reclaim_dead_processes();

@@ -124,7 +124,8 @@ class ControlLoop {
   // each way), and publishes the counts to the metrics.
   void report_occupancy(const Occupancy& before);
   void claim_configured();
-  // Adopts a ready slot; false (and nothing adopted) when its name is junk.
+  // Adopts a ready slot; false (and nothing adopted) when it holds a
+  // pattern or its name is junk.
   bool track(std::uint32_t index, std::uint64_t now_ns);
   void update(Dependency& d, std::uint64_t now_ns);
   // Calls waiting in the dependency's queue, for the metrics.
@@ -165,6 +166,8 @@ class ControlLoop {
   void publish_settings(std::uint32_t index, std::string_view name);
   // The service time clients estimate their wait from.
   void publish_service_time(Dependency& d, const shm::DependencyCounters& delta);
+  // Clears kDependencyPattern on every slot but this config's patterns'.
+  void withdraw_patterns();
   // The kDependency* flags the config gives a dependency of that name.
   std::uint32_t flags_for(std::string_view name) const;
 
@@ -201,6 +204,11 @@ class ControlLoop {
   // Slots seen mid-claim, with the heartbeat at which they were first seen.
   std::map<std::uint32_t, std::uint64_t> claiming_since_;
   std::vector<std::string> unclaimed_;  // configured names without a slot yet
+  // A strict config's patterns without a slot yet, and the slots of those
+  // that have one, whose kDependencyPattern flag each tick puts back if a
+  // client cleared it.
+  std::vector<std::string> unclaimed_patterns_;
+  std::vector<std::uint32_t> pattern_slots_;
   std::set<std::uint32_t> ignored_;     // ready slots with junk names
   std::map<std::uint32_t, std::uint64_t> process_claiming_since_;
   // By slot index: the plan of a partitioned dependency, null for the others.

@@ -78,8 +78,11 @@ inline constexpr std::uint64_t kMagic = 0x444145484B4C5542ull;
 // ABI 4.1: DependencyControl::limit_pin (bulkheadctl pin). A minor-0 daemon
 // ignores it, so bulkheadctl refuses to pin in a minor-0 segment (a 4.1
 // daemon that adopts one raises its minor).
+// ABI 4.2: kDependencyPattern, a strict daemon's pattern in a slot of its
+// own. A minor-1 client refuses every name a strict daemon has no table of
+// its own for, as strict daemons of minor 1 asked.
 inline constexpr std::uint16_t kAbiMajor = 4;
-inline constexpr std::uint16_t kAbiMinor = 1;
+inline constexpr std::uint16_t kAbiMinor = 2;
 // The first minor of this major whose daemon reads DependencyControl::limit_pin.
 inline constexpr std::uint16_t kPinAbiMinor = 1;
 
@@ -87,7 +90,9 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
 // Header flags (Header::flags).
-inline constexpr std::uint32_t kHeaderStrict = 1u << 0;  // unknown names are refused
+// Names that have no slot and match no published pattern
+// (kDependencyPattern) are refused.
+inline constexpr std::uint32_t kHeaderStrict = 1u << 0;
 
 struct alignas(kCacheLine) Header {
   // Line 0: what the segment is. Written once by the daemon before it stores
@@ -149,6 +154,12 @@ inline constexpr std::uint32_t kDependencyLifo = 1u << 2;
 // that names none on its way to a rejection, to take the partitioned
 // admission instead.
 inline constexpr std::uint32_t kDependencyPartitioned = 1u << 3;
+// The slot holds no dependency: its name is a pattern of a strict daemon's
+// config ([dependency."db-*"]), which a strict client matches a name it
+// does not find against before it claims the name (shm::matches_pattern()).
+// Set and cleared by the daemon only; a slot keeps its name, so a pattern
+// that a reload removes stays there without this flag.
+inline constexpr std::uint32_t kDependencyPattern = 1u << 4;
 
 // DependencyControl::breaker: the state in the low byte, kBreakerForced
 // when an operator forced it (config `force`, or bulkheadctl). Clients test

@@ -1,5 +1,5 @@
-// Dependency names: what the segment can hold, checked in one place for the
-// daemon's config and the client alike.
+// Dependency names and patterns: what the segment can hold, checked in one
+// place for the daemon's config and the client alike.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +20,45 @@ constexpr const char* check_dependency_name(std::string_view name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                     (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!ok) return "has a character other than A-Z a-z 0-9 . _ -";
+  }
+  return nullptr;
+}
+
+// Whether a [dependency."KEY"] key is a pattern (fnmatch(3)): it has one of
+// * ? [, which no dependency name has.
+constexpr bool is_pattern(std::string_view key) { return key.find_first_of("*?[") != std::string_view::npos; }
+
+// nullptr when `pattern` may be a pattern table's key; otherwise why not.
+// The characters of names and * ? [ ] !, at most as long as a name, its
+// brackets read as fnmatch(3) reads them: a ! first in [...] negates it,
+// and a ] right after [ or [! is one of its characters. What fnmatch would
+// take for a literal [ ] or ! outside a bracket is refused: no name has
+// one, so the pattern would match nothing.
+constexpr const char* check_pattern(std::string_view pattern) {
+  if (pattern.size() > kMaxNameLength) return "is longer than 47 bytes";
+  const auto name_character = [](char c) { return check_dependency_name(std::string_view(&c, 1)) == nullptr; };
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '[') {
+      std::size_t j = i + 1;
+      if (j < pattern.size() && pattern[j] == '!') ++j;
+      const std::size_t first = j;
+      for (; j < pattern.size() && (pattern[j] != ']' || j == first); ++j) {
+        if (pattern[j] == '[') return "has a [ inside [...]";
+        if (pattern[j] == '!') return "has a ! inside [...] other than first";
+        if (pattern[j] != ']' && !name_character(pattern[j])) {
+          return "has a character other than A-Z a-z 0-9 . _ - inside [...]";
+        }
+      }
+      if (j == pattern.size()) return "has a [ without its ] (a ] right after [ or [! is one of its characters)";
+      i = j;
+    } else if (c == ']') {
+      return "has a ] without its [";
+    } else if (c == '!') {
+      return "has a ! outside [...] (write [!...] for any character but those)";
+    } else if (c != '*' && c != '?' && !name_character(c)) {
+      return "has a character other than A-Z a-z 0-9 . _ - and * ? [ ] !";
+    }
   }
   return nullptr;
 }

@@ -1,6 +1,7 @@
 #include "shm/segment.hpp"
 
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -370,12 +371,12 @@ std::optional<std::uint32_t> find_dependency(const Segment& segment, std::string
   return std::nullopt;
 }
 
-ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
-                                     std::uint32_t initial_limit, std::uint32_t flags,
-                                     std::chrono::milliseconds patience) {
-  if (const char* why = check_dependency_name(name)) {
-    throw SegmentError(EINVAL, "dependency name '" + std::string(name) + "' " + why);
-  }
+namespace {
+
+// find_or_claim_dependency() and find_or_claim_pattern(), for a name or a
+// pattern already checked.
+ClaimResult find_or_claim(Segment& segment, std::string_view name, std::uint32_t initial_limit,
+                          std::uint32_t flags, std::chrono::milliseconds patience) {
   const std::uint64_t hash = dependency_name_hash(name);
   const std::uint32_t capacity = segment.capacities().max_dependencies;
   const auto give_up_at = std::chrono::steady_clock::now() + patience;
@@ -409,7 +410,7 @@ ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
         }
         // The daemon took our claim for a dead one and abandoned the slot
         // (we were descheduled for over a second). Start again.
-        return find_or_claim_dependency(segment, name, initial_limit, flags, patience);
+        return find_or_claim(segment, name, initial_limit, flags, patience);
       }
       if (state == kSlotReady) {
         if ((tag >> 8) == hash && holds_name(id, name)) return {index, false};
@@ -430,6 +431,56 @@ ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
   }
   throw SegmentError(ENOSPC, "dependency table full (" + std::to_string(capacity) +
                                  " slots, daemon.max_dependencies): cannot add '" + std::string(name) + "'");
+}
+
+// The name a ready slot holds, as far as it fits in the slot.
+std::string_view slot_name(const DependencyIdentity& id) {
+  return {id.name, std::min<std::size_t>(id.name_length, kMaxNameLength)};
+}
+
+}  // namespace
+
+ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
+                                     std::uint32_t initial_limit, std::uint32_t flags,
+                                     std::chrono::milliseconds patience) {
+  if (const char* why = check_dependency_name(name)) {
+    throw SegmentError(EINVAL, "dependency name '" + std::string(name) + "' " + why);
+  }
+  return find_or_claim(segment, name, initial_limit, flags, patience);
+}
+
+ClaimResult find_or_claim_pattern(Segment& segment, std::string_view pattern, std::chrono::milliseconds patience) {
+  if (const char* why = is_pattern(pattern) ? check_pattern(pattern) : "has none of * ? [") {
+    throw SegmentError(EINVAL, "dependency pattern '" + std::string(pattern) + "' " + why);
+  }
+  return find_or_claim(segment, pattern, 0, kDependencyPattern, patience);
+}
+
+std::optional<std::string> slot_pattern(const Segment& segment, std::uint32_t index) {
+  const DependencySlot& slot = segment.dependency(index);
+  // Pairs with the release CAS to kSlotReady in find_or_claim(): a ready
+  // tag means the name is written.
+  if ((slot.identity.tag.load(std::memory_order_acquire) & kTagStateMask) != kSlotReady) return std::nullopt;
+  // A client can write any of it: only a name no dependency can have that
+  // reads as a pattern is one.
+  char name[kMaxNameLength + 1] = {};
+  const std::string_view written = slot_name(slot.identity);
+  std::memcpy(name, written.data(), written.size());
+  const std::string_view copy(name, written.size());
+  if (!is_pattern(copy) || check_pattern(copy) != nullptr) return std::nullopt;
+  return std::string(copy);
+}
+
+bool matches_pattern(const Segment& segment, std::string_view name) {
+  const std::string target(name);
+  for (std::uint32_t i = 0; i < segment.capacities().max_dependencies; ++i) {
+    // Relaxed: the daemon's flag word; a reload racing this lookup gives
+    // either config's answer.
+    if ((segment.dependency(i).control.flags.load(std::memory_order_relaxed) & kDependencyPattern) == 0) continue;
+    const auto pattern = slot_pattern(segment, i);
+    if (pattern && ::fnmatch(pattern->c_str(), target.c_str(), 0) == 0) return true;
+  }
+  return false;
 }
 
 // --- The process table ---------------------------------------------------

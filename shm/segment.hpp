@@ -163,6 +163,23 @@ ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
                                      std::uint32_t initial_limit, std::uint32_t flags,
                                      std::chrono::milliseconds patience = std::chrono::seconds(1));
 
+// The slot of `pattern` (shm::check_pattern()) for strict clients to match
+// names against, claiming a free one (limit 0, flags kDependencyPattern)
+// when it has none; the daemon's, for a strict config's pattern tables.
+// Throws as find_or_claim_dependency(), EINVAL for an invalid pattern.
+ClaimResult find_or_claim_pattern(Segment& segment, std::string_view pattern,
+                                  std::chrono::milliseconds patience = std::chrono::seconds(1));
+
+// The pattern a ready slot holds, or nullopt when it holds a dependency's
+// name, junk, or nothing yet. Whether the daemon publishes it is the
+// kDependencyPattern flag.
+std::optional<std::string> slot_pattern(const Segment& segment, std::uint32_t index);
+
+// Whether a pattern the daemon publishes (kDependencyPattern) matches
+// `name`: a strict client's lookup of a name it did not find. One pass over
+// the table: a lookup, not the hot path.
+bool matches_pattern(const Segment& segment, std::string_view name);
+
 // --- The process table ---------------------------------------------------
 
 // What /proc/<pid>/stat says of a process: its state letter (R, S, D, Z

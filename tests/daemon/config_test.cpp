@@ -430,6 +430,22 @@ TEST(ParseConfig, APatternOfTheLongestNamesLengthIsAccepted) {
   EXPECT_EQ(config.effective("db-1-" + std::string(42, '7')).bounds.max, 90);
 }
 
+// Patterns take no slot of the table unless the daemon is strict, where
+// each is published in one for strict clients to match names against.
+TEST(ParseConfig, PatternsCountAgainstTheTableOnlyUnderStrict) {
+  const std::string tables =
+      "[dependency.db]\n[dependency.\"db-*\"]\ninitial_limit = 5\nmax_limit = 5\n[dependency.\"kv-?\"]\n";
+  const Config loose = parse_config("[daemon]\nmax_dependencies = 1\n" + tables, "p.toml");
+  EXPECT_EQ(loose.patterns.size(), 2u);
+  const Config strict = parse_config("[daemon]\nstrict = true\nmax_dependencies = 3\n" + tables, "p.toml");
+  EXPECT_TRUE(strict.daemon.strict);
+  ASSERT_EQ(strict.patterns.size(), 2u);
+  EXPECT_EQ(strict.effective("db-7").bounds.max, 5);
+  EXPECT_EQ(error_of([&] { parse_config("[daemon]\nstrict = true\nmax_dependencies = 2\n" + tables, "p.toml"); }),
+            "p.toml:8: dependency.\"kv-?\": 1 dependencies and 2 patterns configured, more than "
+            "daemon.max_dependencies (2): with daemon.strict = true each pattern takes a slot");
+}
+
 // A reload is checked against the segment in use: its capacities keep their
 // running values (main.cpp), so a file that raises them cannot make room for
 // more configured names or a longer wait queue than the segment has.
@@ -910,8 +926,11 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:1: dependency.\"db-[*]\": pattern has a character other than A-Z a-z 0-9 . _ - inside [...]"},
     {"PatternTooLong", "[dependency.\"db-*-0123456789012345678901234567890123456789012\"]\n",
      "bad.toml:1: dependency.\"db-*-0123456789012345678901234567890123456789012\": pattern is longer than 47 bytes"},
-    {"PatternUnderStrict", "[daemon]\nstrict = true\n[dependency.db]\n[dependency.\"db-*\"]\nmax_limit = 5\n",
-     "bad.toml:4: dependency.\"db-*\": a pattern table would never apply with daemon.strict = true"},
+    // A strict daemon gives each pattern a slot; without strict, none.
+    {"PatternsUnderStrictBeyondTheTable",
+     "[daemon]\nstrict = true\nmax_dependencies = 2\n[dependency.db]\n[dependency.\"db-*\"]\n[dependency.\"kv-*\"]\n",
+     "bad.toml:6: dependency.\"kv-*\": 1 dependencies and 2 patterns configured, more than "
+     "daemon.max_dependencies (2): with daemon.strict = true each pattern takes a slot"},
     {"PatternKeyChecked", "[dependency.\"db-*\"]\nmax_limt = 5\n",
      "bad.toml:2: dependency.\"db-*\".max_limt: unknown parameter 'max_limt' for policy 'balance'"},
 

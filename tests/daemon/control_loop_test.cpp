@@ -136,6 +136,64 @@ TEST_F(ControlLoopTest, ANameAPatternMatchesRunsOnThePatternsTable) {
   (void)other;
 }
 
+// A strict daemon publishes each pattern in a slot of its own: a strict
+// client claims a name one matches, which then runs on the pattern's table,
+// and is refused one none matches. A reload that drops the pattern refuses
+// the names it matched from then on (one claimed keeps its slot), and one
+// that brings it back publishes it again in the same slot; the loop takes
+// no pattern's slot for a dependency, says nothing of it as junk, and puts
+// back its flag when a client clears it.
+TEST_F(ControlLoopTest, AStrictDaemonLetsClientsClaimTheNamesItsPatternsMatch) {
+  testing::LogCapture log;
+  const std::string strict_shards =
+      "strict = true\n[dependency.payments]\n[dependency.\"db-shard-*\"]\npolicy = \"fixed\"\ninitial_limit = 7\n";
+  start(strict_shards);
+  advance_ticks(1);
+  ASSERT_TRUE(segment_->header().flags.load() & shm::kHeaderStrict);
+  EXPECT_EQ(loop_->occupancy().dependencies, 2u);  // payments, and the pattern's slot
+  Dependency shard = client_->dependency("db-shard-3");
+  try {
+    client_->dependency("orders");
+    ADD_FAILURE() << "a strict daemon let a client claim a name no table matches";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code().value(), ENOENT);
+    EXPECT_NE(std::string(e.what()).find("nor matches a pattern table"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(shm::find_dependency(*segment_, "orders"), std::nullopt);
+  advance_ticks(1);
+  EXPECT_EQ(view_of("db-shard-3").policy, "fixed");
+  EXPECT_EQ(shard.limit(), 7);
+  EXPECT_EQ(loop_->view().size(), 2u);
+  EXPECT_EQ(loop_->occupancy().dependencies, 3u);
+  EXPECT_EQ(log.count("not a valid one"), 0u) << log.text();
+  const std::uint32_t pattern_slot = shm::find_or_claim_pattern(*segment_, "db-shard-*").index;
+  std::atomic<std::uint32_t>& pattern_flags = segment_->dependency(pattern_slot).control.flags;
+  pattern_flags.store(0);
+  advance_ticks(1);
+  EXPECT_EQ(pattern_flags.load(), shm::kDependencyPattern);
+
+  loop_->apply(parse("strict = true\n[dependency.payments]\n", "next.toml"));
+  advance_ticks(1);
+  EXPECT_EQ(pattern_flags.load(), 0u);
+  EXPECT_THROW(client_->dependency("db-shard-4"), Error);
+  EXPECT_EQ(shard.limit(), 7);  // the slot stays, on [defaults] now, from the limit in force
+  EXPECT_EQ(view_of("db-shard-3").policy, "balance");
+  advance_ticks(1);
+  EXPECT_EQ(pattern_flags.load(), 0u);
+
+  loop_->apply(parse(strict_shards, "again.toml"));
+  EXPECT_EQ(pattern_flags.load(), shm::kDependencyPattern);
+  Dependency again = client_->dependency("db-shard-4");
+  advance_ticks(1);
+  EXPECT_EQ(again.limit(), 7);
+  EXPECT_EQ(loop_->occupancy().dependencies, 4u);
+  // Not strict: patterns are no longer published, every name is claimed.
+  loop_->apply(parse("[dependency.\"db-shard-*\"]\npolicy = \"fixed\"\ninitial_limit = 7\n", "loose.toml"));
+  EXPECT_EQ(pattern_flags.load(), 0u);
+  EXPECT_NO_THROW(client_->dependency("orders"));
+  EXPECT_EQ(log.count("not a valid one"), 0u) << log.text();
+}
+
 // A client claims a new name at [defaults]' initial_limit (the header's
 // default_limit: it cannot match patterns). The daemon that adopts it
 // starts the policy at the initial_limit of the name's own settings, a

@@ -17,6 +17,7 @@
 #include <csignal>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <set>
 #include <thread>
@@ -498,6 +499,53 @@ TEST(DependencyTable, InvalidNameIsEINVAL) {
   for (const char* bad : {"", "has space", "slash/name", "a-name-that-is-much-longer-than-forty-seven-bytes"}) {
     try {
       find_or_claim_dependency(s, bad, 1, 0);
+      FAIL() << bad;
+    } catch (const SegmentError& e) {
+      EXPECT_EQ(e.code(), EINVAL) << bad;
+    }
+  }
+}
+
+// A strict daemon's pattern takes a slot of its own, flagged, limit 0; a
+// name matches it only while the flag is set, and a slot's name is a
+// pattern only when it reads as one (a client may write anything there).
+TEST(DependencyTable, APatternSlotMatchesNamesWhileItIsFlagged) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  const ClaimResult p = find_or_claim_pattern(s, "db-[0-9]*");
+  EXPECT_TRUE(p.created);
+  EXPECT_EQ(find_or_claim_pattern(s, "db-[0-9]*").index, p.index);
+  EXPECT_EQ(s.dependency(p.index).control.flags.load(), kDependencyPattern);
+  EXPECT_EQ(s.dependency(p.index).control.limit.load(), 0u);
+  EXPECT_EQ(slot_pattern(s, p.index), "db-[0-9]*");
+  EXPECT_TRUE(matches_pattern(s, "db-7"));
+  EXPECT_TRUE(matches_pattern(s, "db-12-replica"));
+  EXPECT_FALSE(matches_pattern(s, "db-x"));
+  EXPECT_FALSE(matches_pattern(s, "kv-1"));
+  // Not flagged: published by no daemon.
+  s.dependency(p.index).control.flags.store(0);
+  EXPECT_FALSE(matches_pattern(s, "db-7"));
+  EXPECT_EQ(slot_pattern(s, p.index), "db-[0-9]*");
+  // A dependency's name, flagged by a client, is no pattern.
+  const ClaimResult d = find_or_claim_dependency(s, "payments", 5, kDependencyPattern);
+  EXPECT_EQ(slot_pattern(s, d.index), std::nullopt);
+  EXPECT_FALSE(matches_pattern(s, "payments"));
+  // Nor is a name no pattern table could have, nor one that fills the name
+  // field with no terminating NUL.
+  DependencyIdentity& junk = s.dependency(p.index).identity;
+  s.dependency(p.index).control.flags.store(kDependencyPattern);
+  std::memcpy(junk.name, "db-]*", 6);
+  junk.name_length = 5;
+  EXPECT_EQ(slot_pattern(s, p.index), std::nullopt);
+  EXPECT_FALSE(matches_pattern(s, "db-7"));
+  std::memset(junk.name, '*', sizeof junk.name);
+  junk.name_length = 1000;
+  EXPECT_EQ(slot_pattern(s, p.index), std::string(kMaxNameLength, '*'));
+  EXPECT_TRUE(matches_pattern(s, "anything"));
+  const std::string too_long(kMaxNameLength + 1, '*');
+  for (const char* bad : {"payments", "db-]", "db-[", too_long.c_str()}) {
+    try {
+      find_or_claim_pattern(s, bad);
       FAIL() << bad;
     } catch (const SegmentError& e) {
       EXPECT_EQ(e.code(), EINVAL) << bad;

@@ -192,6 +192,16 @@ TEST_F(CtlSegment, SlotsTakenCountEveryClaimAndTheSegmentLineSaysWhenATableIsFul
   EXPECT_EQ(j["segment"]["process_slots_taken"].number, 8);
 }
 
+// A strict daemon's pattern takes a slot, and is no dependency to list.
+TEST_F(CtlSegment, APatternsSlotIsTakenButNotListed) {
+  shm::find_or_claim_pattern(segment_, "db-*");
+  const Snapshot s = snapshot_at(kT0);
+  EXPECT_EQ(s.dependency_slots_taken, 3u);
+  EXPECT_EQ(s.dependencies.size(), 2u);
+  EXPECT_NE(s.find("payments"), nullptr);
+  EXPECT_NE(s.find("recs"), nullptr);
+}
+
 // The segment line says whether the segment has all its memory in
 // /dev/shm: a process whose first write to a page of one that has not
 // finds /dev/shm full dies of SIGBUS (daemon.segment_reserve).

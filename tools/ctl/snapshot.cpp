@@ -146,6 +146,8 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     const std::uint64_t tag = slot.identity.tag.load(std::memory_order_acquire);
     s.dependency_slots_taken += (tag & 0xff) != shm::kSlotFree;
     if ((tag & 0xff) != shm::kSlotReady) continue;
+    // A strict daemon's pattern takes a slot but is no dependency.
+    if (shm::slot_pattern(segment, i)) continue;
     DependencyReading r;
     r.index = i;
     // The segment is untrusted: never read past the name field.
