@@ -444,6 +444,10 @@ TEST(ParseConfig, PatternsCountAgainstTheTableOnlyUnderStrict) {
   EXPECT_EQ(error_of([&] { parse_config("[daemon]\nstrict = true\nmax_dependencies = 2\n" + tables, "p.toml"); }),
             "p.toml:8: dependency.\"kv-?\": 1 dependencies and 2 patterns configured, more than "
             "daemon.max_dependencies (2): with daemon.strict = true each pattern takes a slot");
+  // Names that fill the table leave no slot for the first pattern.
+  EXPECT_EQ(error_of([&] { parse_config("[daemon]\nstrict = true\nmax_dependencies = 1\n" + tables, "p.toml"); }),
+            "p.toml:5: dependency.\"db-*\": 1 dependencies and 2 patterns configured, more than "
+            "daemon.max_dependencies (1): with daemon.strict = true each pattern takes a slot");
 }
 
 // A reload is checked against the segment in use: its capacities keep their

@@ -194,6 +194,24 @@ TEST_F(ControlLoopTest, AStrictDaemonLetsClientsClaimTheNamesItsPatternsMatch) {
   EXPECT_EQ(log.count("not a valid one"), 0u) << log.text();
 }
 
+// A pattern whose slot the daemon cannot claim at once (a client's claim
+// of the same slot stuck mid-way, as a client killed while claiming leaves
+// it) is claimed at a later tick, once the stuck claim is abandoned; until
+// then strict clients are refused the names it matches.
+TEST_F(ControlLoopTest, AStrictDaemonClaimsAPatternsSlotAtALaterTickWhenItCannotAtOnce) {
+  testing::LogCapture log;
+  const std::uint64_t hash = shm::dependency_name_hash("db-*");
+  start("strict = true\n[dependency.\"db-*\"]\n", [&](shm::Segment& s) {
+    s.dependency(static_cast<std::uint32_t>(hash % 16)).identity.tag.store((hash << 8) | shm::kSlotClaiming);
+  });
+  EXPECT_EQ(log.count("pattern db-*: no slot yet"), 1u) << log.text();
+  EXPECT_THROW(client_->dependency("db-1"), Error);
+  advance_ticks(25);  // the claim is abandoned after 2 s
+  EXPECT_NE(log.count("claim never finished; abandoned"), 0u) << log.text();
+  EXPECT_TRUE(shm::matches_pattern(*segment_, "db-1"));
+  EXPECT_NO_THROW(client_->dependency("db-1"));
+}
+
 // A client claims a new name at [defaults]' initial_limit (the header's
 // default_limit: it cannot match patterns). The daemon that adopts it
 // starts the policy at the initial_limit of the name's own settings, a
