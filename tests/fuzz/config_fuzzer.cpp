@@ -14,6 +14,7 @@
 
 #include "daemon/config.hpp"
 #include "policies/policy.hpp"
+#include "shm/names.hpp"
 
 namespace {
 
@@ -47,11 +48,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       check_dependency(d);
       check(config.find(d.name) == &d);
     }
-    // A pattern table applies to names clients claim, which a strict
-    // daemon refuses: the parser must never accept both.
-    check(!config.daemon.strict || config.patterns.empty());
+    // A strict daemon publishes each pattern in a slot of its own: the
+    // parser must never accept more names and patterns than the table holds.
+    check(!config.daemon.strict ||
+          config.dependencies.size() + config.patterns.size() <= config.daemon.max_dependencies);
     for (const auto& p : config.patterns) {
-      check(!p.name.empty() && config.find(p.name) == nullptr);
+      check(bulkhead::shm::is_pattern(p.name) && bulkhead::shm::check_pattern(p.name) == nullptr);
+      check(config.find(p.name) == nullptr);
       check_dependency(p);
     }
   } catch (const bulkhead::daemon::ConfigError& e) {
