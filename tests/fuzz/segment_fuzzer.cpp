@@ -13,6 +13,12 @@
 // write the breaker's trials and override words and the limit pin, so the
 // seed has a breaker (payments) that runs.
 //
+// The seed also holds a pattern slot, as a strict daemon left it before a
+// reload to this loose config. Before the daemon runs, the harness matches
+// a name against the patterns as a strict client would (whatever a slot's
+// name bytes, the read stays bounded; only a flagged slot matches); after
+// it, no slot may still publish a pattern, as this config has none.
+//
 // Input: a sequence of patches, each
 //   region (1 byte) | index (1 byte) | offset (2 bytes, LE) | length (1 byte) | bytes
 // where region picks the header, a dependency slot's identity, control,
@@ -116,6 +122,7 @@ struct Fixture {
       segment->latency_histogram(d, segment->stripe_of_process(process)).bucket[40].store(3);
       s.failed.store(4);
     }
+    shm::find_or_claim_pattern(*segment, "db-shard-*");
     image.assign(reinterpret_cast<const char*>(&segment->header()),
                  reinterpret_cast<const char*>(&segment->header()) + segment->size());
   }
@@ -146,6 +153,13 @@ struct Fixture {
   }
 };
 
+bool publishes_pattern(const shm::Segment& segment) {
+  for (std::uint32_t i = 0; i < segment.capacities().max_dependencies; ++i) {
+    if ((segment.dependency(i).control.flags.load() & shm::kDependencyPattern) != 0) return true;
+  }
+  return false;
+}
+
 Fixture& fixture() {
   static Fixture f;
   return f;
@@ -172,8 +186,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (code == 0) std::abort();  // a refusal always says which errno
     return 0;
   }
+  if (shm::matches_pattern(*f.segment, "db-shard-12") && !publishes_pattern(*f.segment)) std::abort();
+
   daemon::ControlLoop loop(*f.segment, f.config, nullptr);
   for (std::uint64_t t = 2; t <= 5; ++t) loop.tick(t * 1'000'000'000);
+  if (publishes_pattern(*f.segment)) std::abort();
   for (const auto& v : loop.view()) {
     const daemon::DependencyConfig d = f.config.effective(v.name);
     // An operator's pin may hold it anywhere up to kMaxLimit; nothing else
