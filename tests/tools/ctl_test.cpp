@@ -193,13 +193,36 @@ TEST_F(CtlSegment, SlotsTakenCountEveryClaimAndTheSegmentLineSaysWhenATableIsFul
 }
 
 // A strict daemon's pattern takes a slot, and is no dependency to list.
-TEST_F(CtlSegment, APatternsSlotIsTakenButNotListed) {
+// The daemon line shows the patterns it publishes (their slots flagged),
+// so an operator sees why a strict client's name was claimed or refused:
+// not one withdrawn by a reload, nor a dependency's slot with the flag.
+TEST_F(CtlSegment, APatternsSlotIsTakenAndShownWhilePublishedButNotListed) {
+  segment_.header().flags.store(shm::kHeaderStrict);
+  heartbeat_at(kT0);
   shm::find_or_claim_pattern(segment_, "db-*");
+  const std::uint32_t withdrawn = shm::find_or_claim_pattern(segment_, "cache-?").index;
+  segment_.dependency(withdrawn).control.flags.store(0);
+  shm::find_or_claim_pattern(segment_, "q[!x]");
+  segment_.dependency(recs_).control.flags.fetch_or(shm::kDependencyPattern);
   const Snapshot s = snapshot_at(kT0);
-  EXPECT_EQ(s.dependency_slots_taken, 3u);
+  EXPECT_EQ(s.dependency_slots_taken, 5u);
   EXPECT_EQ(s.dependencies.size(), 2u);
   EXPECT_NE(s.find("payments"), nullptr);
   EXPECT_NE(s.find("recs"), nullptr);
+  EXPECT_EQ(s.daemon.patterns, (std::vector<std::string>{"db-*", "q[!x]"}));
+  const Status st = derive_status(s, s);
+  const std::string text = status_text(st);
+  EXPECT_NE(text.find(", metrics port 9477, strict (patterns db-* q[!x])\n"), std::string::npos) << text;
+  const Json j = JsonParser::parse(status_json(st));
+  ASSERT_EQ(j["daemon"]["patterns"].array.size(), 2u);
+  EXPECT_EQ(j["daemon"]["patterns"][0].string, "db-*");
+  EXPECT_EQ(j["daemon"]["patterns"][1].string, "q[!x]");
+
+  // A daemon that publishes none: the line as before, an empty array.
+  for (std::uint32_t i = 0; i < 16; ++i) segment_.dependency(i).control.flags.fetch_and(~shm::kDependencyPattern);
+  const Status none = derive_status(snapshot_at(kT0), snapshot_at(kT0));
+  EXPECT_NE(status_text(none).find(", metrics port 9477, strict\n"), std::string::npos) << status_text(none);
+  EXPECT_TRUE(JsonParser::parse(status_json(none))["daemon"]["patterns"].array.empty());
 }
 
 // The segment line says whether the segment has all its memory in

@@ -91,6 +91,11 @@ std::string daemon_line(const Status& st) {
                             static_cast<unsigned long long>(d.config_generation));
   if (d.metrics_port != 0) tail += format(", metrics port %u", d.metrics_port);
   if (d.strict) tail += ", strict";
+  if (!d.patterns.empty()) {
+    tail += " (patterns";
+    for (const std::string& p : d.patterns) tail += " " + p;
+    tail += ")";
+  }
   switch (st.daemon_state) {
     case DaemonState::kRunning:
       return format("daemon: pid %d, running, ", d.pid) + beat + tail + "\n";
@@ -134,6 +139,9 @@ void write_daemon(JsonWriter& j, const Status& st) {
   j.key("heartbeat_age_s").value(st.heartbeat_age_s);
   j.key("config_generation").value(d.config_generation);
   j.key("strict").value(d.strict);
+  j.key("patterns").begin_array();
+  for (const std::string& p : d.patterns) j.value(p);
+  j.end_array();
   if (d.metrics_port != 0) {
     j.key("metrics_port").value(d.metrics_port);
   } else {

@@ -146,8 +146,14 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     const std::uint64_t tag = slot.identity.tag.load(std::memory_order_acquire);
     s.dependency_slots_taken += (tag & 0xff) != shm::kSlotFree;
     if ((tag & 0xff) != shm::kSlotReady) continue;
-    // A strict daemon's pattern takes a slot but is no dependency.
-    if (shm::slot_pattern(segment, i)) continue;
+    // A strict daemon's pattern takes a slot but is no dependency; it is
+    // published while the slot has the flag.
+    if (auto pattern = shm::slot_pattern(segment, i)) {
+      if ((slot.control.flags.load(std::memory_order_relaxed) & shm::kDependencyPattern) != 0) {
+        d.patterns.push_back(std::move(*pattern));
+      }
+      continue;
+    }
     DependencyReading r;
     r.index = i;
     // The segment is untrusted: never read past the name field.

@@ -39,6 +39,9 @@ struct DaemonReading {
   std::uint64_t heartbeat_ns = 0;                 // CLOCK_MONOTONIC of the last tick
   std::uint64_t config_generation = 0;
   bool strict = false;
+  // The patterns it publishes for strict clients (shm::kDependencyPattern),
+  // by slot: a name no table of its own names is claimed when one matches.
+  std::vector<std::string> patterns;
   std::uint32_t default_limit = 0;
   std::uint32_t metrics_port = 0;  // 0: no metrics endpoint
 };
