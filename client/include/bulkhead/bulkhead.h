@@ -134,9 +134,11 @@ BH_API int bh_client_mode(const bh_client *c);
 BH_API const char *bh_client_status(const bh_client *c);
 
 /* The handle of a dependency, valid until bh_client_close(). A name the
- * daemon's config does not list gets a slot with its [defaults], unless the
- * daemon is strict (-ENOENT). -ENOSPC when the table is full, -EINVAL for a
- * bad name (1 to 47 of A-Z a-z 0-9 . _ -). Call once, not per request. */
+ * daemon's config does not list gets a slot, with the settings of the first
+ * pattern table that matches it, else its [defaults]; a strict daemon
+ * refuses a name that no pattern table matches (-ENOENT). -ENOSPC when the
+ * table is full, -EINVAL for a bad name (1 to 47 of A-Z a-z 0-9 . _ -).
+ * Call once, not per request. */
 BH_API int bh_dependency(bh_client *c, const char *name, bh_dep **out);
 
 /* Admits a call if the dependency is under its limit and its breaker lets
