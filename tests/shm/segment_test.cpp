@@ -506,6 +506,16 @@ TEST(DependencyTable, InvalidNameIsEINVAL) {
   }
 }
 
+// A name may fill the slot's 47 bytes; one more is refused.
+TEST(DependencyTable, ANameMayBe47BytesLong) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  const std::string longest(kMaxNameLength, 'n');
+  const std::uint32_t index = find_or_claim_dependency(s, longest, 1, 0).index;
+  EXPECT_EQ(find_dependency(s, longest), index);
+  EXPECT_THROW(find_or_claim_dependency(s, longest + "n", 1, 0), SegmentError);
+}
+
 // A strict daemon's pattern takes a slot of its own, flagged, limit 0; a
 // name matches it only while the flag is set, and a slot's name is a
 // pattern only when it reads as one (a client may write anything there).
