@@ -99,6 +99,9 @@ struct Result {
   double round_ms_median;  // the processes' writes between two ticks, wall time
   std::uint64_t completions_per_round;
   std::uint64_t vm_rss_kb, rss_anon_kb, rss_shmem_kb, vm_hwm_kb;
+  double lookup_found_ns;  // a claimed name's slot found
+  double lookup_miss_ns;   // a name not claimed: the probe ends
+  double pattern_scan_ns;  // no published pattern matches it
 };
 
 // --- Rounds: the parent and the writer processes, through futex words in
@@ -221,6 +224,18 @@ double wall_ms_now() {
   timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// Wall time per call of `lookup(i)` over i = 0 .. n-1, in ns; throws when
+// one answers other than `expect`.
+template <typename Lookup>
+double ns_per_lookup(std::uint32_t n, bool expect, const char* what, Lookup lookup) {
+  const double start = wall_ms_now();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (lookup(i) != expect) throw std::runtime_error(std::string(what) + ": lookup " + std::to_string(i) + " answered " +
+                                                      (expect ? "no" : "yes"));
+  }
+  return (wall_ms_now() - start) * 1e6 / n;
 }
 
 double median(std::vector<double> v) {
@@ -367,6 +382,28 @@ void run_size(const Size& size, const Options& o, Result* out) {
   out->rss_anon_kb = status_kb("RssAnon");
   out->rss_shmem_kb = status_kb("RssShmem");
   out->vm_hwm_kb = status_kb("VmHWM");
+
+  // A client's first lookup of a name (bh_dependency), on the full table:
+  // the hash probe that finds a claimed name; the probe for a name not
+  // claimed, which ends at a free slot, here none (every client's, before
+  // its claim; on a full table the claim is refused, ENOSPC); and what a
+  // strict client adds for a name it does not find before it refuses it
+  // (ENOENT): every slot's flags scanned for a published pattern
+  // (shm::matches_pattern(); none here, each adds a name copy and an
+  // fnmatch). Back to back: the slots' lines are in cache after the first.
+  std::vector<std::string> names, unknown;
+  for (std::uint32_t d = 0; d < size.dependencies; ++d) {
+    names.push_back(dependency_name(d));
+    unknown.push_back("unknown-" + std::to_string(d));
+  }
+  out->lookup_found_ns = ns_per_lookup(size.dependencies, true, "a claimed name",
+                                       [&](std::uint32_t i) { return shm::find_dependency(seg, names[i]).has_value(); });
+  out->lookup_miss_ns = ns_per_lookup(size.dependencies, false, "a name not claimed", [&](std::uint32_t i) {
+    return shm::find_dependency(seg, unknown[i]).has_value();
+  });
+  out->pattern_scan_ns = ns_per_lookup(size.dependencies, false, "a name no pattern matches", [&](std::uint32_t i) {
+    return shm::matches_pattern(seg, unknown[i]);
+  });
   out->ok = 1;
 }
 
@@ -442,10 +479,11 @@ int main(int argc, char** argv) {
               "Each size fills both of the segment's tables, so the daemon logs once per size that they are full.\n"
               "command: %s\n\n",
               o.metrics ? " and Prometheus metrics" : "", o.ticks, kWarmupTicks, o.stripes, command.c_str());
-  std::printf("%6s %6s %9s %10s | %9s %9s %9s | %8s %8s %8s %8s | %9s\n", "deps", "procs", "segment", "calls/round",
-              "tick CPU", "max CPU", "wall", "VmRSS", "RssAnon", "RssShmem", "VmHWM", "round");
-  std::printf("%6s %6s %9s %10s | %9s %9s %9s | %8s %8s %8s %8s | %9s\n", "", "", "MiB", "", "ms", "ms", "ms", "MiB",
-              "MiB", "MiB", "MiB", "ms");
+  std::printf("%6s %6s %9s %10s | %9s %9s %9s | %8s %8s %8s %8s | %9s | %7s %7s %7s\n", "deps", "procs", "segment",
+              "calls/round", "tick CPU", "max CPU", "wall", "VmRSS", "RssAnon", "RssShmem", "VmHWM", "round", "found",
+              "miss", "scan");
+  std::printf("%6s %6s %9s %10s | %9s %9s %9s | %8s %8s %8s %8s | %9s | %7s %7s %7s\n", "", "", "MiB", "", "ms", "ms",
+              "ms", "MiB", "MiB", "MiB", "MiB", "ms", "ns", "ns", "ns");
   bool failed = false;
   const pid_t parent = ::getpid();
   for (const Size& size : o.sizes) {
@@ -477,17 +515,21 @@ int main(int argc, char** argv) {
       continue;
     }
     const double mib = 1024.0 * 1024.0;
-    std::printf("%6u %6u %9.1f %10llu | %9.2f %9.2f %9.2f | %8.1f %8.1f %8.1f %8.1f | %9.2f\n", size.dependencies,
-                size.processes, static_cast<double>(result->segment_bytes) / mib,
+    std::printf("%6u %6u %9.1f %10llu | %9.2f %9.2f %9.2f | %8.1f %8.1f %8.1f %8.1f | %9.2f | %7.0f %7.0f %7.0f\n",
+                size.dependencies, size.processes, static_cast<double>(result->segment_bytes) / mib,
                 static_cast<unsigned long long>(result->completions_per_round), result->tick_cpu_ms_median,
                 result->tick_cpu_ms_max, result->tick_wall_ms_median, result->vm_rss_kb / 1024.0,
                 result->rss_anon_kb / 1024.0, result->rss_shmem_kb / 1024.0, result->vm_hwm_kb / 1024.0,
-                result->round_ms_median);
+                result->round_ms_median, result->lookup_found_ns, result->lookup_miss_ns,
+                result->pattern_scan_ns);
   }
   std::printf("\ntick CPU: median over the measured ticks; targets (issue 7): at most 5 ms of CPU per tick,\n"
               "at most 64 MB resident. RssShmem is the segment's pages the daemon touched (its slots, the\n"
               "process table, the histograms of the stripes written: here those of the CPUs the writers ran\n"
-              "on), RssAnon its own memory.\n");
+              "on), RssAnon its own memory. A client's first lookup of a name, per name, on the full table,\n"
+              "back to back: found, the hash probe to a claimed name; miss, the probe for a name not claimed\n"
+              "(through every slot of a full table); scan, what a strict client adds before refusing a name\n"
+              "(every slot's flags read for a published pattern).\n");
   if (o.smoke) {
     std::printf("smoke: %s\n",
                 failed ? "FAILED" : "every measured tick closed a window for every dependency and published its limit");
