@@ -232,8 +232,10 @@ template <typename Lookup>
 double ns_per_lookup(std::uint32_t n, bool expect, const char* what, Lookup lookup) {
   const double start = wall_ms_now();
   for (std::uint32_t i = 0; i < n; ++i) {
-    if (lookup(i) != expect) throw std::runtime_error(std::string(what) + ": lookup " + std::to_string(i) + " answered " +
-                                                      (expect ? "no" : "yes"));
+    if (lookup(i) != expect) {
+      throw std::runtime_error(std::string(what) + ": lookup " + std::to_string(i) + " answered " +
+                               (expect ? "no" : "yes"));
+    }
   }
   return (wall_ms_now() - start) * 1e6 / n;
 }
@@ -396,8 +398,9 @@ void run_size(const Size& size, const Options& o, Result* out) {
     names.push_back(dependency_name(d));
     unknown.push_back("unknown-" + std::to_string(d));
   }
-  out->lookup_found_ns = ns_per_lookup(size.dependencies, true, "a claimed name",
-                                       [&](std::uint32_t i) { return shm::find_dependency(seg, names[i]).has_value(); });
+  out->lookup_found_ns = ns_per_lookup(size.dependencies, true, "a claimed name", [&](std::uint32_t i) {
+    return shm::find_dependency(seg, names[i]).has_value();
+  });
   out->lookup_miss_ns = ns_per_lookup(size.dependencies, false, "a name not claimed", [&](std::uint32_t i) {
     return shm::find_dependency(seg, unknown[i]).has_value();
   });

@@ -577,7 +577,8 @@ void ControlLoop::update_breaker(Dependency& d, const shm::DependencyCounters& d
   }
   // Relaxed: the counter alone; a take racing this read shows next tick.
   const std::uint64_t trials = control.trials.load(std::memory_order_relaxed);
-  const BreakerCounts counts{delta.ok, delta.failed + delta.dropped, slow_calls(delta, b.settings().slow_call_duration)};
+  const BreakerCounts counts{delta.ok, delta.failed + delta.dropped,
+                             slow_calls(delta, b.settings().slow_call_duration)};
   const auto transition = b.observe(counts, force, shm::trials_left(trials), now_ns);
   if (transition) {
     if (transition->to == BreakerState::kHalfOpen) {

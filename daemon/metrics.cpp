@@ -172,7 +172,9 @@ class Metrics::DependencySeries : public prometheus::Collectable {
       if (d.baseline_s > 0) gauge(baseline, d.name, d.baseline_s);
       gauge(measuring, d.name, d.measuring ? 1 : 0);
       gauge(inflight, d.name, d.inflight);
-      for (std::size_t o = 0; o < d.requests.size(); ++o) counter(requests, d.name, d.requests[o], "outcome", kOutcomes[o]);
+      for (std::size_t o = 0; o < d.requests.size(); ++o) {
+        counter(requests, d.name, d.requests[o], "outcome", kOutcomes[o]);
+      }
       histogram(latency, d.name, d.latency);
       counter(shadow, d.name, d.shadow);
       gauge(min_limit, d.name, d.min_limit);

@@ -337,7 +337,8 @@ std::string dependency_text(const Status& st, const DependencyStatus& d) {
   }
   out += format("\n  in flight   %u\n", r.inflight);
   out += std::string("  config      ") +
-         (r.configured() ? "a table in the config (its own, or a pattern's)" : "[defaults] (no table in the config)") + "\n";
+         (r.configured() ? "a table in the config (its own, or a pattern's)" : "[defaults] (no table in the config)") +
+         "\n";
   out += std::string("  mode        ") +
          (r.shadow() ? "shadow (enforce = false: admits past the limit)" : "enforce") + "\n";
   out += "  breaker     " + breaker_cell(r) +

@@ -378,7 +378,9 @@ std::string format_table(const ScenarioReport& r) {
   std::size_t width = 6;
   for (const Summary& m : r.summaries) width = std::max(width, m.label.size());
   std::string settle_head = "settle s after";
-  for (double c : t.change_times_s()) settle_head += " " + fmt_seconds(c) + (c == t.change_times_s().back() ? "" : " /");
+  for (double c : t.change_times_s()) {
+    settle_head += " " + fmt_seconds(c) + (c == t.change_times_s().back() ? "" : " /");
+  }
   out += printf_string("%-*s %9s %6s %7s %7s %8s %6s %9s %9s %7s %6s  %s\n", static_cast<int>(width),
                        "policy", "goodput/s", "%cap", "p50 ms", "p99 ms", "p999 ms", "p99/nl", "rejected",
                        "timed out", "errors", "osc", settle_head.c_str());

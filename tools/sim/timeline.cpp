@@ -55,8 +55,8 @@ Timeline::Timeline(const Scenario& s)
       const std::uint32_t steps = to > workers ? to - workers : workers - to;
       for (std::uint32_t j = 1; j <= steps; ++j) {
         const double at = c.ramp_s > 0 ? c.at_s + c.ramp_s * (j - 0.5) / steps : c.at_s;
-        worker_steps_.push_back({to_ns(at), static_cast<std::uint32_t>(
-                                                static_cast<std::int64_t>(workers) + sign * static_cast<std::int64_t>(j))});
+        const std::int64_t step = static_cast<std::int64_t>(workers) + sign * static_cast<std::int64_t>(j);
+        worker_steps_.push_back({to_ns(at), static_cast<std::uint32_t>(step)});
       }
       workers = to;
     }
