@@ -1,0 +1,144 @@
+// libFuzzer harness: libbulkhead's reading of a segment that other
+// processes wrote.
+//
+// Every process of the segment's group can write all of it, and the
+// library runs inside every service that calls a dependency: whatever
+// another process left there, a client must not crash, hang, or lose
+// count of its own permits. For each input the harness restores the seed
+// segment and applies the input's patches to it
+// (tests/fuzz/seed_segment.hpp: what it holds, and the input's format),
+// then does what a service does: opens a client on the segment by name;
+// looks up names, the three configured, one the seed's pattern matches and
+// a new one (a header the input made strict refuses the last two unless a
+// published pattern matches them; a name whose slot holds a claim that
+// never finished is skipped: its lookup waits a second of patience), and
+// a partition of each; through every handle it got, reads the limit, the
+// in-flight count and the breaker and makes a call of each kind
+// (bh_try_acquire, the untimed pair, bh_acquire with a deadline 100 us
+// ahead), each released with its outcome; then closes the client.
+//
+// It fails on a crash, a sanitizer report or a hang (libFuzzer's
+// -timeout); on a return value outside what bulkhead.h documents for the
+// call; on a filled permit with a refusal or an empty one with an
+// admission; and when the calls, each released, leave any dependency's
+// admission word or any process's held counts other than they found
+// them: a permit taken is given back, to the count it was taken from.
+// Nothing else writes the segment meanwhile, so the words must be equal to
+// the bit.
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "bulkhead/bulkhead.h"
+#include "shm/layout.hpp"
+#include "shm/segment.hpp"
+#include "tests/fuzz/seed_segment.hpp"
+
+namespace {
+
+using namespace bulkhead;
+using fuzz::SeedSegment;
+
+SeedSegment& seed() {
+  static SeedSegment f(true);
+  return f;
+}
+
+// Every admission word and held count of the segment, in slot order.
+std::vector<std::uint64_t> permit_words(const shm::Segment& s) {
+  const shm::Capacities c = s.capacities();
+  std::vector<std::uint64_t> words;
+  for (std::uint32_t d = 0; d < c.max_dependencies; ++d) words.push_back(s.dependency(d).admission.word.load());
+  for (std::uint32_t p = 0; p < c.max_processes; ++p) {
+    for (std::uint32_t d = 0; d < c.max_dependencies; ++d) words.push_back(s.held(p, d).load());
+  }
+  return words;
+}
+
+// Whether bh_try_acquire()'s `result` admitted the call; aborts on a
+// reason it does not give (BH_REJECT_PARTITION: a partition's handle only)
+// or a permit that says otherwise.
+// Whether a claim of `name` that never finished holds a slot: a lookup that
+// meets it waits out its second of patience (then -EAGAIN), which would
+// make the input take seconds.
+bool claim_unfinished(const shm::Segment& s, const char* name) {
+  const std::uint64_t hash = shm::dependency_name_hash(name);
+  for (std::uint32_t d = 0; d < s.capacities().max_dependencies; ++d) {
+    const std::uint64_t tag = s.dependency(d).identity.tag.load();
+    if ((tag & 0xff) == shm::kSlotClaiming && tag >> 8 == hash) return true;
+  }
+  return false;
+}
+
+bool admitted(int result, const bh_permit& permit, bool partition) {
+  if (result != 0 && result != BH_REJECT_LIMIT && result != BH_REJECT_OPEN_CIRCUIT &&
+      (result != BH_REJECT_PARTITION || !partition)) {
+    std::abort();
+  }
+  if ((result == 0) != (permit.dep_ != nullptr)) std::abort();
+  return result == 0;
+}
+
+// A call of each kind through `d`, each given back with `outcome`.
+void calls(bh_dep* d, int outcome, bool partition) {
+  if (bh_limit(d) < 0 || bh_inflight(d) < 0) std::abort();
+  const int state = bh_breaker_state(d);
+  if (state != BH_BREAKER_CLOSED && state != BH_BREAKER_OPEN && state != BH_BREAKER_HALF_OPEN) std::abort();
+
+  bh_permit permit{};
+  if (admitted(bh_try_acquire(d, &permit), permit, partition)) {
+    if (bh_permit_remaining_ns(&permit) != UINT64_MAX) std::abort();  // no deadline
+  }
+  bh_release(&permit, outcome);
+  if (permit.dep_ != nullptr) std::abort();
+  bh_release(&permit, outcome);  // twice: does nothing
+
+  admitted(bh_try_acquire_untimed(d, &permit), permit, partition);
+  bh_release_latency(&permit, outcome, 12'000'000);
+
+  const int waited = bh_acquire(d, bh_now_ns() + 100'000, &permit);
+  if (waited < 0 || waited > BH_REJECT_PARTITION || (waited == 0) != (permit.dep_ != nullptr)) std::abort();
+  bh_release(&permit, outcome);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  SeedSegment& f = seed();
+  f.patch(data, size);
+
+  bh_options options{};
+  options.segment = f.name.c_str();
+  options.flags = BH_OPEN_REQUIRE_SEGMENT;
+  bh_client* client = nullptr;
+  if (const int r = bh_client_open_opts(&options, &client); r != 0) {
+    if (r > 0 || client != nullptr) std::abort();
+    return 0;  // refused: a segment the validation rejects, or a full process table
+  }
+  if (bh_client_mode(client) != BH_MODE_SHARED) std::abort();
+
+  std::vector<std::pair<bh_dep*, bool>> handles;  // and whether it is a partition's
+  for (const char* name : {"payments", "recs", "search", "db-shard-12", "fuzz-new"}) {
+    if (claim_unfinished(*f.segment, name)) continue;
+    bh_dep* d = nullptr;
+    if (const int r = bh_dependency(client, name, &d); r != 0) {
+      if (r > 0 || d != nullptr) std::abort();
+      continue;  // refused: strict, the table full, a claim that never finished
+    }
+    handles.emplace_back(d, false);
+    bh_dep* p = nullptr;
+    if (const int r = bh_partition(d, "critical", &p); r == 0) {
+      if (p != d) handles.emplace_back(p, true);
+    } else if (r != -ENOENT || p != nullptr) {
+      std::abort();
+    }
+  }
+
+  const std::vector<std::uint64_t> before = permit_words(*f.segment);
+  int outcome = 0;
+  for (const auto& [d, partition] : handles) calls(d, outcome++ % 4, partition);
+  if (permit_words(*f.segment) != before) std::abort();
+  bh_client_close(client);
+  return 0;
+}
