@@ -56,9 +56,6 @@ std::vector<std::uint64_t> permit_words(const shm::Segment& s) {
   return words;
 }
 
-// Whether bh_try_acquire()'s `result` admitted the call; aborts on a
-// reason it does not give (BH_REJECT_PARTITION: a partition's handle only)
-// or a permit that says otherwise.
 // Whether a claim of `name` that never finished holds a slot: a lookup that
 // meets it waits out its second of patience (then -EAGAIN), which would
 // make the input take seconds.
@@ -71,6 +68,9 @@ bool claim_unfinished(const shm::Segment& s, const char* name) {
   return false;
 }
 
+// Whether bh_try_acquire()'s `result` admitted the call; aborts on a
+// reason it does not give (BH_REJECT_PARTITION: a partition's handle only)
+// or a permit that says otherwise.
 bool admitted(int result, const bh_permit& permit, bool partition) {
   if (result != 0 && result != BH_REJECT_LIMIT && result != BH_REJECT_OPEN_CIRCUIT &&
       (result != BH_REJECT_PARTITION || !partition)) {
@@ -97,8 +97,12 @@ void calls(bh_dep* d, int outcome, bool partition) {
   admitted(bh_try_acquire_untimed(d, &permit), permit, partition);
   bh_release_latency(&permit, outcome, 12'000'000);
 
+  // Any reason but BH_REJECT_PARTITION, which only a partition's handle gets.
   const int waited = bh_acquire(d, bh_now_ns() + 100'000, &permit);
-  if (waited < 0 || waited > BH_REJECT_PARTITION || (waited == 0) != (permit.dep_ != nullptr)) std::abort();
+  if (waited < 0 || waited > (partition ? BH_REJECT_PARTITION : BH_REJECT_OPEN_CIRCUIT) ||
+      (waited == 0) != (permit.dep_ != nullptr)) {
+    std::abort();
+  }
   bh_release(&permit, outcome);
 }
 
@@ -124,7 +128,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     bh_dep* d = nullptr;
     if (const int r = bh_dependency(client, name, &d); r != 0) {
       if (r > 0 || d != nullptr) std::abort();
-      continue;  // refused: strict, the table full, a claim that never finished
+      continue;  // refused: strict, or the table full
     }
     handles.emplace_back(d, false);
     bh_dep* p = nullptr;
