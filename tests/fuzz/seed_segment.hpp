@@ -1,10 +1,11 @@
 // The segment the libFuzzer harnesses patch, and how an input patches it.
 //
-// One real segment (small capacities, three configured dependencies with
-// traffic recorded, two process slots: the daemon's first tick and a
-// client's), made once per harness; for each input the harness restores
-// it and applies the input as patches. payments has a breaker that runs
-// and partitions; recs runs balance, search gradient2 in shadow mode. The
+// One real segment, made once per harness: small capacities, the slots of
+// three configured dependencies after the daemon's first tick, and one
+// client's process slot holding two calls on each (one naming partition
+// 1) with statistics recorded. For each input the harness restores it and
+// applies the input as patches. payments has a breaker that runs and
+// partitions; recs runs balance, search gradient2 in shadow mode. The
 // seed also holds a pattern slot, db-shard-*, as a strict daemon left it
 // before a reload to this loose config; `strict` is the same config made
 // strict with two pattern tables, one that has that slot and one without.
