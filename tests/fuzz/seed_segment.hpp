@@ -178,4 +178,15 @@ struct SeedSegment {
   ~SeedSegment() { shm::Segment::remove(name); }
 };
 
+// Whether a slot holds a claim of `name` that never finished: a client's
+// lookup of the name waits for it, the daemon's claim gives up at once.
+inline bool claim_unfinished(const shm::Segment& segment, const char* name) {
+  const std::uint64_t hash = shm::dependency_name_hash(name);
+  for (std::uint32_t d = 0; d < segment.capacities().max_dependencies; ++d) {
+    const std::uint64_t tag = segment.dependency(d).identity.tag.load();
+    if ((tag & 0xff) == shm::kSlotClaiming && tag >> 8 == hash) return true;
+  }
+  return false;
+}
+
 }  // namespace bulkhead::fuzz
