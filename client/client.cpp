@@ -715,11 +715,16 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
       break;
     }
     const std::uint32_t limit_now = d->control->limit.load(std::memory_order_relaxed);
+    // The order as it is now, not as it was when this call joined: after a
+    // reload from lifo to fifo, a waiter counting by the old order and one
+    // that joined since, counting by the new, would each count the other as
+    // ahead, and both sleep on a free permit.
+    const bool lifo_now = (d->flags->load(std::memory_order_relaxed) & shm::kDependencyLifo) != 0;
     // seq_cst: the load side of the Dekker pair with give_back().
     word = d->admission->load(std::memory_order_seq_cst);
     while (shm::admission_inflight(word) < limit_now) {
       const std::uint32_t free_permits = limit_now - shm::admission_inflight(word);
-      if (shm::waiters_ahead(d->queue, d->queue_slots, ticket, lifo) >= free_permits) break;
+      if (shm::waiters_ahead(d->queue, d->queue_slots, ticket, lifo_now) >= free_permits) break;
       // seq_cst, for the same pairing as the load.
       if (d->admission->compare_exchange_weak(word, word + shm::kAdmissionAcquire,
                                               std::memory_order_seq_cst)) {

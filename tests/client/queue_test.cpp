@@ -208,6 +208,25 @@ TEST_F(QueueTest, UnderLifoTheExpectedWaitCountsNoOneAhead) {
   EXPECT_EQ(counters().deadline_rejected, 0u);
 }
 
+TEST_F(QueueTest, AReloadOfTheOrderIsFollowedByTheCallsAlreadyWaiting) {
+  // A joins under LIFO; a reload makes the queue FIFO (and wakes it); B
+  // joins under FIFO. Counting by the order each joined under, A would
+  // count B ahead of it (newer, LIFO) and B would count A (older, FIFO):
+  // both would sleep on the permit released below until their deadlines.
+  publish(1, 4, shm::kDependencyLifo);
+  Permit held = dep_->try_acquire();
+  testing::BackgroundWaiter a(*dep_, 30s);
+  wait_for_waiters(1);
+  publish(1, 4);
+  shm::wake_waiters(segment_->dependency(slot_).admission.futex);  // as a reload does
+  testing::BackgroundWaiter b(*dep_, 30s);
+  wait_for_waiters(2);
+  held.success();
+  EXPECT_EQ(a.result(), 0);
+  EXPECT_EQ(b.result(), 0);
+  EXPECT_EQ(counters().deadline_rejected, 0u);
+}
+
 TEST_F(QueueTest, FreePermitsThatCoverTheQueueNeedNoExpectedWait) {
   // A stale hint sends the call to the queue (the sleepers bit, left by a
   // waiter gone since) with two permits free and no one ahead: it fits
