@@ -507,20 +507,17 @@ class Fixture {
   void reclaim(pid_t child) {
     const shm::Capacities caps = segment_.capacities();
     for (std::uint32_t p = 0; p < caps.max_processes; ++p) {
-      shm::ProcessIdentity& id = segment_.process(p).identity;
-      // Relaxed, here and below: the child is reaped, and waitpid() ordered
-      // all its writes before these reads.
-      if (id.state.load(std::memory_order_relaxed) != shm::kSlotReady ||
-          id.pid.load(std::memory_order_relaxed) != child) {
-        continue;
-      }
+      // The child is reaped: waitpid() ordered all its writes before these
+      // reads.
+      const auto seen = shm::read_process_slot(segment_, p);
+      if (!seen || seen->pid != child || !shm::take_process_slot(segment_, *seen)) continue;
       for (std::uint32_t d = 0; d < caps.max_dependencies; ++d) {
         for (auto n = segment_.held(p, d).exchange(0, std::memory_order_relaxed); n > 0; --n) {
           segment_.dependency(d).admission.word.fetch_add(shm::kAdmissionRelease,
                                                           std::memory_order_relaxed);
         }
       }
-      shm::release_process_slot(segment_, p);
+      shm::free_process_slot(segment_, p);
     }
   }
 

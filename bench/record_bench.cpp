@@ -212,13 +212,13 @@ std::optional<Figures> run(const Setting& s, int n, double seconds, const std::v
   shm::find_or_claim_dependency(segment, kDependency, kLimit, 0);
   // For the shared stripe: take every slot a child would get that is not a
   // multiple of the stripe count, so that children land on 0, 8, 16, ...
-  std::vector<std::uint32_t> placeholders;
+  std::vector<shm::ProcessClaim> placeholders;
   if (s.shared_stripe) {
     for (std::uint32_t p = 0; p < s.stripes * static_cast<std::uint32_t>(n); ++p) {
       placeholders.push_back(shm::claim_process_slot(segment));
     }
-    std::erase_if(placeholders, [&](std::uint32_t slot) {
-      if (slot % s.stripes != 0) return false;
+    std::erase_if(placeholders, [&](const shm::ProcessClaim& slot) {
+      if (slot.index % s.stripes != 0) return false;
       shm::release_process_slot(segment, slot);
       return true;
     });
@@ -282,7 +282,7 @@ std::optional<Figures> run(const Setting& s, int n, double seconds, const std::v
     f.cpu_share = cpu_ns / (wall_ns * static_cast<double>(std::min<std::size_t>(n, cpus.size())));
     out = f;
   }
-  for (std::uint32_t p : placeholders) shm::release_process_slot(segment, p);
+  for (const shm::ProcessClaim& p : placeholders) shm::release_process_slot(segment, p);
   shared->~Shared();
   ::munmap(mem, sizeof(Shared));
   return out;

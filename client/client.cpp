@@ -175,7 +175,7 @@ struct bh_dep : DependencyLines {
 
 struct bh_client {
   std::optional<shm::Segment> segment;
-  std::uint32_t process_index = 0;
+  shm::ProcessClaim process;  // its slot in the process table
   std::uint32_t static_limit = UINT32_MAX;
   bool require_segment = false;  // opened with BH_OPEN_REQUIRE_SEGMENT
   std::string status;
@@ -302,11 +302,11 @@ void unlock_after_fork() {
 // standalone when the table is full.
 void rebind_to_own_slot(bh_client* c) {
   try {
-    c->process_index = shm::claim_process_slot(*c->segment);
+    c->process = shm::claim_process_slot(*c->segment);
     for (auto& [name, dep] : c->deps) {
-      dep->held = &c->segment->held(c->process_index, dep->index);
-      assign_stripes(dep.get(), *c->segment, c->process_index);
-      dep->process = c->process_index;
+      dep->held = &c->segment->held(c->process.index, dep->index);
+      assign_stripes(dep.get(), *c->segment, c->process.index);
+      dep->process = c->process.index;
     }
   } catch (const shm::SegmentError& e) {
     // No slot for the child (the process table is full). Counting its
@@ -790,7 +790,7 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
                              : env_static_limit();
   try {
     client->segment = shm::Segment::attach(name, shm::Access::kReadWrite);
-    client->process_index = shm::claim_process_slot(*client->segment);
+    client->process = shm::claim_process_slot(*client->segment);
     client->status = "shared: attached to /dev/shm/" + name + " (daemon pid " +
                      std::to_string(client->segment->header().daemon_pid.load(std::memory_order_relaxed)) + ")";
   } catch (const shm::SegmentError& e) {
@@ -822,7 +822,7 @@ void bh_client_close(bh_client* c) {
     for (auto& [name, dep] : c->deps) holds |= dep->held->load(std::memory_order_relaxed) != 0;
     // A slot that still holds permits stays taken: the daemon gives them
     // back when this process exits, as for a crash.
-    if (!holds) shm::release_process_slot(*c->segment, c->process_index);
+    if (!holds) shm::release_process_slot(*c->segment, c->process);
   }
   delete c;
 }
@@ -873,8 +873,8 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->admission = &slot.admission.word;
       dep->admit_limit = &slot.partitions.admit_limit;
       dep->flags = &slot.control.flags;
-      dep->held = &s.held(c->process_index, index);
-      assign_stripes(dep.get(), s, c->process_index);
+      dep->held = &s.held(c->process.index, index);
+      assign_stripes(dep.get(), s, c->process.index);
       dep->waits = &slot.waits;
       dep->wait_histogram = &s.wait_histogram(index);
       dep->line = &slot.admission;
@@ -882,7 +882,7 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
       dep->trials = &slot.control.trials;
       dep->queue = s.queue(index);
       dep->queue_slots = s.queue_slots();
-      dep->process = c->process_index;
+      dep->process = c->process.index;
       dep->partitions = &slot.partitions;
     } else {
       bind_local(dep.get(), local_limit(*c));

@@ -742,29 +742,35 @@ void ControlLoop::reclaim_dead_processes() {
   watch_.poll();
   std::uint32_t taken = 0;
   for (std::uint32_t p = 0; p < processes; ++p) {
-    shm::ProcessIdentity& id = segment_.process(p).identity;
-    // Pairs with the release store of kSlotReady in claim_process_slot().
-    const std::uint32_t state = id.state.load(std::memory_order_acquire);
-    if (state != shm::kSlotReady) watch_.forget(p);
-    if (state == shm::kSlotFree) continue;
-    ++taken;  // less the slots freed below
-    if (state == shm::kSlotClaiming) {
-      // Nothing is held yet in a slot being claimed; free it if the claim
-      // never finishes.
+    const std::optional<shm::ProcessSnapshot> seen = shm::read_process_slot(segment_, p);
+    if (!seen) {
+      watch_.forget(p);
+      const std::uint32_t state = segment_.process(p).identity.state.load(std::memory_order_relaxed);
+      if (state != shm::kSlotClaiming) {
+        process_claiming_since_.erase(p);
+        taken += state != shm::kSlotFree;
+        continue;
+      }
+      // Nothing is held yet in a slot being claimed (or cleared by its
+      // process on its way out); free it if that never finishes.
+      ++taken;
       auto [it, fresh] = process_claiming_since_.try_emplace(p, heartbeat_);
       if (!fresh && heartbeat_ - it->second >= patience) {
         process_claiming_since_.erase(it);
-        shm::release_process_slot(segment_, p);
+        shm::abandon_process_claim(segment_, p);
         --taken;
       }
       continue;
     }
     process_claiming_since_.erase(p);
-    if (state != shm::kSlotReady) continue;
-    const std::int32_t pid = id.pid.load(std::memory_order_relaxed);
+    ++taken;  // less the slot if it is freed below
+    const std::int32_t pid = seen->pid;
     // A process /proc hides (kUnknown) counts as alive: giving back the
-    // permits of a live process would admit over the limit.
-    if (watch_.check(p, pid, id.start_time.load(std::memory_order_relaxed)) != shm::Liveness::kDead) {
+    // permits of a live process would admit over the limit. And the slot
+    // is cleared only if it still holds the claim checked: between the
+    // snapshot and the check, the process may have exited and another
+    // taken its slot (a forked child takes one within microseconds).
+    if (watch_.check(p, pid, seen->start_time) != shm::Liveness::kDead || !shm::take_process_slot(segment_, *seen)) {
       continue;
     }
     std::uint64_t total = 0;
@@ -800,7 +806,7 @@ void ControlLoop::reclaim_dead_processes() {
       shm::wake_waiters(segment_.dependency(d).admission.futex);
     }
     permits_reclaimed_ += total;
-    shm::release_process_slot(segment_, p);
+    shm::free_process_slot(segment_, p);
     --taken;
     watch_.forget(p);
   }

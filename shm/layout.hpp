@@ -82,7 +82,11 @@ inline constexpr std::uint64_t kMagic = 0x444145484B4C5542ull;
 // own. A minor-1 client refuses every name a strict daemon has no table of
 // its own for, as strict daemons of minor 1 asked.
 inline constexpr std::uint16_t kAbiMajor = 4;
-inline constexpr std::uint16_t kAbiMinor = 2;
+// ABI 4.3: ProcessIdentity::claims. A client of minor 2 or less claims
+// without counting: its slot has the race with the dead-process scan that
+// the count closes (a slot freed and claimed again between the daemon's
+// read of it and its check of the process).
+inline constexpr std::uint16_t kAbiMinor = 3;
 // The first minor of this major whose daemon reads DependencyControl::limit_pin.
 inline constexpr std::uint16_t kPinAbiMinor = 1;
 
@@ -435,7 +439,11 @@ struct alignas(kCacheLine) ProcessIdentity {
   std::atomic<std::uint32_t> state;        // SlotState
   std::atomic<std::int32_t> pid;
   std::atomic<std::uint64_t> start_time;   // /proc/<pid>/stat starttime
-  std::uint8_t reserved[48];
+  // Claims of the slot so far (ABI 4.3): a claim adds one before it fills
+  // pid and start time, so the daemon can tell the process it checked from
+  // one that took the slot since (shm::take_process_slot()).
+  std::atomic<std::uint32_t> claims;
+  std::uint8_t reserved[44];
 };
 
 struct ProcessSlot {

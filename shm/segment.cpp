@@ -547,7 +547,7 @@ Liveness process_liveness(pid_t pid, std::uint64_t start_time) {
   return start_time == 0 || stat->start_time == start_time ? Liveness::kAlive : Liveness::kDead;
 }
 
-std::uint32_t claim_process_slot(Segment& segment) {
+ProcessClaim claim_process_slot(Segment& segment) {
   const pid_t pid = ::getpid();
   const auto start = process_start_time(pid);
   const std::uint32_t capacity = segment.capacities().max_processes;
@@ -558,23 +558,75 @@ std::uint32_t claim_process_slot(Segment& segment) {
         !id.state.compare_exchange_strong(state, kSlotClaiming, std::memory_order_acquire)) {
       continue;
     }
+    // Counted before the fields are filled: a daemon that read the count
+    // before this claim sees it changed (take_process_slot()).
+    const std::uint32_t claims = id.claims.fetch_add(1, std::memory_order_relaxed) + 1;
     id.pid.store(pid, std::memory_order_relaxed);
     id.start_time.store(start.value_or(0), std::memory_order_relaxed);
     // Pairs with the daemon's acquire load of the state in its reclaim
-    // scan: a ready slot has its pid and start time written.
+    // scan: a ready slot has its count, pid and start time written.
     id.state.store(kSlotReady, std::memory_order_release);
-    return i;
+    return {i, claims};
   }
   throw SegmentError(ENOSPC, "process table full (" + std::to_string(capacity) + " slots, daemon.max_processes)");
 }
 
-void release_process_slot(Segment& segment, std::uint32_t index) {
+void release_process_slot(Segment& segment, const ProcessClaim& claim) {
+  // Taken first, as the daemon takes a dead process's (the same checks):
+  // its scan then skips the slot while the fields are cleared. A slot no
+  // longer ready, or ready for another claim, was freed already (the
+  // daemon took this process for dead).
+  ProcessSnapshot mine;
+  mine.claim = claim;
+  if (take_process_slot(segment, mine)) free_process_slot(segment, claim.index);
+}
+
+std::optional<ProcessSnapshot> read_process_slot(const Segment& segment, std::uint32_t index) {
+  const ProcessIdentity& id = segment.process(index).identity;
+  // The count before the state (both acquire, so in that order): a claim
+  // made after this load changes the count that take_process_slot()
+  // compares, whichever claim's fields the loads below see.
+  const std::uint32_t claims = id.claims.load(std::memory_order_acquire);
+  // Pairs with the release store of kSlotReady in claim_process_slot().
+  if (id.state.load(std::memory_order_acquire) != kSlotReady) return std::nullopt;
+  return ProcessSnapshot{{index, claims},
+                         id.pid.load(std::memory_order_relaxed),
+                         id.start_time.load(std::memory_order_relaxed)};
+}
+
+bool take_process_slot(Segment& segment, const ProcessSnapshot& seen) {
+  ProcessIdentity& id = segment.process(seen.claim.index).identity;
+  std::uint32_t ready = kSlotReady;
+  // Acquire pairs with the release store of kSlotReady of whichever claim
+  // holds the slot now: its count is visible below.
+  if (!id.state.compare_exchange_strong(ready, kSlotClaiming, std::memory_order_acq_rel,
+                                        std::memory_order_relaxed)) {
+    return false;
+  }
+  if (id.claims.load(std::memory_order_acquire) != seen.claim.claims) {
+    // Released and claimed again since the snapshot: the process there now
+    // is not the one checked. Its own release, if it came meanwhile, found
+    // the slot taken and left it; the scan frees it when that process is
+    // gone.
+    id.state.store(kSlotReady, std::memory_order_release);
+    return false;
+  }
+  return true;
+}
+
+void free_process_slot(Segment& segment, std::uint32_t index) {
   ProcessIdentity& id = segment.process(index).identity;
   id.pid.store(0, std::memory_order_relaxed);
   id.start_time.store(0, std::memory_order_relaxed);
   // Pairs with the acquire CAS in claim_process_slot(): the next owner sees
   // the cleared fields.
   id.state.store(kSlotFree, std::memory_order_release);
+}
+
+void abandon_process_claim(Segment& segment, std::uint32_t index) {
+  std::uint32_t claiming = kSlotClaiming;
+  // Only the state: the claim, unfinished, may still write the fields.
+  segment.process(index).identity.state.compare_exchange_strong(claiming, kSlotFree, std::memory_order_relaxed);
 }
 
 }  // namespace bulkhead::shm

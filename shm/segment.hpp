@@ -204,10 +204,38 @@ std::optional<std::uint64_t> process_start_time(pid_t pid);
 enum class Liveness { kAlive, kDead, kUnknown };
 Liveness process_liveness(pid_t pid, std::uint64_t start_time);
 
+// A process slot as one claim of it: its index, and its count of claims
+// (ProcessIdentity::claims) once that claim was made.
+struct ProcessClaim {
+  std::uint32_t index = 0;
+  std::uint32_t claims = 0;
+};
+
 // Claims a free process slot for the calling process. Throws SegmentError
 // ENOSPC when the table is full.
-std::uint32_t claim_process_slot(Segment& segment);
-// Gives the slot back at a clean exit. The caller must hold no permits.
-void release_process_slot(Segment& segment, std::uint32_t index);
+ProcessClaim claim_process_slot(Segment& segment);
+// Gives the slot back at a clean exit, if it is still this claim's (the
+// daemon frees the slot of a process it finds dead). The caller must hold
+// no permits.
+void release_process_slot(Segment& segment, const ProcessClaim& claim);
+
+// The daemon's side. A ready slot as read before checking its process:
+// nullopt unless it is ready.
+struct ProcessSnapshot {
+  ProcessClaim claim;
+  std::int32_t pid = 0;
+  std::uint64_t start_time = 0;
+};
+std::optional<ProcessSnapshot> read_process_slot(const Segment& segment, std::uint32_t index);
+// Takes the slot from the claim `seen` read, to give back what its dead
+// process left: true when the slot is still that claim's, and now
+// kSlotClaiming, the caller's to clear and then free (free_process_slot()).
+// False when it was released or claimed again since: the process
+// holding it now is another one, which may be alive.
+bool take_process_slot(Segment& segment, const ProcessSnapshot& seen);
+// Frees a slot take_process_slot() gave the caller, its fields cleared.
+void free_process_slot(Segment& segment, std::uint32_t index);
+// Frees a slot whose claim never finished, if it is still kSlotClaiming.
+void abandon_process_claim(Segment& segment, std::uint32_t index);
 
 }  // namespace bulkhead::shm

@@ -455,7 +455,7 @@ TEST_F(ControlLoopTest, GarbageHeldCountsNeverTakeMoreThanIsInFlight) {
   Dependency dep = client_->dependency("orders");
   Permit mine = dep.try_acquire();
   // A dead process's slot claims it held a billion permits.
-  const std::uint32_t p = shm::claim_process_slot(*segment_);
+  const std::uint32_t p = shm::claim_process_slot(*segment_).index;
   segment_->process(p).identity.pid.store(0);
   segment_->held(p, slot_of("orders")).store(1'000'000'000);
   advance_ticks(1);
@@ -469,7 +469,7 @@ TEST_F(ControlLoopTest, APidReusedByAnotherProcessCountsAsDead) {
   advance_ticks(1);
   // A slot recorded for a process with this test's pid but another start
   // time: the pid was reused, the process that held the permit is gone.
-  const std::uint32_t p = shm::claim_process_slot(*segment_);
+  const std::uint32_t p = shm::claim_process_slot(*segment_).index;
   segment_->process(p).identity.start_time.fetch_add(12345);
   const std::uint32_t slot = slot_of("orders");
   segment_->dependency(slot).admission.word.fetch_add(shm::kAdmissionAcquire);

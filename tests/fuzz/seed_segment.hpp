@@ -120,7 +120,7 @@ struct SeedSegment {
       daemon::ControlLoop loop(*segment, config, nullptr);
       loop.tick(1'000'000'000);
     }
-    const std::uint32_t process = shm::claim_process_slot(*segment);
+    const std::uint32_t process = shm::claim_process_slot(*segment).index;
     for (const char* dep : {"payments", "recs", "search"}) {
       const std::uint32_t d = *shm::find_dependency(*segment, dep);
       // One call naming no partition and one of partition 1 (critical,

@@ -607,11 +607,11 @@ TEST(DependencyTable, ProcessesRacingForOneNewNameMeetOnOneSlot) {
 TEST(ProcessTable, ClaimRecordsPidAndStartTimeAndReleaseFrees) {
   TempSegmentName name;
   Segment s = Segment::create(name, small_segment(4, 2));
-  const std::uint32_t a = claim_process_slot(s);
-  const std::uint32_t b = claim_process_slot(s);
-  EXPECT_NE(a, b);
-  EXPECT_EQ(s.process(a).identity.pid.load(), ::getpid());
-  EXPECT_EQ(s.process(a).identity.start_time.load(), process_start_time(::getpid()).value());
+  const ProcessClaim a = claim_process_slot(s);
+  const ProcessClaim b = claim_process_slot(s);
+  EXPECT_NE(a.index, b.index);
+  EXPECT_EQ(s.process(a.index).identity.pid.load(), ::getpid());
+  EXPECT_EQ(s.process(a.index).identity.start_time.load(), process_start_time(::getpid()).value());
   try {
     claim_process_slot(s);
     FAIL();
@@ -619,9 +619,75 @@ TEST(ProcessTable, ClaimRecordsPidAndStartTimeAndReleaseFrees) {
     EXPECT_EQ(e.code(), ENOSPC);
   }
   release_process_slot(s, a);
-  EXPECT_EQ(s.process(a).identity.pid.load(), 0);  // no stale pid for the reclaim scan to read
-  EXPECT_EQ(s.process(a).identity.start_time.load(), 0u);
-  EXPECT_EQ(claim_process_slot(s), a);
+  EXPECT_EQ(s.process(a.index).identity.state.load(), kSlotFree);
+  EXPECT_EQ(s.process(a.index).identity.pid.load(), 0);  // no stale pid for the reclaim scan to read
+  EXPECT_EQ(s.process(a.index).identity.start_time.load(), 0u);
+  const ProcessClaim again = claim_process_slot(s);
+  EXPECT_EQ(again.index, a.index);
+  EXPECT_EQ(again.claims, a.claims + 1);  // each claim counted
+}
+
+// The race the claim count closes: the daemon reads a ready slot, its
+// process exits (releasing it) and another process claims the slot, and
+// then the daemon's check of the process it read finds it dead.
+TEST(ProcessTable, ASlotClaimedAgainSinceTheSnapshotIsNotTaken) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(4, 2));
+  const ProcessClaim first = claim_process_slot(s);
+  const std::optional<ProcessSnapshot> seen = read_process_slot(s, first.index);
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->pid, ::getpid());
+  EXPECT_EQ(seen->claim.claims, first.claims);
+  release_process_slot(s, first);
+  EXPECT_FALSE(read_process_slot(s, first.index));  // free: nothing to check
+  const ProcessClaim second = claim_process_slot(s);
+  ASSERT_EQ(second.index, first.index);
+  EXPECT_FALSE(take_process_slot(s, *seen));
+  // Left as it was, for the process that holds it now.
+  EXPECT_EQ(s.process(second.index).identity.state.load(), kSlotReady);
+  EXPECT_EQ(s.process(second.index).identity.pid.load(), ::getpid());
+  // Its own release still frees it.
+  release_process_slot(s, second);
+  EXPECT_EQ(s.process(second.index).identity.state.load(), kSlotFree);
+}
+
+TEST(ProcessTable, ASlotReleasedSinceTheSnapshotIsNotTaken) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(4, 2));
+  const ProcessClaim claim = claim_process_slot(s);
+  const std::optional<ProcessSnapshot> seen = read_process_slot(s, claim.index);
+  ASSERT_TRUE(seen);
+  release_process_slot(s, claim);
+  EXPECT_FALSE(take_process_slot(s, *seen));
+  EXPECT_EQ(s.process(claim.index).identity.state.load(), kSlotFree);
+}
+
+TEST(ProcessTable, ASlotTheDaemonTookIsLeftAloneByItsOldClaim) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(4, 2));
+  const ProcessClaim claim = claim_process_slot(s);
+  const std::optional<ProcessSnapshot> seen = read_process_slot(s, claim.index);
+  ASSERT_TRUE(seen);
+  ASSERT_TRUE(take_process_slot(s, *seen));
+  EXPECT_EQ(s.process(claim.index).identity.state.load(), kSlotClaiming);  // the daemon clears it meanwhile
+  EXPECT_FALSE(read_process_slot(s, claim.index));
+  free_process_slot(s, claim.index);
+  EXPECT_EQ(s.process(claim.index).identity.state.load(), kSlotFree);
+  // Claimed by another process since: the old claim's release leaves it.
+  const ProcessClaim other = claim_process_slot(s);
+  ASSERT_EQ(other.index, claim.index);
+  release_process_slot(s, claim);
+  EXPECT_EQ(s.process(other.index).identity.state.load(), kSlotReady);
+  EXPECT_EQ(s.process(other.index).identity.pid.load(), ::getpid());
+}
+
+TEST(ProcessTable, AClaimThatFinishesIsNotFreedAsAbandoned) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(4, 2));
+  const ProcessClaim claim = claim_process_slot(s);
+  abandon_process_claim(s, claim.index);  // the daemon, having seen it claiming a tick too long
+  EXPECT_EQ(s.process(claim.index).identity.state.load(), kSlotReady);
+  EXPECT_EQ(s.process(claim.index).identity.pid.load(), ::getpid());
 }
 
 TEST(ProcessTable, StartTimeOfAMissingProcessIsNothing) {

@@ -53,7 +53,7 @@ class FullProcessTable {
     }
   }
   ~FullProcessTable() {
-    for (std::uint32_t i : claimed_) shm::release_process_slot(segment_, i);
+    for (const shm::ProcessClaim& claim : claimed_) shm::release_process_slot(segment_, claim);
   }
   FullProcessTable(const FullProcessTable&) = delete;
   FullProcessTable& operator=(const FullProcessTable&) = delete;
@@ -62,7 +62,7 @@ class FullProcessTable {
 
  private:
   shm::Segment& segment_;
-  std::vector<std::uint32_t> claimed_;
+  std::vector<shm::ProcessClaim> claimed_;
 };
 
 }  // namespace bulkhead::testing

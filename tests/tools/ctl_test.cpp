@@ -78,7 +78,7 @@ class CtlSegment : public ::testing::Test {
     h.metrics_port.store(9477);
     payments_ = shm::find_or_claim_dependency(segment_, "payments", 12, shm::kDependencyConfigured).index;
     recs_ = shm::find_or_claim_dependency(segment_, "recs", 25, shm::kDependencyShadow).index;
-    process_ = shm::claim_process_slot(segment_);
+    process_ = shm::claim_process_slot(segment_).index;
   }
 
   // `n` successful calls of `latency_ns` each, on stripe `stripe`.
@@ -591,7 +591,7 @@ TEST_F(CtlSegment, ProcessesListPidStartStateAndPermits) {
   const pid_t child = ::fork();
   if (child == 0) std::_Exit(0);
   ::waitpid(child, nullptr, 0);
-  const std::uint32_t dead = shm::claim_process_slot(segment_);
+  const std::uint32_t dead = shm::claim_process_slot(segment_).index;
   segment_.process(dead).identity.pid.store(child);
   segment_.held(dead, recs_).store(1);
 
