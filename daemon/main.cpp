@@ -367,29 +367,11 @@ int run(const Options& options) {
   std::uint64_t next_status_ns = 0;
   std::uint64_t next_tick = monotonic_ns();
   for (;;) {
-    const std::uint64_t now = monotonic_ns();
-    if (now >= next_tick) {
-      loop.tick(now);
-      const std::uint64_t spent = monotonic_ns() - now;
-      if (metrics) metrics->observe_tick(static_cast<double>(spent) / 1e9);
-      // READY=1 once the segment carries the first tick's limits and
-      // heartbeat; then WATCHDOG=1 every tick, with a fresh STATUS= line at
-      // most once a second.
-      if (now >= next_status_ns) {
-        const std::string status = status_line(loop, config, header, reload_problem);
-        sd_notifyf(0, "%sWATCHDOG=1\nSTATUS=%s", ready ? "" : "READY=1\n", status.c_str());
-        ready = true;
-        next_status_ns = now + 1'000'000'000u;
-      } else {
-        sd_notify(0, "WATCHDOG=1");
-      }
-      const auto tick_ns = static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(config.daemon.tick).count());
-      next_tick += tick_ns;
-      if (next_tick <= now) next_tick = now + tick_ns;  // fell behind: do not burst
-      continue;
-    }
-    const std::uint64_t wait = next_tick - now;
+    // Signals first, with no wait when a tick is due: on a host whose ticks
+    // take longer than tick_ms, a wait only between ticks would never come,
+    // and SIGTERM and SIGHUP would wait for it (while WATCHDOG=1 went on).
+    const std::uint64_t before = monotonic_ns();
+    const std::uint64_t wait = next_tick > before ? next_tick - before : 0;
     const timespec timeout{static_cast<time_t>(wait / 1'000'000'000u),
                            static_cast<long>(wait % 1'000'000'000u)};
     const int sig = sigtimedwait(&signals, nullptr, &timeout);
@@ -417,6 +399,27 @@ int run(const Options& options) {
         spdlog::error("reload rejected, keeping the running config: {}", e.what());
       }
       sd_notifyf(0, "READY=1\nSTATUS=%s", status_line(loop, config, header, reload_problem).c_str());
+    }
+    const std::uint64_t now = monotonic_ns();
+    if (now >= next_tick) {
+      loop.tick(now);
+      const std::uint64_t spent = monotonic_ns() - now;
+      if (metrics) metrics->observe_tick(static_cast<double>(spent) / 1e9);
+      // READY=1 once the segment carries the first tick's limits and
+      // heartbeat; then WATCHDOG=1 every tick, with a fresh STATUS= line at
+      // most once a second.
+      if (now >= next_status_ns) {
+        const std::string status = status_line(loop, config, header, reload_problem);
+        sd_notifyf(0, "%sWATCHDOG=1\nSTATUS=%s", ready ? "" : "READY=1\n", status.c_str());
+        ready = true;
+        next_status_ns = now + 1'000'000'000u;
+      } else {
+        sd_notify(0, "WATCHDOG=1");
+      }
+      const auto tick_ns = static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(config.daemon.tick).count());
+      next_tick += tick_ns;
+      if (next_tick <= now) next_tick = now + tick_ns;  // fell behind: do not burst
     }
   }
 

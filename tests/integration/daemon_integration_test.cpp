@@ -257,6 +257,43 @@ TEST_F(DaemonIntegration, GivesBackThePermitsOfAProcessThatDied) {
   EXPECT_EQ(dep.inflight(), 0);
 }
 
+TEST_F(DaemonIntegration, SIGTERMStopsADaemonWhoseTicksTakeLongerThanTheirPeriod) {
+  // 16384 dependencies, with calls to learn from in every tick, take a
+  // tick over the 10 ms period (26 ms here), so a tick is always due: the
+  // signal must be taken between ticks all the same. Counted in ticks, not
+  // time.
+  constexpr int kDependencies = 16384;
+  DaemonProcess daemon(BULKHEADD_PATH, dir_,
+                       "[daemon]\nsegment = \"" + segment_.str() +
+                           "\"\ntick_ms = 10\nmax_dependencies = 16384\nmax_processes = 4\nstats_stripes = 2\n"
+                           "segment_reserve = false\n");
+  ASSERT_TRUE(daemon.wait_ready(segment_)) << daemon.log();
+  Client client(segment_.str());
+  std::vector<Dependency> deps;
+  for (int i = 0; i < kDependencies; ++i) deps.push_back(client.dependency("d" + std::to_string(i)));
+  std::atomic<bool> stop{false};
+  std::thread calls([&] {
+    while (!stop) {
+      for (Dependency& d : deps) {
+        if (Permit p = d.try_acquire_untimed()) p.release(Outcome::kSuccess, 1ms);
+      }
+    }
+  });
+  shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadOnly);
+  ASSERT_TRUE(testing::wait_ticks(segment, 3)) << daemon.log();
+  const std::uint64_t signalled_at = segment.header().heartbeat.load();
+  daemon.signal(SIGTERM);
+  const bool exited = daemon.wait_exit(60s);
+  stop = true;
+  calls.join();
+  ASSERT_TRUE(exited) << "SIGTERM not taken in 60 s\n" << daemon.log();
+  // Taken after the tick in progress, or the one it was about to start:
+  // not when a tick happens to end early (40 to 539 ticks later, before).
+  EXPECT_LE(segment.header().heartbeat.load() - signalled_at, 2u);
+  EXPECT_EQ(daemon.exit_code(), 0) << daemon.log();
+  EXPECT_NE(daemon.log().find("stopping"), std::string::npos) << daemon.log();
+}
+
 TEST_F(DaemonIntegration, BadReloadKeepsTheRunningConfig) {
   const std::string fixed_one = "\n[dependency.fixed-one]\npolicy = \"fixed\"\ninitial_limit = 7\n";
   DaemonProcess daemon(BULKHEADD_PATH, dir_, config(fixed_one));
