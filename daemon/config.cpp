@@ -639,6 +639,10 @@ DependencyConfig Config::effective(std::string_view name) const {
 }
 
 Config parse_config(std::string_view text, std::string_view source, const DaemonConfig* running) {
+  // A reload's file must also start a daemon: the next restart (a reboot,
+  // an upgrade) reads it with its own capacities, and a file it refuses
+  // would stop the daemon there (exit 78, which the unit does not retry).
+  if (running != nullptr) parse_config(text, source, nullptr);
   const Reporter report(source);
   const toml::table root = tomlread::parse<ConfigError>(text, source);
 

@@ -103,8 +103,8 @@ class ConfigError : public std::runtime_error {
 // Parses and validates TOML text; `source` names it in errors. For a reload,
 // `running` is the daemon's config: what depends on the segment's
 // capacities (the number of configured names, max_queue) is checked against
-// its max_dependencies and queue_slots, which a reload cannot change, and not
-// against the file's.
+// its max_dependencies and queue_slots, which a reload cannot change, and
+// against the file's too, which the next start will have.
 Config parse_config(std::string_view text, std::string_view source, const DaemonConfig* running = nullptr);
 // Reads and parses a file. A file that is missing, not a file, or not
 // readable to the daemon is a ConfigError, as is its text; a read that fails

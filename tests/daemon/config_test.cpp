@@ -471,6 +471,24 @@ TEST(ParseConfig, AReloadIsCheckedAgainstTheRunningCapacities) {
   EXPECT_EQ(parse_config(longer_queue, "r.toml", &running).defaults.max_queue, 16u);
 }
 
+TEST(ParseConfig, AReloadIsCheckedAgainstTheFilesOwnCapacitiesToo) {
+  // The running segment has room; the file's own capacities, which the
+  // next start creates the segment with, do not.
+  DaemonConfig running;
+  running.max_dependencies = 8;
+  running.queue_slots = 64;
+  const std::string fewer_names = "[daemon]\nmax_dependencies = 1\n[dependency.a]\n[dependency.b]\n";
+  EXPECT_EQ(error_of([&] { parse_config(fewer_names, "r.toml", &running); }),
+            "r.toml:4: dependency.b: 2 dependencies configured, more than daemon.max_dependencies (1)");
+  const std::string shorter_queue = "[daemon]\nqueue_slots = 4\n[defaults]\nmax_queue = 16\n";
+  EXPECT_EQ(error_of([&] { parse_config(shorter_queue, "r.toml", &running); }),
+            "r.toml:4: defaults.max_queue: must be <= daemon.queue_slots (4)");
+  // Within both, a reload applies.
+  EXPECT_EQ(parse_config("[daemon]\nqueue_slots = 16\n[defaults]\nmax_queue = 16\n", "r.toml", &running)
+                .defaults.max_queue,
+            16u);
+}
+
 TEST(ParseConfig, DefaultsPolicyCarriesToDependencies) {
   const Config config = parse_config(
       "[defaults]\npolicy = \"aimd\"\nbackoff = 0.7\n\n[dependency.db]\nmax_limit = 50\n", "t.toml");
