@@ -74,10 +74,13 @@ std::optional<Breaker::Transition> Breaker::observe(const BreakerCounts& tick, B
   }
   if (forced_) {
     forced_ = false;
-    if (state_ == BreakerState::kOpen) {
+    // Trial calls decide only for a breaker that runs: a disabled one
+    // closes, without a tick of half open that admits three calls.
+    if (state_ == BreakerState::kOpen && settings_.enabled) {
       return move_to(BreakerState::kHalfOpen, now_ns, "force released: trial calls decide");
     }
-    return move_to(BreakerState::kClosed, now_ns, "force released");
+    return move_to(BreakerState::kClosed, now_ns,
+                   settings_.enabled ? "force released" : "force released; breaker disabled");
   }
   if (!settings_.enabled) {
     return state_ == BreakerState::kClosed ? std::nullopt

@@ -226,8 +226,16 @@ TEST_F(BreakerTest, ForceWorksOnADisabledBreakerAndDisablingClosesIt) {
   breaker_.emplace(BreakerSettings{}, BreakerState::kClosed, now_ns_);  // enabled = false
   EXPECT_EQ(feed(0, 100), BreakerState::kClosed);
   EXPECT_EQ(feed(0, 0, 0, BreakerForce::kOpen), BreakerState::kOpen);
-  EXPECT_EQ(feed(0, 0), BreakerState::kHalfOpen);
-  EXPECT_EQ(feed(0, 0), BreakerState::kClosed);  // disabled
+  // Released: closed at once, with no tick of half open (whose trial
+  // calls would decide nothing, and admit only three calls meanwhile).
+  EXPECT_EQ(feed(0, 0), BreakerState::kClosed);
+  EXPECT_EQ(last_->from, BreakerState::kOpen);
+  EXPECT_EQ(last_->reason, "force released; breaker disabled");
+  // An open breaker that a reload disables closes at its next tick.
+  make({});
+  open_it();
+  breaker_->reconfigure(BreakerSettings{});
+  EXPECT_EQ(feed(0, 0), BreakerState::kClosed);
   EXPECT_EQ(last_->reason, "breaker disabled");
 }
 
