@@ -129,6 +129,7 @@ DaemonConfig read_daemon(const Reporter& report, const toml::table& table) {
       d.queue_slots = static_cast<std::uint32_t>(read_integer(report, e, path, {0, kMaxQueueSlots}));
     } else if (e.key == "segment_group") {
       d.segment_group = read_string(report, e, path);
+      d.segment_group_line = e.line;
       if (const char* why = check_group_name(d.segment_group)) report.fail(e.line, path, why);
     } else if (e.key == "segment_mode") {
       const auto* value = e.node->as_integer();

@@ -59,6 +59,7 @@ struct DaemonConfig {
   std::uint32_t stats_stripes = kAutoStripes;   // statistics stripes per dependency
   std::uint32_t queue_slots = 64;               // wait-queue places per dependency: max_queue's ceiling
   std::string segment_group;                    // "" : the daemon's own group
+  std::uint32_t segment_group_line = 0;         // its line in the file, for the error when no such group
   std::uint32_t segment_mode = 0660;            // never world-writable
   bool segment_reserve = true;                  // all its memory in /dev/shm at once (no SIGBUS later)
   std::string log_level = "info";               // trace debug info warn error

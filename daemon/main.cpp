@@ -74,7 +74,7 @@ Config load(const Options& options, const DaemonConfig* running = nullptr) {
                                                        "<embedded default>", running)
                       : bulkhead::daemon::load_config_file(options.config_path, running);
   if (options.segment) {
-    if (const char* why = shm::check_dependency_name(*options.segment)) {
+    if (const char* why = shm::check_segment_name(*options.segment)) {
       throw ConfigError("--segment: '" + *options.segment + "' " + why);
     }
     config.daemon.segment = *options.segment;
@@ -108,12 +108,15 @@ std::optional<gid_t> segment_group(const Config& config) {
   // Some NSS modules say "no such group" with ENOENT or ESRCH
   // (getgrnam(3)), where glibc's files module returns 0 and no entry.
   const bool not_found = error == ENOENT || error == ESRCH;
+  const std::string where =
+      config.source +
+      (config.daemon.segment_group_line != 0 ? ":" + std::to_string(config.daemon.segment_group_line) : "");
   if (error != 0 && !not_found) {
     throw std::system_error(error, std::generic_category(),
-                            config.source + ": daemon.segment_group: cannot look up group '" + name + "'");
+                            where + ": daemon.segment_group: cannot look up group '" + name + "'");
   }
   if (not_found || found == nullptr) {
-    throw ConfigError(config.source + ": daemon.segment_group: no group named '" + name + "'");
+    throw ConfigError(where + ": daemon.segment_group: no group named '" + name + "'");
   }
   return found->gr_gid;
 }
@@ -463,6 +466,7 @@ int main(int argc, char** argv) {
   if (!options.check_path.empty()) {
     try {
       const Config c = bulkhead::daemon::load_config_file(options.check_path);
+      segment_group(c);  // a group the start would not find
       const auto count = [](std::size_t n, const char* one, const char* many) {
         return std::to_string(n) + " " + (n == 1 ? one : many);
       };

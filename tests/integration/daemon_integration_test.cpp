@@ -537,16 +537,29 @@ TEST_F(DaemonIntegration, BadSegmentNameOrGroupExitsNonZeroNamingIt) {
   ASSERT_TRUE(bad_name.wait_exit(20s));
   EXPECT_EQ(bad_name.exit_code(), 78);
   EXPECT_NE(bad_name.log().find("--segment: 'a/b' "), std::string::npos) << bad_name.log();
+  // /dev/shm/.. is a directory, as for daemon.segment in the file: not a
+  // segment that --recreate-segment could replace.
+  testing::ChildProcess dots({BULKHEADD_PATH, "--config", path, "--segment", ".."}, dir_ + "/dots.log");
+  ASSERT_TRUE(dots.wait_exit(20s));
+  EXPECT_EQ(dots.exit_code(), 78);
+  EXPECT_NE(dots.log().find("--segment: '..' names a directory"), std::string::npos) << dots.log();
 
   std::string grouped = config();
   grouped.insert(grouped.find('\n') + 1, "segment_group = \"bulkhead-no-such-group\"\n");
   DaemonProcess bad_group(BULKHEADD_PATH, dir_, grouped);
   ASSERT_TRUE(bad_group.wait_exit(20s));
   EXPECT_EQ(bad_group.exit_code(), 78);
-  EXPECT_NE(bad_group.log().find("bulkhead.toml: daemon.segment_group: no group named 'bulkhead-no-such-group'"),
+  EXPECT_NE(bad_group.log().find("bulkhead.toml:2: daemon.segment_group: no group named 'bulkhead-no-such-group'"),
             std::string::npos)
       << bad_group.log();
   EXPECT_THROW(shm::Segment::attach(segment_, shm::Access::kReadOnly), shm::SegmentError);
+  // --check-config looks the group up too: it passes only what starts.
+  const std::string grouped_path = dir_ + "/grouped.toml";
+  testing::write_file(grouped_path, grouped);
+  const auto check = testing::run_command({BULKHEADD_PATH, "--check-config", grouped_path}, dir_);
+  EXPECT_EQ(check.exit_code, 78) << check.output();
+  EXPECT_NE(check.output().find("grouped.toml:2: daemon.segment_group: no group named"), std::string::npos)
+      << check.output();
 }
 
 TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
