@@ -90,7 +90,8 @@ max_limit = 30
 min_limit = 4
 max_limit = 20
 )";
-inline constexpr std::pair<const char*, const char*> kMatches[] = {{"db-shard-*", "db-shard-12"}, {"cache-?", "cache-1"}};
+inline constexpr std::pair<const char*, const char*> kMatches[] = {{"db-shard-*", "db-shard-12"},
+                                                                  {"cache-?", "cache-1"}};
 
 struct SeedSegment {
   daemon::Config config;
