@@ -111,6 +111,7 @@ void ControlLoop::apply(const Config& config) {
   h.config_generation.store(generation, std::memory_order_relaxed);
 
   unclaimed_.clear();
+  claim_failures_.clear();
   for (const DependencyConfig& dc : config_.dependencies) unclaimed_.push_back(dc.name);
   unclaimed_patterns_.clear();
   pattern_slots_.clear();
@@ -262,15 +263,27 @@ void ControlLoop::claim_configured() {
   // is claiming the name this instant (or died doing it, or wrote junk),
   // or clients filled the table. The daemon never waits on a client: it
   // tries again next tick, after adopt_new_slots() abandoned a stuck claim.
+  // A failure is logged when it is new (a full table stays full until a
+  // restart: not ten lines a second), and the slot when it comes at last.
+  const auto failed = [&](const std::string& key, const shm::SegmentError& e) {
+    std::string& last = claim_failures_[key];
+    const bool news = last != e.what();
+    last = e.what();
+    return news;
+  };
+  const auto placed = [&](const std::string& key, const char* what, std::uint32_t index) {
+    if (claim_failures_.erase(key) != 0) spdlog::info("{} {}: has slot {} now", what, key, index);
+  };
   std::erase_if(unclaimed_, [&](const std::string& name) {
     try {
       const auto claim = shm::find_or_claim_dependency(
           segment_, name, static_cast<std::uint32_t>(config_.effective(name).bounds.initial),
           flags_for(name), std::chrono::milliseconds(0));
       publish_settings(claim.index, name);
+      placed(name, "dependency", claim.index);
       return true;
     } catch (const shm::SegmentError& e) {
-      spdlog::warn("dependency {}: no slot yet ({}); trying again next tick", name, e.what());
+      if (failed(name, e)) spdlog::warn("dependency {}: no slot yet ({}); trying again each tick", name, e.what());
       return false;
     }
   });
@@ -283,11 +296,14 @@ void ControlLoop::claim_configured() {
       segment_.dependency(claim.index).control.flags.store(shm::kDependencyPattern, std::memory_order_relaxed);
       pattern_slots_.push_back(claim.index);
       if (claim.created) spdlog::info("pattern {}: published for strict clients (slot {})", pattern, claim.index);
+      placed(pattern, "pattern", claim.index);
       return true;
     } catch (const shm::SegmentError& e) {
-      spdlog::warn("pattern {}: no slot yet ({}); strict clients are refused the names it matches until it has "
-                   "one; trying again next tick",
-                   pattern, e.what());
+      if (failed(pattern, e)) {
+        spdlog::warn("pattern {}: no slot yet ({}); strict clients are refused the names it matches until it has "
+                     "one; trying again each tick",
+                     pattern, e.what());
+      }
       return false;
     }
   });

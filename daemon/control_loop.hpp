@@ -209,6 +209,9 @@ class ControlLoop {
   // client cleared it.
   std::vector<std::string> unclaimed_patterns_;
   std::vector<std::uint32_t> pattern_slots_;
+  // Why each configured name or pattern last failed to get a slot: the
+  // warning is logged when that changes, not at every tick it is retried.
+  std::map<std::string, std::string> claim_failures_;
   std::set<std::uint32_t> ignored_;     // ready slots with junk names
   std::map<std::uint32_t, std::uint64_t> process_claiming_since_;
   // By slot index: the plan of a partitioned dependency, null for the others.

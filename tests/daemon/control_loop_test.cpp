@@ -208,6 +208,10 @@ TEST_F(ControlLoopTest, AStrictDaemonClaimsAPatternsSlotAtALaterTickWhenItCannot
   EXPECT_THROW(client_->dependency("db-1"), Error);
   advance_ticks(25);  // the claim is abandoned after 2 s
   EXPECT_NE(log.count("claim never finished; abandoned"), 0u) << log.text();
+  // Tried at every tick meanwhile, and said once, then once more when it
+  // had its slot.
+  EXPECT_EQ(log.count("pattern db-*: no slot yet"), 1u) << log.text();
+  EXPECT_EQ(log.count("pattern db-*: has slot"), 1u) << log.text();
   EXPECT_TRUE(shm::matches_pattern(*segment_, "db-1"));
   EXPECT_NO_THROW(client_->dependency("db-1"));
 }
