@@ -246,5 +246,14 @@ TEST_F(ExecutorTest, ShutdownRefusesQueuedAndNewTasksAndLetsRunningOnesFinish) {
   EXPECT_FALSE(ran.load());
 }
 
+TEST(ExecutorRejected, NamesEveryReason) {
+  EXPECT_STREQ(Rejected(BH_REJECT_LIMIT).what(), "bulkhead: task not run (dependency at its limit)");
+  EXPECT_STREQ(Rejected(BH_REJECT_QUEUE_FULL).what(), "bulkhead: task not run (queue full)");
+  EXPECT_STREQ(Rejected(BH_REJECT_DEADLINE).what(), "bulkhead: task not run (deadline)");
+  EXPECT_STREQ(Rejected(BH_REJECT_OPEN_CIRCUIT).what(), "bulkhead: task not run (circuit breaker open)");
+  EXPECT_STREQ(Rejected(BH_REJECT_PARTITION).what(), "bulkhead: task not run (partition at its share)");
+  EXPECT_STREQ(Rejected(kExecutorStopped).what(), "bulkhead: task not run (executor stopped)");
+}
+
 }  // namespace
 }  // namespace bulkhead

@@ -71,6 +71,8 @@ class Rejected : public std::runtime_error {
       case BH_REJECT_LIMIT: return "dependency at its limit";
       case BH_REJECT_QUEUE_FULL: return "queue full";
       case BH_REJECT_DEADLINE: return "deadline";
+      case BH_REJECT_OPEN_CIRCUIT: return "circuit breaker open";
+      case BH_REJECT_PARTITION: return "partition at its share";
       case kExecutorStopped: return "executor stopped";
       default: return "reason " + std::to_string(reason);
     }
