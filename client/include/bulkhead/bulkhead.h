@@ -137,8 +137,11 @@ BH_API const char *bh_client_status(const bh_client *c);
  * daemon's config does not list gets a slot, with the settings of the first
  * pattern table that matches it, else its [defaults]; a strict daemon
  * refuses a name that no pattern table matches (-ENOENT). -ENOSPC when the
- * table is full, -EINVAL for a bad name (1 to 47 of A-Z a-z 0-9 . _ -).
- * Call once, not per request. */
+ * table is full, -EINVAL for a bad name (1 to 47 of A-Z a-z 0-9 . _ -),
+ * -EAGAIN when another process's claim of the name's slot has not finished
+ * after a second (it died claiming: the daemon abandons such a claim within
+ * about 2 s, and a later call gets the name a slot). Call once, not per
+ * request. */
 BH_API int bh_dependency(bh_client *c, const char *name, bh_dep **out);
 
 /* Admits a call if the dependency is under its limit and its breaker lets
