@@ -1206,11 +1206,16 @@ int bh_partition(bh_dep* d, const char* name, bh_dep** out) {
   const std::string dep_name(slot.identity.name,
                              std::min<std::size_t>(slot.identity.name_length, shm::kMaxNameLength));
   const shm::PackedName packed = shm::pack_partition_name(name);
-  // Acquire: as in admit_partitioned().
+  // The flag before the shape, both acquire, as in admit_partitioned(): the
+  // daemon publishes the shape, then the flag (release), so the shape read
+  // after a flag that says partitioned is that config's, not an older one
+  // with no names yet.
+  const bool partitioned =
+      (d->flags->load(std::memory_order_acquire) & shm::kDependencyPartitioned) != 0;
   const std::uint64_t shape = d->partitions->shape.load(std::memory_order_acquire);
   std::string known;
   bool found = false;
-  if ((d->flags->load(std::memory_order_relaxed) & shm::kDependencyPartitioned) != 0) {
+  if (partitioned) {
     known = std::string(shm::kDefaultPartition);
     for (std::uint32_t p = 1; p < shm::kMaxPartitions; ++p) {
       if ((shm::shape_active(shape) >> p & 1u) == 0) continue;
