@@ -66,7 +66,8 @@ class SharedLimit : public ::testing::Test {
   }
 
   TempSegmentName segment_{"py"};
-  std::string dir_ = testing::make_temp_dir();
+  testing::TempDir temp_dir_;
+  std::string dir_ = temp_dir_.path();
   DaemonProcess daemon_{BULKHEADD_PATH, dir_,
                         "[daemon]\nsegment = \"" + segment_.str() +
                             "\"\ntick_ms = 20\nmetrics_listen = \"\"\nmax_dependencies = 16\n"

@@ -68,7 +68,8 @@ class BreakerIntegration : public ::testing::Test {
   }
 
   testing::TempSegmentName segment_{"brk-it"};
-  std::string dir_ = testing::make_temp_dir();
+  testing::TempDir temp_dir_;
+  std::string dir_ = temp_dir_.path();
 };
 
 TEST_F(BreakerIntegration, OpensFromFailuresOfSeveralProcessesHalfOpensAndCloses) {

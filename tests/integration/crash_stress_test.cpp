@@ -55,7 +55,8 @@ const std::vector<std::string> kDependencies = {"alpha", "beta", "gamma"};
 
 TEST(CrashStress, AThousandKillsLeaveExactlyThePermitsReallyHeld) {
   TempSegmentName segment{"crash"};
-  const std::string dir = testing::make_temp_dir();
+  const testing::TempDir temp_dir;
+  const std::string& dir = temp_dir.path();
   DaemonProcess daemon(BULKHEADD_PATH, dir,
                        testing::test_daemon_config(
                            segment.str(), "max_dependencies = 16\nmax_processes = 32\nstats_stripes = 2\n",

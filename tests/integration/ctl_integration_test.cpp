@@ -74,7 +74,8 @@ class CtlIntegration : public ::testing::Test {
   }
 
   testing::TempSegmentName segment_{"ctl-it"};
-  std::string dir_ = testing::make_temp_dir();
+  testing::TempDir temp_dir_;
+  std::string dir_ = temp_dir_.path();
 };
 
 TEST_F(CtlIntegration, StatusGetAndProcessesShowWhatTheClientDid) {

@@ -43,7 +43,8 @@ class DaemonIntegration : public ::testing::Test {
   }
 
   TempSegmentName segment_{"it"};
-  std::string dir_ = testing::make_temp_dir();
+  testing::TempDir temp_dir_;
+  std::string dir_ = temp_dir_.path();
 };
 
 // Closed-loop callers of one dependency whose latency is `base` times the

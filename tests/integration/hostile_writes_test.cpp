@@ -80,7 +80,8 @@ std::uint64_t daemon_heartbeat(const shm::Segment& s) { return s.header().heartb
 
 TEST(HostileWrites, TheDaemonKeepsRunningAndPublishingSaneLimits) {
   TempSegmentName segment{"vandal"};
-  const std::string dir = testing::make_temp_dir();
+  const testing::TempDir temp_dir;
+  const std::string& dir = temp_dir.path();
   DaemonProcess daemon(BULKHEADD_PATH, dir,
                        testing::test_daemon_config(
                            segment.str(),

@@ -97,7 +97,8 @@ class LeastPrivilege : public ::testing::Test {
 TEST_F(LeastPrivilege, TheDaemonRunsUnprivilegedAndOnlyItsGroupAttaches) {
   const User& outsider = other;
   TempSegmentName segment{"priv"};
-  const std::string dir = testing::make_temp_dir();
+  const testing::TempDir temp_dir;
+  const std::string& dir = temp_dir.path();
   ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
   const std::string config = dir + "/bulkhead.toml";
   testing::write_file(config, "[daemon]\nsegment = \"" + segment.str() +
@@ -183,7 +184,8 @@ TEST_F(LeastPrivilege, AnAdoptedSegmentsAccessChangesOnlyWhatDiffers) {
 TEST_F(LeastPrivilege, UnderTheUnitsFilterANewGroupNeedsTheSegmentMadeAnew) {
   TempSegmentName segment{"regroup"};
   const std::string path = "/dev/shm/" + segment.str();
-  const std::string dir = testing::make_temp_dir();
+  const testing::TempDir temp_dir;
+  const std::string& dir = temp_dir.path();
   ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
   const std::string config = dir + "/bulkhead.toml";
   const auto write_config = [&](const std::string& extra) {

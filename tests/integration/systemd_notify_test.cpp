@@ -148,7 +148,8 @@ class SystemdNotify : public ::testing::Test {
   }
 
   testing::TempSegmentName segment_{"notify"};
-  std::string dir_ = testing::make_temp_dir();
+  testing::TempDir temp_dir_;
+  std::string dir_ = temp_dir_.path();
   NotifySocket notify_{dir_ + "/notify.sock"};
 };
 

@@ -218,7 +218,8 @@ class PrometheusCheck : public ::testing::Test {
   std::string scrape() const { return body_of(testing::http_get(metrics_port_, "/metrics")); }
 
   testing::TempSegmentName segment_{"prom"};
-  std::string dir_ = testing::make_temp_dir();
+  testing::TempDir temp_dir_;
+  std::string dir_ = temp_dir_.path();
   std::optional<testing::DaemonProcess> daemon_;
   std::uint16_t metrics_port_ = 0;
   std::optional<Client> client_;

@@ -76,7 +76,8 @@ TEST(Soak, CallsAndReloadsForMinutesLoseNothing) {
   const char* env = std::getenv("BULKHEAD_SOAK_SECONDS");
   const auto duration = std::chrono::seconds(env != nullptr ? std::atoi(env) : 120);
   TempSegmentName segment{"soak"};
-  const std::string dir = testing::make_temp_dir();
+  const testing::TempDir temp_dir;
+  const std::string& dir = temp_dir.path();
   DaemonProcess daemon(BULKHEADD_PATH, dir, config(segment.str(), 0));
   ASSERT_TRUE(daemon.wait_ready(segment.str())) << daemon.log();
 

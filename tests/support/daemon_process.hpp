@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -40,12 +41,27 @@ inline void write_file(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::trunc) << text;
 }
 
-// A fresh directory under $TMPDIR for one test.
-inline std::string make_temp_dir() {
-  std::string pattern = (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + std::string("/bhtest-XXXXXX");
-  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return pattern;
-}
+// A fresh directory under $TMPDIR for one test, removed with all the test
+// left in it (configs, logs) when it goes: what a failure needs of them,
+// its assertions print.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + std::string("/bhtest-XXXXXX");
+    if (::mkdtemp(path_.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // execv()'s argument array over `argv`'s strings, for the parent to build
 // before fork(): the child then only redirects, sets `env` and executes.

@@ -830,7 +830,8 @@ class CtlBinary : public ::testing::Test {
     args.insert(args.begin(), BULKHEADCTL_PATH);
     return testing::run_command(args, dir_);
   }
-  std::string dir_ = testing::make_temp_dir();
+  testing::TempDir temp_dir_;
+  std::string dir_ = temp_dir_.path();
 };
 
 TEST_F(CtlBinary, MissingSegmentExitsOneWithTheReason) {

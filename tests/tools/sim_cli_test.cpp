@@ -47,7 +47,8 @@ class SimCli : public ::testing::Test {
     return bin.string();
   }
 
-  fs::path dir_ = testing::make_temp_dir();
+  testing::TempDir temp_dir_;
+  fs::path dir_ = temp_dir_.path();
 };
 
 TEST_F(SimCli, RunPrintsTheTableAndWritesCsvPlotAndSummary) {
