@@ -6,6 +6,7 @@
 
 #include "shm/names.hpp"
 #include "shm/partitions.hpp"
+#include "shm/pid_namespace.hpp"
 #include "shm/wait_queue.hpp"
 
 namespace bulkhead::daemon {
@@ -75,6 +76,15 @@ std::array<std::int64_t, kCounts> move_counts(std::atomic<std::uint64_t>& word,
     }
   } while (!word.compare_exchange_weak(w, w + shm::admission_delta(made), std::memory_order_seq_cst));
   return made;
+}
+
+// A dead process as the log names it: its pid, and for a process of
+// another pid namespace (a container) the pid it had there and that
+// namespace's inode, what the container's own tools would show.
+std::string describe_process(const shm::ProcessSnapshot& seen, pid_t here) {
+  if (!shm::foreign_pid_namespace(seen.pid_ns, shm::own_pid_namespace())) return std::to_string(seen.pid);
+  return (here > 0 ? std::to_string(here) + " " : std::string()) + "(pid " + std::to_string(seen.pid) +
+         " in pid namespace " + std::to_string(seen.pid_ns.inode) + ")";
 }
 
 }  // namespace
@@ -780,15 +790,16 @@ void ControlLoop::reclaim_dead_processes() {
     }
     process_claiming_since_.erase(p);
     ++taken;  // less the slot if it is freed below
-    const std::int32_t pid = seen->pid;
     // A process /proc hides (kUnknown) counts as alive: giving back the
-    // permits of a live process would admit over the limit. And the slot
+    // permits of a live process would admit over the limit. So does one of
+    // another pid namespace the daemon cannot find for sure. And the slot
     // is cleared only if it still holds the claim checked: between the
     // snapshot and the check, the process may have exited and another
     // taken its slot (a forked child takes one within microseconds).
-    if (watch_.check(p, pid, seen->start_time) != shm::Liveness::kDead || !shm::take_process_slot(segment_, *seen)) {
+    if (watch_.check(*seen) != shm::Liveness::kDead || !shm::take_process_slot(segment_, *seen)) {
       continue;
     }
+    const std::string pid = describe_process(*seen, watch_.pid_here(p, seen->pid));
     std::uint64_t total = 0;
     for (std::uint32_t d = 0; d < capacity; ++d) {
       // Its places in the wait queue first: the waiters behind them move up.
@@ -936,7 +947,10 @@ void ControlLoop::scan_drift() {
     if (!checked_stopped) {
       checked_stopped = true;
       for (std::uint32_t p : ready) {
-        const auto stat = shm::read_process_stat(segment_.process(p).identity.pid.load(std::memory_order_relaxed));
+        // Its pid here, for a process of another pid namespace (0 when not
+        // found: read nothing).
+        const pid_t pid = watch_.pid_here(p, segment_.process(p).identity.pid.load(std::memory_order_relaxed));
+        const auto stat = pid > 0 ? shm::read_process_stat(pid) : std::nullopt;
         if (stat && (stat->state == 'T' || stat->state == 't')) {
           for (auto& [i, other] : dependencies_) other.drift_ticks = {};
           return;

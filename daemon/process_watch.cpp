@@ -24,7 +24,8 @@ int open_pidfd(pid_t pid) {
 
 }  // namespace
 
-ProcessWatch::ProcessWatch(std::uint32_t slots) : slots_(slots) {
+ProcessWatch::ProcessWatch(std::uint32_t slots)
+    : own_(shm::own_pid_namespace()), slots_(slots), found_(slots) {
   rlimit files{};
   // Room for a pidfd per slot past what the daemon otherwise holds (the
   // metrics server's sockets, the log, the segment).
@@ -42,6 +43,7 @@ ProcessWatch::~ProcessWatch() {
 }
 
 void ProcessWatch::poll() {
+  lookups_left_ = kLookupsPerTick;
   std::vector<pollfd> fds;
   polled_.clear();
   for (std::uint32_t s = 0; s < slots_.size(); ++s) {
@@ -62,9 +64,59 @@ void ProcessWatch::poll() {
     if ((fds[i].revents & POLLIN) != 0) {
       slots_[polled_[i]].exited = true;
     } else if (fds[i].revents != 0) {
-      forget(polled_[i]);
+      unwatch(polled_[i]);
     }
   }
+}
+
+shm::Liveness ProcessWatch::check(const shm::ProcessSnapshot& seen) {
+  const std::uint32_t slot = seen.claim.index;
+  Lookup& lookup = found_.at(slot);
+  if (!shm::foreign_pid_namespace(seen.pid_ns, own_)) {
+    lookup = Lookup{};
+    return check(slot, seen.pid, seen.start_time);
+  }
+  lookup.foreign = true;
+  // Once per claim: the process keeps its pid, here and in its namespace,
+  // for as long as it runs.
+  if (!lookup.for_claim(seen)) {
+    lookup.valid = false;
+    if (!look_up(seen, lookup)) return shm::Liveness::kUnknown;
+  }
+  for (;;) {
+    switch (lookup.found.result) {
+      case shm::PidLookup::Result::kGone: return shm::Liveness::kDead;
+      case shm::PidLookup::Result::kUnknown: return shm::Liveness::kUnknown;
+      case shm::PidLookup::Result::kFound: break;
+    }
+    const shm::Liveness now = check(slot, lookup.found.pid, seen.start_time);
+    if (now != shm::Liveness::kDead || lookup.found.confirmed) return now;
+    // Found by pid and start time alone: the one that exited may have been
+    // another namespace's process with both. Look again; the same process
+    // found again (a zombie), or none, is the answer.
+    const pid_t before = lookup.found.pid;
+    if (!look_up(seen, lookup)) return shm::Liveness::kUnknown;
+    if (lookup.found.result == shm::PidLookup::Result::kFound && lookup.found.pid == before) return now;
+  }
+}
+
+bool ProcessWatch::look_up(const shm::ProcessSnapshot& seen, Lookup& lookup) {
+  if (lookups_left_ == 0) return false;
+  --lookups_left_;
+  ++lookups_made_;
+  lookup.valid = true;
+  lookup.claims = seen.claim.claims;
+  lookup.pid = seen.pid;
+  lookup.start_time = seen.start_time;
+  lookup.ns = seen.pid_ns;
+  lookup.found = shm::find_in_pid_namespace(seen.pid_ns, seen.pid, seen.start_time);
+  return true;
+}
+
+pid_t ProcessWatch::pid_here(std::uint32_t slot, pid_t recorded) const {
+  const Lookup& lookup = found_.at(slot);
+  if (!lookup.foreign) return recorded;
+  return lookup.valid && lookup.found.result == shm::PidLookup::Result::kFound ? lookup.found.pid : 0;
 }
 
 shm::Liveness ProcessWatch::check(std::uint32_t slot, pid_t pid, std::uint64_t start_time) {
@@ -72,7 +124,7 @@ shm::Liveness ProcessWatch::check(std::uint32_t slot, pid_t pid, std::uint64_t s
   if (w.fd >= 0 && w.pid == pid && w.start_time == start_time) {
     return w.exited ? shm::Liveness::kDead : shm::Liveness::kAlive;
   }
-  forget(slot);
+  unwatch(slot);
   const shm::Liveness now = shm::process_liveness(pid, start_time);
   // Watch it only when /proc confirmed the very process the slot names:
   // the pidfd, opened after the slot was claimed, refers to the process
@@ -91,6 +143,11 @@ shm::Liveness ProcessWatch::check(std::uint32_t slot, pid_t pid, std::uint64_t s
 }
 
 void ProcessWatch::forget(std::uint32_t slot) {
+  unwatch(slot);
+  found_.at(slot) = Lookup{};
+}
+
+void ProcessWatch::unwatch(std::uint32_t slot) {
   Watched& w = slots_.at(slot);
   if (w.fd >= 0) ::close(w.fd);
   w = Watched{};

@@ -18,6 +18,16 @@
 // /proc hides, a slot without a start time) it reads /proc every tick, as
 // before.
 //
+// A process that recorded another pid namespace than the daemon's (a
+// client in a container) recorded its pid there: the watch looks it up in
+// /proc once per claim of its slot (shm::find_in_pid_namespace(), a scan of
+// every process), then watches the pid found as above. At most
+// kLookupsPerTick scans a tick, so that slots a client fills with junk
+// cannot stall the tick: a slot waiting for its scan counts as alive
+// (kUnknown). A process found by pid and start time alone (the daemon may
+// not read its namespace) is looked up again when it exits: it may have
+// been another namespace's process with both, while the slot's runs on.
+//
 // Thread safety: one thread (the control loop) owns a watch.
 #pragma once
 
@@ -26,6 +36,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "shm/pid_namespace.hpp"
 #include "shm/segment.hpp"
 
 namespace bulkhead::daemon {
@@ -39,13 +50,25 @@ class ProcessWatch {
   ProcessWatch(const ProcessWatch&) = delete;
   ProcessWatch& operator=(const ProcessWatch&) = delete;
 
+  // At most this many scans of /proc for processes of other pid
+  // namespaces a tick: about a millisecond per 100 processes each.
+  static constexpr std::uint32_t kLookupsPerTick = 4;
+
   // Once per tick, before the checks: which watched processes exited.
   void poll();
-  // Whether the process that slot `slot` names (pid and start time) runs,
-  // as shm::process_liveness() answers it.
+  // Whether the process a ready slot names runs, as shm::process_liveness()
+  // answers it; one of another pid namespace is looked up first (above).
+  shm::Liveness check(const shm::ProcessSnapshot& seen);
+  // The same for a process of the daemon's namespace, pid and start time.
   shm::Liveness check(std::uint32_t slot, pid_t pid, std::uint64_t start_time);
+  // The pid in the daemon's namespace of the process the last check() of
+  // `slot` was about: `recorded` for a process of this namespace (or a slot
+  // not checked), 0 when it could not be found.
+  pid_t pid_here(std::uint32_t slot, pid_t recorded) const;
   // The slot is free (or was freed): stop watching its process.
   void forget(std::uint32_t slot);
+  // Scans of /proc made so far (lookups of processes of other namespaces).
+  std::uint64_t lookups() const { return lookups_made_; }
 
  private:
   struct Watched {
@@ -54,8 +77,30 @@ class ProcessWatch {
     int fd = -1;  // pidfd of that process, or -1
     bool exited = false;
   };
+  // Where a slot's process of another namespace was found, for one claim.
+  struct Lookup {
+    bool foreign = false;  // the slot's process is of another namespace
+    bool valid = false;    // and was looked up, for the claim below
+    std::uint32_t claims = 0;
+    pid_t pid = 0;  // as recorded, in its namespace
+    std::uint64_t start_time = 0;
+    shm::PidNamespace ns;
+    shm::PidLookup found;
+    bool for_claim(const shm::ProcessSnapshot& seen) const {
+      return valid && claims == seen.claim.claims && pid == seen.pid && start_time == seen.start_time &&
+             ns == seen.pid_ns;
+    }
+  };
+  // A scan for `seen` into `lookup`, if the tick has one left.
+  bool look_up(const shm::ProcessSnapshot& seen, Lookup& lookup);
+  void unwatch(std::uint32_t slot);
+
+  shm::PidNamespace own_;  // the daemon's pid namespace
   std::vector<Watched> slots_;
+  std::vector<Lookup> found_;  // per slot
   std::vector<std::uint32_t> polled_;  // poll()'s scratch: slot of each pollfd
+  std::uint32_t lookups_left_ = kLookupsPerTick;  // this tick's
+  std::uint64_t lookups_made_ = 0;
 };
 
 }  // namespace bulkhead::daemon

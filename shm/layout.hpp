@@ -85,7 +85,10 @@ inline constexpr std::uint16_t kAbiMajor = 4;
 // ABI 4.3: ProcessIdentity::claims. A client of minor 2 or less claims
 // without counting: its slot has the race with the dead-process scan that
 // the count closes (a slot freed and claimed again between the daemon's
-// read of it and its check of the process).
+// read of it and its check of the process). And ProcessIdentity::pid_ns_*,
+// the client's pid namespace: a client of minor 2 or less records none, and
+// its pid is taken as one in the daemon's namespace, so such a client in a
+// container (another pid namespace) is found dead while it runs.
 inline constexpr std::uint16_t kAbiMinor = 3;
 // The first minor of this major whose daemon reads DependencyControl::limit_pin.
 inline constexpr std::uint16_t kPinAbiMinor = 1;
@@ -443,7 +446,15 @@ struct alignas(kCacheLine) ProcessIdentity {
   // pid and start time, so the daemon can tell the process it checked from
   // one that took the slot since (shm::take_process_slot()).
   std::atomic<std::uint32_t> claims;
-  std::uint8_t reserved[44];
+  std::uint32_t reserved0;
+  // The process's pid namespace (ABI 4.3), as stat() of /proc/self/ns/pid
+  // names it: `pid` is that namespace's number for the process, which the
+  // daemon, in another namespace, must look up (shm/pid_namespace.hpp).
+  // 0: not recorded (a client of minor 2 or less, or no /proc), read as
+  // the daemon's own namespace.
+  std::atomic<std::uint64_t> pid_ns_device;
+  std::atomic<std::uint64_t> pid_ns_inode;
+  std::uint8_t reserved[24];
 };
 
 struct ProcessSlot {
@@ -480,6 +491,9 @@ static_assert(offsetof(StatsStripe, shadow_open) == kCacheLine + 32);
 static_assert(offsetof(StatsStripe, partition_rejected) == kCacheLine + 40);
 static_assert(sizeof(StatsStripe) == 2 * kCacheLine);
 static_assert(sizeof(HistogramCounts) == 13 * kCacheLine);
+static_assert(offsetof(ProcessIdentity, claims) == 16);
+static_assert(offsetof(ProcessIdentity, pid_ns_device) == 24);
+static_assert(offsetof(ProcessIdentity, pid_ns_inode) == 32);
 static_assert(sizeof(ProcessIdentity) == kCacheLine);
 static_assert(sizeof(ProcessSlot) == kCacheLine);
 

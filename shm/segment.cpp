@@ -485,12 +485,12 @@ bool matches_pattern(const Segment& segment, std::string_view name) {
 
 // --- The process table ---------------------------------------------------
 
-std::optional<ProcessStat> read_process_stat(pid_t pid) {
+namespace {
+
+std::optional<ProcessStat> read_stat_file(const char* path) {
   // open/read into a buffer on the stack, not an ifstream: the daemon reads
   // this for every attached process every tick, and at 256 processes the
   // stream machinery cost most of a millisecond per tick.
-  char path[32];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   char buf[1024];
@@ -529,6 +529,20 @@ std::optional<ProcessStat> read_process_stat(pid_t pid) {
   return out;
 }
 
+}  // namespace
+
+std::optional<ProcessStat> read_process_stat(pid_t pid) {
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  return read_stat_file(path);
+}
+
+std::optional<std::uint64_t> own_start_time() {
+  const auto stat = read_stat_file("/proc/self/stat");
+  if (!stat) return std::nullopt;
+  return stat->start_time;
+}
+
 std::optional<std::uint64_t> process_start_time(pid_t pid) {
   const auto stat = read_process_stat(pid);
   if (!stat) return std::nullopt;
@@ -547,9 +561,21 @@ Liveness process_liveness(pid_t pid, std::uint64_t start_time) {
   return start_time == 0 || stat->start_time == start_time ? Liveness::kAlive : Liveness::kDead;
 }
 
+PidNamespace own_pid_namespace() {
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) != 0) return {};
+  return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
+}
+
 ProcessClaim claim_process_slot(Segment& segment) {
+  // getpid() is this process's number in its own pid namespace: a daemon
+  // in another (this process in a container) finds it through the
+  // namespace. Whose number it is in /proc depends on the namespace /proc
+  // was mounted for (in a container sharing the host's /proc, /proc/1 is
+  // the host's init): /proc/self is this process in any.
   const pid_t pid = ::getpid();
-  const auto start = process_start_time(pid);
+  const auto start = own_start_time();
+  const PidNamespace ns = own_pid_namespace();
   const std::uint32_t capacity = segment.capacities().max_processes;
   for (std::uint32_t i = 0; i < capacity; ++i) {
     ProcessIdentity& id = segment.process(i).identity;
@@ -563,8 +589,11 @@ ProcessClaim claim_process_slot(Segment& segment) {
     const std::uint32_t claims = id.claims.fetch_add(1, std::memory_order_relaxed) + 1;
     id.pid.store(pid, std::memory_order_relaxed);
     id.start_time.store(start.value_or(0), std::memory_order_relaxed);
+    id.pid_ns_device.store(ns.device, std::memory_order_relaxed);
+    id.pid_ns_inode.store(ns.inode, std::memory_order_relaxed);
     // Pairs with the daemon's acquire load of the state in its reclaim
-    // scan: a ready slot has its count, pid and start time written.
+    // scan: a ready slot has its count, pid, start time and namespace
+    // written.
     id.state.store(kSlotReady, std::memory_order_release);
     return {i, claims};
   }
@@ -591,7 +620,9 @@ std::optional<ProcessSnapshot> read_process_slot(const Segment& segment, std::ui
   if (id.state.load(std::memory_order_acquire) != kSlotReady) return std::nullopt;
   return ProcessSnapshot{{index, claims},
                          id.pid.load(std::memory_order_relaxed),
-                         id.start_time.load(std::memory_order_relaxed)};
+                         id.start_time.load(std::memory_order_relaxed),
+                         {id.pid_ns_device.load(std::memory_order_relaxed),
+                          id.pid_ns_inode.load(std::memory_order_relaxed)}};
 }
 
 bool take_process_slot(Segment& segment, const ProcessSnapshot& seen) {
@@ -618,6 +649,10 @@ void free_process_slot(Segment& segment, std::uint32_t index) {
   ProcessIdentity& id = segment.process(index).identity;
   id.pid.store(0, std::memory_order_relaxed);
   id.start_time.store(0, std::memory_order_relaxed);
+  // Cleared too, though every claim of ABI 4.3 writes them: a client of an
+  // older minor that takes the slot next does not, and would inherit them.
+  id.pid_ns_device.store(0, std::memory_order_relaxed);
+  id.pid_ns_inode.store(0, std::memory_order_relaxed);
   // Pairs with the acquire CAS in claim_process_slot(): the next owner sees
   // the cleared fields.
   id.state.store(kSlotFree, std::memory_order_release);

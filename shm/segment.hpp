@@ -196,6 +196,9 @@ struct ProcessStat {
 std::optional<ProcessStat> read_process_stat(pid_t pid);
 // read_process_stat(pid)->start_time.
 std::optional<std::uint64_t> process_start_time(pid_t pid);
+// The calling process's, from /proc/self: /proc/<getpid()> is another
+// process when /proc belongs to another pid namespace than the caller.
+std::optional<std::uint64_t> own_start_time();
 
 // Whether the process a slot names (pid and the start time recorded with
 // it, 0 if unknown) still runs. kDead: no such pid, a zombie, or the pid
@@ -204,6 +207,18 @@ std::optional<std::uint64_t> process_start_time(pid_t pid);
 enum class Liveness { kAlive, kDead, kUnknown };
 Liveness process_liveness(pid_t pid, std::uint64_t start_time);
 
+// A pid namespace, as stat() of /proc/PID/ns/pid names it: device and
+// inode together (namespaces(7)). inode 0: unknown.
+struct PidNamespace {
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
+  bool known() const { return inode != 0; }
+  friend bool operator==(const PidNamespace&, const PidNamespace&) = default;
+};
+// The calling process's pid namespace, read afresh (a process that unshared
+// one and forked has a child in another); {} when /proc cannot tell.
+PidNamespace own_pid_namespace();
+
 // A process slot as one claim of it: its index, and its count of claims
 // (ProcessIdentity::claims) once that claim was made.
 struct ProcessClaim {
@@ -211,8 +226,8 @@ struct ProcessClaim {
   std::uint32_t claims = 0;
 };
 
-// Claims a free process slot for the calling process. Throws SegmentError
-// ENOSPC when the table is full.
+// Claims a free process slot for the calling process: its pid, start time
+// and pid namespace. Throws SegmentError ENOSPC when the table is full.
 ProcessClaim claim_process_slot(Segment& segment);
 // Gives the slot back at a clean exit, if it is still this claim's (the
 // daemon frees the slot of a process it finds dead). The caller must hold
@@ -223,8 +238,9 @@ void release_process_slot(Segment& segment, const ProcessClaim& claim);
 // nullopt unless it is ready.
 struct ProcessSnapshot {
   ProcessClaim claim;
-  std::int32_t pid = 0;
+  std::int32_t pid = 0;  // in pid_ns
   std::uint64_t start_time = 0;
+  PidNamespace pid_ns;  // unknown: the reader's own (a client of ABI 4.2 or older)
 };
 std::optional<ProcessSnapshot> read_process_slot(const Segment& segment, std::uint32_t index);
 // Takes the slot from the claim `seen` read, to give back what its dead

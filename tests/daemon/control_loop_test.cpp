@@ -8,9 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <csignal>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "daemon/metrics.hpp"
@@ -485,6 +487,43 @@ TEST_F(ControlLoopTest, APidReusedByAnotherProcessCountsAsDead) {
   Permit mine = dep.try_acquire();
   advance_ticks(1);
   EXPECT_EQ(dep.inflight(), 1);
+}
+
+// A client in a container records its pid in its own pid namespace (1
+// here), which names another process, or none, in the daemon's. Found
+// through its namespace, it keeps its permits while it runs; killed, it
+// gives them back at the next tick like any other.
+TEST_F(ControlLoopTest, AProcessInAnotherPidNamespaceKeepsItsPermitsUntilItIsKilled) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
+  start("");
+  Dependency dep = client_->dependency("orders");
+  advance_ticks(1);
+  testing::ChildInPidNamespace child([&] {
+    // Held until the process dies: never released in its memory.
+    auto* held = new std::array<Permit, 2>{dep.try_acquire(), dep.try_acquire()};
+    return (*held)[0] && (*held)[1];
+  });
+  ASSERT_TRUE(child.ok());
+  // Its slot says pid 1, in a namespace that is not this process's.
+  std::optional<std::uint32_t> slot;
+  for (std::uint32_t p = 0; p < processes_; ++p) {
+    const auto seen = shm::read_process_slot(*segment_, p);
+    if (seen && seen->pid == 1) slot = p;
+  }
+  ASSERT_TRUE(slot);
+  const shm::PidNamespace ns = shm::read_process_slot(*segment_, *slot)->pid_ns;
+  EXPECT_TRUE(ns.known());
+  EXPECT_NE(ns, shm::own_pid_namespace());
+  EXPECT_EQ(dep.inflight(), 2);
+  advance_ticks(3);
+  EXPECT_EQ(dep.inflight(), 2);
+  EXPECT_EQ(loop_->permits_reclaimed(), 0u);
+  EXPECT_EQ(segment_->process(*slot).identity.state.load(), shm::kSlotReady);
+  child.kill();  // and reaped
+  advance_ticks(1);
+  EXPECT_EQ(dep.inflight(), 0);
+  EXPECT_EQ(loop_->permits_reclaimed(), 2u);
+  EXPECT_EQ(segment_->process(*slot).identity.state.load(), shm::kSlotFree);
 }
 
 TEST_F(ControlLoopTest, QueueSettingsArePublishedClampedToTheSegment) {

@@ -4,10 +4,13 @@
 #include "daemon/process_watch.hpp"
 
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
 
 #include "tests/support/children.hpp"
 
@@ -83,6 +86,90 @@ TEST_F(ProcessWatchTest, ASlotThatNamesAnotherProcessIsReadFromProcAgain) {
   // A slot without a start time is read from /proc every time.
   EXPECT_EQ(watch_.check(3, child_.pid(), 0), shm::Liveness::kAlive);
   EXPECT_EQ(open_fds(), base_);
+}
+
+// A slot as a process in a pid namespace of its own (pid 1 there) records
+// it: its namespace and start time, read through its pid here.
+shm::ProcessSnapshot slot_of(const testing::ChildInPidNamespace& child, std::uint32_t slot, std::uint32_t claims) {
+  shm::ProcessSnapshot seen;
+  seen.claim = {slot, claims};
+  seen.pid = 1;
+  seen.start_time = shm::process_start_time(child.pid()).value_or(0);
+  struct stat st {};
+  const std::string path = "/proc/" + std::to_string(child.pid()) + "/ns/pid";
+  if (::stat(path.c_str(), &st) == 0) seen.pid_ns = {st.st_dev, st.st_ino};
+  return seen;
+}
+
+// Found through its namespace once per claim, not once per tick: a scan
+// reads every process's /proc entry. Then watched through a pidfd on the
+// process found, which tells when it exits.
+TEST(ProcessWatchNamespaces, AProcessOfAnotherPidNamespaceIsLookedUpOncePerClaimThenWatched) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
+  testing::ChildInPidNamespace child{[] { return true; }};
+  ASSERT_TRUE(child.ok());
+  const shm::ProcessSnapshot seen = slot_of(child, 1, 7);
+  ASSERT_TRUE(seen.pid_ns.known());
+  ASSERT_NE(seen.pid_ns, shm::own_pid_namespace());
+  ProcessWatch watch{4};
+  for (int tick = 0; tick < 3; ++tick) {
+    watch.poll();
+    EXPECT_EQ(watch.check(seen), shm::Liveness::kAlive);
+  }
+  EXPECT_EQ(watch.lookups(), 1u);
+  EXPECT_EQ(watch.pid_here(1, 1), child.pid());
+  EXPECT_EQ(watch.pid_here(2, 5), 5);  // a slot not of another namespace: as recorded
+  // The slot claimed again (by the same process, here): looked up again.
+  shm::ProcessSnapshot again = seen;
+  again.claim.claims = 8;
+  EXPECT_EQ(watch.check(again), shm::Liveness::kAlive);
+  EXPECT_EQ(watch.lookups(), 2u);
+  child.kill();
+  watch.poll();
+  EXPECT_EQ(watch.check(again), shm::Liveness::kDead);
+  EXPECT_EQ(watch.lookups(), 2u);  // the pidfd told: no scan
+}
+
+// What no process of the namespace has (another pid, the pid with another
+// start time) is gone: the namespace's processes are all in view.
+TEST(ProcessWatchNamespaces, AProcessItsNamespaceNoLongerHasIsDead) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
+  testing::ChildInPidNamespace child{[] { return true; }};
+  ASSERT_TRUE(child.ok());
+  ProcessWatch watch{4};
+  watch.poll();
+  shm::ProcessSnapshot other_pid = slot_of(child, 0, 1);
+  other_pid.pid = 2;
+  EXPECT_EQ(watch.check(other_pid), shm::Liveness::kDead);
+  EXPECT_EQ(watch.pid_here(0, 2), 0);
+  shm::ProcessSnapshot reused = slot_of(child, 1, 1);
+  reused.start_time += 1;
+  EXPECT_EQ(watch.check(reused), shm::Liveness::kDead);
+  EXPECT_EQ(watch.check(slot_of(child, 2, 1)), shm::Liveness::kAlive);
+}
+
+// A scan costs a read of every process's /proc entry: a tick makes a few at
+// most, and a slot waiting for its scan counts as alive meanwhile.
+TEST(ProcessWatchNamespaces, ATickScansForAFewSlotsAndTheOthersWaitAlive) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
+  testing::ChildInPidNamespace child{[] { return true; }};
+  ASSERT_TRUE(child.ok());
+  constexpr std::uint32_t kSlots = ProcessWatch::kLookupsPerTick + 2;
+  ProcessWatch watch{kSlots};
+  shm::ProcessSnapshot gone = slot_of(child, 0, 1);
+  gone.pid = 2;  // no such process there: dead once looked up
+  watch.poll();
+  for (std::uint32_t s = 0; s < kSlots; ++s) {
+    gone.claim.index = s;
+    EXPECT_EQ(watch.check(gone), s < ProcessWatch::kLookupsPerTick ? shm::Liveness::kDead : shm::Liveness::kUnknown)
+        << "slot " << s;
+  }
+  watch.poll();
+  for (std::uint32_t s = ProcessWatch::kLookupsPerTick; s < kSlots; ++s) {
+    gone.claim.index = s;
+    EXPECT_EQ(watch.check(gone), shm::Liveness::kDead) << "slot " << s;
+  }
+  EXPECT_EQ(watch.lookups(), kSlots);
 }
 
 }  // namespace

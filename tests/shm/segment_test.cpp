@@ -604,7 +604,7 @@ TEST(DependencyTable, ProcessesRacingForOneNewNameMeetOnOneSlot) {
   EXPECT_EQ(ready, 40);  // one slot per name, none twice
 }
 
-TEST(ProcessTable, ClaimRecordsPidAndStartTimeAndReleaseFrees) {
+TEST(ProcessTable, ClaimRecordsPidStartTimeAndNamespaceAndReleaseFrees) {
   TempSegmentName name;
   Segment s = Segment::create(name, small_segment(4, 2));
   const ProcessClaim a = claim_process_slot(s);
@@ -612,6 +612,12 @@ TEST(ProcessTable, ClaimRecordsPidAndStartTimeAndReleaseFrees) {
   EXPECT_NE(a.index, b.index);
   EXPECT_EQ(s.process(a.index).identity.pid.load(), ::getpid());
   EXPECT_EQ(s.process(a.index).identity.start_time.load(), process_start_time(::getpid()).value());
+  EXPECT_EQ(own_start_time(), process_start_time(::getpid()));
+  const PidNamespace ns = own_pid_namespace();
+  EXPECT_TRUE(ns.known());
+  EXPECT_EQ(s.process(a.index).identity.pid_ns_device.load(), ns.device);
+  EXPECT_EQ(s.process(a.index).identity.pid_ns_inode.load(), ns.inode);
+  EXPECT_EQ(read_process_slot(s, a.index)->pid_ns, ns);
   try {
     claim_process_slot(s);
     FAIL();
@@ -622,6 +628,8 @@ TEST(ProcessTable, ClaimRecordsPidAndStartTimeAndReleaseFrees) {
   EXPECT_EQ(s.process(a.index).identity.state.load(), kSlotFree);
   EXPECT_EQ(s.process(a.index).identity.pid.load(), 0);  // no stale pid for the reclaim scan to read
   EXPECT_EQ(s.process(a.index).identity.start_time.load(), 0u);
+  EXPECT_EQ(s.process(a.index).identity.pid_ns_inode.load(), 0u);  // a client of ABI 4.2 writes none
+  EXPECT_EQ(s.process(a.index).identity.pid_ns_device.load(), 0u);
   const ProcessClaim again = claim_process_slot(s);
   EXPECT_EQ(again.index, a.index);
   EXPECT_EQ(again.claims, a.claims + 1);  // each claim counted

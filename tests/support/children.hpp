@@ -2,6 +2,7 @@
 #pragma once
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -84,6 +85,67 @@ class PausedChild {
   }
 
  private:
+  pid_t pid_ = -1;
+  bool ok_ = false;
+};
+
+// A forked process in a pid namespace of its own, pid 1 there, as a
+// client in a container is; otherwise a PausedChild: it runs setup(), then
+// sleeps until killed. unshare(CLONE_NEWPID) puts the caller's children in
+// the new namespace, not the caller: so a middle process unshares and
+// forks it (and reaps it), leaving this one's namespace alone. Needs
+// CAP_SYS_ADMIN (root): ok() is false without.
+class ChildInPidNamespace {
+ public:
+  explicit ChildInPidNamespace(const std::function<bool()>& setup) {
+    int ready[2], told[2];
+    if (::pipe(ready) != 0) return;
+    if (::pipe(told) != 0) {
+      ::close(ready[0]);
+      ::close(ready[1]);
+      return;
+    }
+    middle_ = ::fork();
+    if (middle_ == 0) {
+      if (::unshare(CLONE_NEWPID) != 0) std::_Exit(1);
+      const pid_t inner = ::fork();
+      if (inner == 0) {
+        const char c = ::getpid() == 1 && setup() ? 'y' : 'n';
+        (void)!::write(ready[1], &c, 1);
+        ::pause();
+        std::_Exit(0);
+      }
+      // Its pid as fork() gives it here: in this namespace, the caller's.
+      (void)!::write(told[1], &inner, sizeof inner);
+      ::waitpid(inner, nullptr, 0);
+      std::_Exit(0);
+    }
+    ::close(ready[1]);
+    ::close(told[1]);
+    pid_t inner = -1;
+    char c = 0;
+    ok_ = middle_ > 0 && ::read(told[0], &inner, sizeof inner) == sizeof inner && inner > 0 &&
+          ::read(ready[0], &c, 1) == 1 && c == 'y';
+    if (inner > 0) pid_ = inner;
+    ::close(ready[0]);
+    ::close(told[0]);
+  }
+  ~ChildInPidNamespace() { kill(); }
+  ChildInPidNamespace(const ChildInPidNamespace&) = delete;
+  ChildInPidNamespace& operator=(const ChildInPidNamespace&) = delete;
+
+  // Its pid in this process's namespace (its own namespace's is 1).
+  pid_t pid() const { return pid_; }
+  bool ok() const { return ok_; }
+  // Kills it (SIGKILL) and returns once it is reaped: gone from /proc.
+  void kill() {
+    if (pid_ > 0) ::kill(pid_, SIGKILL);
+    if (middle_ > 0) ::waitpid(middle_, nullptr, 0);
+    pid_ = middle_ = -1;
+  }
+
+ private:
+  pid_t middle_ = -1;
   pid_t pid_ = -1;
   bool ok_ = false;
 };

@@ -25,8 +25,10 @@
 
 #include "shm/histogram.hpp"
 #include "shm/partitions.hpp"
+#include "shm/pid_namespace.hpp"
 #include "shm/stats.hpp"
 #include "shm/wait_queue.hpp"
+#include "tests/support/children.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/json.hpp"
 #include "tests/support/temp_segment.hpp"
@@ -582,6 +584,49 @@ TEST(DescribeDuration, SaysSecondsMinutesHoursAndDays) {
   EXPECT_EQ(describe_duration(150), "2 min 30 s");
   EXPECT_EQ(describe_duration(5400), "1 h 30 min");
   EXPECT_EQ(describe_duration(7 * 86400 + 3600), "7 d 1 h");
+}
+
+// A process of another pid namespace (a container) recorded pid 1, its
+// number there: shown alive, with its pid here and its namespace, as the
+// daemon finds it; dead once it is gone.
+TEST_F(CtlSegment, AProcessOfAnotherPidNamespaceIsShownWithItsPidHere) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
+  testing::ChildInPidNamespace child([&] {
+    segment_.held(shm::claim_process_slot(segment_).index, recs_).store(3);
+    return true;
+  });
+  ASSERT_TRUE(child.ok());
+  struct stat ns {};
+  ASSERT_EQ(::stat(("/proc/" + std::to_string(child.pid()) + "/ns/pid").c_str(), &ns), 0);
+
+  Snapshot s = snapshot_at(kT0);
+  Json j = JsonParser::parse(processes_json(s));
+  ASSERT_EQ(j["processes"].array.size(), 2u);
+  EXPECT_TRUE(j["processes"][0]["pid_namespace"].is_null());  // this test's process
+  EXPECT_EQ(j["processes"][0]["host_pid"].number, ::getpid());
+  const Json& contained = j["processes"][1];
+  EXPECT_EQ(contained["pid"].number, 1);
+  EXPECT_EQ(contained["pid_namespace"].number, static_cast<double>(ns.st_ino));
+  EXPECT_EQ(contained["host_pid"].number, child.pid());
+  EXPECT_EQ(contained["state"].string, "alive");
+  std::string text = processes_text(s);
+  EXPECT_NE(text.find(std::to_string(child.pid()) + " (1 in pid:[" + std::to_string(ns.st_ino) + "])"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("alive  recs=3"), std::string::npos) << text;
+
+  child.kill();
+  s = snapshot_at(kT0);
+  j = JsonParser::parse(processes_json(s));
+  ASSERT_EQ(j["processes"].array.size(), 2u);
+  EXPECT_TRUE(j["processes"][1]["host_pid"].is_null());
+  // Gone with its namespace: certain from the host's namespace, which
+  // sees every other (a container's may not).
+  if (shm::own_pid_namespace().inode == shm::kInitialPidNamespaceInode) {
+    EXPECT_EQ(j["processes"][1]["state"].string, "dead");
+  }
+  text = processes_text(s);
+  EXPECT_NE(text.find("? (1 in pid:[" + std::to_string(ns.st_ino) + "])"), std::string::npos) << text;
 }
 
 TEST_F(CtlSegment, ProcessesListPidStartStateAndPermits) {

@@ -28,6 +28,31 @@ std::string millis(std::optional<double> ms) {
   return format(*ms < 10 ? "%.2f" : "%.1f", *ms);
 }
 
+// A process's pid as bulkheadctl shows it: its pid here, and for a
+// process of another pid namespace (a container) the one it has there,
+// "4242 (1 in pid:[4026532451])", "?" for a pid here not found.
+std::string pid_text(const ProcessReading& p) {
+  if (p.pid_namespace == 0) return std::to_string(p.pid);
+  return (p.host_pid > 0 ? std::to_string(p.host_pid) : std::string("?")) +
+         format(" (%d in pid:[%llu])", p.pid, static_cast<unsigned long long>(p.pid_namespace));
+}
+
+// What a process's pid is about in the JSON: "pid_namespace", its pid
+// namespace's inode when that is another than bulkheadctl's (else null),
+// and "host_pid", its pid in bulkheadctl's namespace (null: not found).
+void write_pid_namespace(JsonWriter& j, const ProcessReading& p) {
+  if (p.pid_namespace == 0) {
+    j.key("pid_namespace").null();
+  } else {
+    j.key("pid_namespace").value(p.pid_namespace);
+  }
+  if (p.host_pid > 0) {
+    j.key("host_pid").value(std::int32_t{p.host_pid});
+  } else {
+    j.key("host_pid").null();
+  }
+}
+
 const char* liveness_name(shm::Liveness l) {
   switch (l) {
     case shm::Liveness::kAlive: return "alive";
@@ -396,7 +421,7 @@ std::string dependency_text(const Status& st, const DependencyStatus& d) {
   const auto held = holders(st.after, r.index);
   if (held.empty()) out += "  none\n";
   for (const Holder& h : held) {
-    out += format("  pid %d (slot %u, %s): %u\n", h.process->pid, h.process->slot,
+    out += format("  pid %s (slot %u, %s): %u\n", pid_text(*h.process).c_str(), h.process->slot,
                   liveness_name(h.process->liveness), h.permits);
   }
   out += "\nbounds (min_limit, max_limit) and the policy are not in the segment: see\n"
@@ -487,6 +512,7 @@ std::string dependency_json(const Status& st, const DependencyStatus& d) {
   for (const Holder& h : holders(st.after, r.index)) {
     j.begin_object();
     j.key("pid").value(h.process->pid);
+    write_pid_namespace(j, *h.process);
     j.key("slot").value(h.process->slot);
     j.key("permits").value(h.permits);
     j.end_object();
@@ -539,7 +565,7 @@ std::string processes_text(const Snapshot& s) {
     for (const auto& h : p.held) {
       held += (held.empty() ? "" : " ") + dependency_name(s, h.dependency) + "=" + std::to_string(h.permits);
     }
-    rows.push_back({std::to_string(p.slot), std::to_string(p.pid), start_time_utc(s, p.start_time),
+    rows.push_back({std::to_string(p.slot), pid_text(p), start_time_utc(s, p.start_time),
                     liveness_name(p.liveness), held.empty() ? "-" : held});
   }
   return out + render_table({"slot", "pid", "started", "state", "permits held"},
@@ -555,6 +581,7 @@ std::string processes_json(const Snapshot& s) {
     j.begin_object();
     j.key("slot").value(p.slot);
     j.key("pid").value(p.pid);
+    write_pid_namespace(j, p);
     j.key("start_time_ticks").value(p.start_time);
     const std::string started = start_time_utc(s, p.start_time);
     if (started == "?") {

@@ -17,6 +17,7 @@
 
 #include "shm/histogram.hpp"
 #include "shm/partitions.hpp"
+#include "shm/pid_namespace.hpp"
 #include "shm/wait_queue.hpp"
 
 namespace bulkhead::ctl {
@@ -209,6 +210,7 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
   }
 
   const std::uint32_t processes = s.capacities.max_processes;
+  const shm::PidNamespace own_ns = shm::own_pid_namespace();
   for (std::uint32_t p = 0; p < processes; ++p) {
     const shm::ProcessIdentity& id = segment.process(p).identity;
     // Acquire pairs with the release store of kSlotReady in
@@ -220,7 +222,15 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     r.slot = p;
     r.pid = id.pid.load(std::memory_order_relaxed);
     r.start_time = id.start_time.load(std::memory_order_relaxed);
-    r.liveness = shm::process_liveness(r.pid, r.start_time);
+    shm::ProcessSnapshot seen;
+    seen.claim.index = p;
+    seen.pid = r.pid;
+    seen.start_time = r.start_time;
+    seen.pid_ns = {id.pid_ns_device.load(std::memory_order_relaxed), id.pid_ns_inode.load(std::memory_order_relaxed)};
+    // A process of another pid namespace (a container) is looked up as the
+    // daemon looks it up, and shown with its pid here too.
+    if (shm::foreign_pid_namespace(seen.pid_ns, own_ns)) r.pid_namespace = seen.pid_ns.inode;
+    r.liveness = shm::process_liveness(seen, own_ns, &r.host_pid);
     for (std::uint32_t i = 0; i < dependencies; ++i) {
       // The total of the held word (partitions' counts in its high half).
       const std::uint32_t held = shm::admission_inflight(segment.held(p, i).load(std::memory_order_relaxed));

@@ -92,7 +92,13 @@ struct DependencyReading {
 
 struct ProcessReading {
   std::uint32_t slot = 0;
-  std::int32_t pid = 0;
+  std::int32_t pid = 0;  // as the process recorded it: in its own pid namespace
+  // 0, or the inode of the process's pid namespace when that is another
+  // than bulkheadctl's (a container): pid is then that namespace's.
+  std::uint64_t pid_namespace = 0;
+  // The process's pid in bulkheadctl's namespace: pid, or for another
+  // namespace's process the one /proc shows (0: not found).
+  pid_t host_pid = 0;
   std::uint64_t start_time = 0;  // clock ticks after boot, 0 if unknown
   shm::Liveness liveness = shm::Liveness::kUnknown;
   struct Held {
