@@ -19,7 +19,7 @@ constexpr double kMinRttNs = 1.0;
 // value, and exact as a double and as a uint64_t.
 constexpr double kMaxInteger = 4294967295.0;
 
-constexpr std::array<ParamSpec<GradientPolicy::Params>, 6> kParamSpecs{{
+constexpr std::array<ParamSpec<GradientPolicy::Params>, 7> kParamSpecs{{
     {"buffer", &GradientPolicy::Params::buffer, Range::closed(0, 1)},
     // Only 50, 90 and 99 pass: see check_percentile().
     {"percentile", &GradientPolicy::Params::percentile, Range::closed(50, 99).integers()},
@@ -29,6 +29,7 @@ constexpr std::array<ParamSpec<GradientPolicy::Params>, 6> kParamSpecs{{
     {"request_count", &GradientPolicy::Params::request_count,
      Range::closed(1, kMaxInteger).integers()},
     {"jitter_seed", &GradientPolicy::Params::jitter_seed, Range::closed(0, kMaxInteger).integers()},
+    {"min_concurrency", &GradientPolicy::Params::min_concurrency, Range::closed(1, kMaxInteger).integers()},
 }};
 
 // The one rule a Range cannot say. Checked before the ranges, so that every
@@ -55,8 +56,9 @@ GradientPolicy::GradientPolicy(const Bounds& bounds) : GradientPolicy(bounds, Pa
 
 GradientPolicy::GradientPolicy(const Bounds& bounds, const Params& params)
     : bounds_(checked(bounds)),
+      floor_(std::min(std::max(bounds.min, params.min_concurrency), bounds.max)),
       params_(checked(params)),
-      limit_(bounds.initial),
+      limit_(std::max(bounds.initial, floor_)),
       jitter_rng_(static_cast<std::uint64_t>(params_.jitter_seed)) {}
 
 GradientPolicy::Params GradientPolicy::parse_params(const ParamMap& params) {
@@ -112,11 +114,11 @@ double GradientPolicy::update(const Window& window) {
   const double scaled = gradient * limit_;
   const double previous = limit_;
   // Envoy converts to uint32_t: the floor, for a positive value.
-  limit_ = std::clamp(std::floor(scaled + std::sqrt(scaled)), bounds_.min, bounds_.max);
+  limit_ = std::clamp(std::floor(scaled + std::sqrt(scaled)), floor_, bounds_.max);
 
   // As Envoy's updateConcurrencyLimit(): a limit set to the minimum from the
   // minimum 5 times in a row suggests minRTT is wrong; measure it again.
-  at_min_windows_ = (previous == bounds_.min && limit_ == bounds_.min) ? at_min_windows_ + 1 : 0;
+  at_min_windows_ = (previous == floor_ && limit_ == floor_) ? at_min_windows_ + 1 : 0;
   if (--until_measure_ == 0 || at_min_windows_ >= kRemeasureAtMinWindows) start_measuring();
   return limit_;
 }

@@ -57,10 +57,11 @@
 //   modulo the jitter range in milliseconds), so the policy is
 //   deterministic. The first measurement is the first window(s), as Envoy
 //   measures on start.
-// - min, max and the initial limit come from the config's bounds: min is
-//   Envoy's min_concurrency_limit (default there min_concurrency, 3), max is
-//   its max_concurrency_limit (1000), and the limit starts at initial_limit
-//   where Envoy starts at the minimum. Latencies are nanoseconds, not
+// - max and the initial limit come from the config's bounds: max is Envoy's
+//   max_concurrency_limit (1000), and the limit starts at initial_limit
+//   where Envoy starts at the minimum. The minimum is Envoy's
+//   min_concurrency (3, parameter min_concurrency), or the config's
+//   min_limit if that is higher (and at most max_limit). Latencies are nanoseconds, not
 //   truncated to whole microseconds; a percentile below 1 ns (a coarse or
 //   fake clock) is taken as 1 ns, where Envoy asserts sampleRTT > 0.
 #pragma once
@@ -104,6 +105,13 @@ class GradientPolicy final : public Policy {
     // draws from its random source. Give hosts different seeds to keep
     // their measurements apart.
     double jitter_seed = 0;
+    // The lowest limit, in calls, an integer in [1, 2^32 - 1]: the floor of
+    // the update and the minimum the 5-windows rule counts. Envoy default
+    // (min_concurrency, 3). A config's min_limit above it raises the floor;
+    // one below it does not lower it: from a limit of 2, floor(g L +
+    // sqrt(g L)) is 2 at any gradient, so a floor of 1 is never reached,
+    // and a collapse would never be measured again.
+    double min_concurrency = 3;
 
     bool operator==(const Params&) const = default;
   };
@@ -138,6 +146,7 @@ class GradientPolicy final : public Policy {
   std::uint64_t next_interval_windows();
 
   Bounds bounds_;
+  double floor_;  // max(bounds_.min, min_concurrency), within bounds_.max
   Params params_;
   double limit_;                 // calls
   double min_rtt_ns_ = 0;        // ns; 0 until measured

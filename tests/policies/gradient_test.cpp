@@ -53,6 +53,7 @@ TEST(GradientPolicy, DefaultsAreEnvoys) {
   EXPECT_EQ(params.jitter, 0.15);
   EXPECT_EQ(params.request_count, 50);
   EXPECT_EQ(params.jitter_seed, 0);
+  EXPECT_EQ(params.min_concurrency, 3);
   EXPECT_EQ(GradientPolicy::kRemeasureAtMinWindows, 5);
 }
 
@@ -183,6 +184,36 @@ TEST(GradientPolicy, RemeasuresAfterFiveWindowsAtMinimum) {
   EXPECT_EQ(policy.update(at_rtt(100)), 5);
 }
 
+// The config's min_limit defaults to 1, which the update never reaches
+// from 2 (floor(1 + 1) = 2 at the lowest gradient): the floor is Envoy's
+// min_concurrency, 3, so a collapse is measured again all the same.
+TEST(GradientPolicy, TheFloorIsMinConcurrencyAboveALowerMinLimit) {
+  constexpr Bounds kMinOne{.min = 1, .max = 1000, .initial = 20};
+  GradientPolicy policy(kMinOne);
+  measure_min_rtt(policy, 10);
+  for (double expected : {13, 9, 6, 4, 3}) EXPECT_EQ(policy.update(at_rtt(100)), expected);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(policy.update(at_rtt(100)), 3);
+  EXPECT_FALSE(policy.measuring_min_rtt());
+  EXPECT_EQ(policy.update(at_rtt(100)), 3);
+  EXPECT_TRUE(policy.measuring_min_rtt());
+  // min_concurrency 1 is Envoy's rule with a floor of 1: stuck at 2, never
+  // at the floor, never measured again.
+  GradientPolicy low(kMinOne, {.min_concurrency = 1});
+  measure_min_rtt(low, 10);
+  for (int i = 0; i < 40; ++i) low.update(at_rtt(100));
+  EXPECT_EQ(low.limit(), 2);
+  EXPECT_FALSE(low.measuring_min_rtt());
+  // A min_limit above min_concurrency is the floor; one above max_limit
+  // cannot be.
+  GradientPolicy high({.min = 5, .max = 1000, .initial = 20});
+  measure_min_rtt(high, 10);
+  for (int i = 0; i < 5; ++i) high.update(at_rtt(100));
+  EXPECT_EQ(high.limit(), 5);
+  GradientPolicy capped({.min = 1, .max = 2, .initial = 2});
+  measure_min_rtt(capped, 10);
+  EXPECT_EQ(capped.update(at_rtt(100)), 2);
+}
+
 TEST(GradientPolicy, AMeasurementStartsTheCountAtMinimumOver) {
   GradientPolicy policy(kBounds);
   measure_min_rtt(policy, 10);
@@ -285,9 +316,11 @@ TEST(GradientPolicy, RefusesOutOfRangeParams) {
             "request_count = 10.5: must be an integer in [1, 4294967295]");
   EXPECT_EQ(param_error_of([] { GradientPolicy::parse_params({{"jitter_seed", -1}}); }),
             "jitter_seed = -1: must be an integer in [0, 4294967295]");
-  EXPECT_EQ(param_error_of([] { GradientPolicy::parse_params({{"min_concurrency", 3}}); }),
-            "unknown parameter 'min_concurrency' for policy 'gradient' (known: buffer, jitter, "
-            "jitter_seed, min_rtt_interval_windows, percentile, request_count)");
+  EXPECT_EQ(param_error_of([] { GradientPolicy::parse_params({{"min_concurrency", 0}}); }),
+            "min_concurrency = 0: must be an integer in [1, 4294967295]");
+  EXPECT_EQ(param_error_of([] { GradientPolicy::parse_params({{"min_concurrency_limit", 3}}); }),
+            "unknown parameter 'min_concurrency_limit' for policy 'gradient' (known: buffer, jitter, "
+            "jitter_seed, min_concurrency, min_rtt_interval_windows, percentile, request_count)");
   // The same rules hold for Params built in code.
   EXPECT_EQ(param_error_of([] { GradientPolicy policy(kBounds, {.percentile = 95}); }),
             "percentile = 95: must be 50, 90 or 99");
@@ -302,13 +335,15 @@ TEST(GradientPolicy, ReadsParams) {
                                     {"min_rtt_interval_windows", 100},
                                     {"jitter", 0},
                                     {"request_count", 10},
-                                    {"jitter_seed", 12}});
+                                    {"jitter_seed", 12},
+                                    {"min_concurrency", 4}});
   EXPECT_EQ(params.buffer, 0.1);
   EXPECT_EQ(params.percentile, 99);
   EXPECT_EQ(params.min_rtt_interval_windows, 100);
   EXPECT_EQ(params.jitter, 0);
   EXPECT_EQ(params.request_count, 10);
   EXPECT_EQ(params.jitter_seed, 12);
+  EXPECT_EQ(params.min_concurrency, 4);
   // Absent keys keep their defaults.
   EXPECT_EQ(GradientPolicy::parse_params({{"buffer", 0.1}}).percentile, 50);
 }
