@@ -12,8 +12,6 @@ namespace {
 
 // Floor on a window's mean latency, in nanoseconds: keeps the ratio finite.
 constexpr double kMinRttNs = 1.0;
-// Netflix's Log10RootFunction switches from log10 to sqrt here, in calls.
-constexpr double kLog10RootSwitch = 1000;
 // The probe waits probe_multiplier * L * U[kProbeJitterLo, 1) updates
 // (dimensionless; Netflix's nextDouble(0.5, 1)).
 constexpr double kProbeJitterLo = 0.5;
@@ -48,11 +46,11 @@ const VegasPolicy::Params& checked(const VegasPolicy::Params& params) {
 
 double VegasPolicy::log10_root(double limit) {
   // Netflix applies it to limit.intValue(); our limit is >= min >= 1.
-  const double n = std::floor(limit);
-  if (n >= kLog10RootSwitch) return std::floor(std::sqrt(n));
-  // max(1, floor(log10 n)) for n < 1000, by comparison rather than log10 so
-  // that no rounding can move 100 below 2.
-  return n >= 100 ? 2 : 1;
+  // max(1, floor(log10 n)), by comparison rather than log10, so that no
+  // rounding can move a power of ten below its exponent.
+  double lg = 1;
+  for (double power = 100; std::floor(limit) >= power; power *= 10) ++lg;
+  return lg;
 }
 
 VegasPolicy::VegasPolicy(const Bounds& bounds) : VegasPolicy(bounds, Params{}) {}

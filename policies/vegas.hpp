@@ -7,8 +7,9 @@
 // applied to a concurrency limit. Per update, with L the limit, rtt the
 // update's latency and lg(L) = Netflix's Log10RootFunction of int(L):
 //
-//   lg(L)  = max(1, floor(log10 L))   for L < 1000
-//          = floor(sqrt(L))           for L >= 1000  (sic: the same function)
+//   lg(L)  = max(1, floor(log10 L))   (a table below 1000, log10 above;
+//                                      releases before Netflix's 3fbad85
+//                                      took floor(sqrt L) from 1000 on)
 //   every probe_multiplier * L * U[0.5, 1) updates:
 //                          rtt_noload = rtt; hold           (the probe)
 //   if rtt < rtt_noload:   rtt_noload = rtt; hold           (also the first update)
@@ -98,7 +99,7 @@ class VegasPolicy final : public Policy {
   // Params from a config's keys, defaults for those absent; throws ParamError.
   static Params parse_params(const ParamMap& params);
   // Netflix's Log10RootFunction of int(limit), in calls: max(1,
-  // floor(log10)) below 1000, floor(sqrt) from 1000 on.
+  // floor(log10)).
   static double log10_root(double limit);
 
   std::string_view name() const override { return kName; }

@@ -55,17 +55,19 @@ TEST(VegasPolicy, DefaultsAreNetflixs) {
   EXPECT_EQ(params.beta_factor, 6);
 }
 
-TEST(VegasPolicy, StepIsLog10BelowAThousandThenSqrt) {
-  // Netflix's Log10RootFunction of the limit's integer part.
+TEST(VegasPolicy, StepIsLog10OfTheLimit) {
+  // Netflix's Log10RootFunction of the limit's integer part (its tests:
+  // 0 -> 1, 100 -> 2, 10000 -> 4).
   EXPECT_EQ(VegasPolicy::log10_root(1), 1);     // max(1, 0)
   EXPECT_EQ(VegasPolicy::log10_root(9.9), 1);   // int 9: max(1, 0)
   EXPECT_EQ(VegasPolicy::log10_root(10), 1);
   EXPECT_EQ(VegasPolicy::log10_root(99.9), 1);  // int 99
   EXPECT_EQ(VegasPolicy::log10_root(100), 2);
   EXPECT_EQ(VegasPolicy::log10_root(999), 2);
-  EXPECT_EQ(VegasPolicy::log10_root(1000), 31);  // sqrt(1000) = 31.62
-  EXPECT_EQ(VegasPolicy::log10_root(1024), 32);  // sqrt exactly 32
-  EXPECT_EQ(VegasPolicy::log10_root(4000), 63);  // 63.25
+  EXPECT_EQ(VegasPolicy::log10_root(1000), 3);  // not floor(sqrt(1000)) = 31, as before 3fbad85
+  EXPECT_EQ(VegasPolicy::log10_root(9999.9), 3);
+  EXPECT_EQ(VegasPolicy::log10_root(10000), 4);
+  EXPECT_EQ(VegasPolicy::log10_root(1e6), 6);
 }
 
 TEST(VegasPolicy, FirstWindowSetsBaselineAndHolds) {
@@ -177,13 +179,16 @@ TEST(VegasPolicy, ClampsEstimateBeforeSmoothing) {
   EXPECT_EQ(policy.update(at_rtt(10)), 21);
 }
 
-TEST(VegasPolicy, StepsBySqrtFromAThousand) {
-  VegasPolicy policy({.min = 1, .max = 5000, .initial = 1000});
+TEST(VegasPolicy, StepsByLog10FromAThousandToo) {
+  VegasPolicy policy({.min = 1, .max = 50000, .initial = 1000});
   set_baseline_10ms(policy);
-  // lg(1000) = floor(sqrt 1000) = 31: queue 0 <= 31, L = 1000 + 6 * 31 = 1186.
-  EXPECT_EQ(policy.update(at_rtt(10)), 1186);
-  // lg(1186) = floor(34.4) = 34: L = 1186 + 6 * 34 = 1390.
-  EXPECT_EQ(policy.update(at_rtt(10)), 1390);
+  // lg(1000) = 3: queue 0 <= 3, L = 1000 + 6 * 3 = 1018 (not 1186, as by
+  // floor(sqrt 1000) = 31 before Netflix's 3fbad85).
+  EXPECT_EQ(policy.update(at_rtt(10)), 1018);
+  // A drop takes lg(L) = 3 off.
+  Window dropped = at_rtt(10);
+  dropped.dropped = 1;
+  EXPECT_EQ(policy.update(dropped), 1015);
 }
 
 TEST(VegasPolicy, HonoursAlphaAndBetaFactors) {
