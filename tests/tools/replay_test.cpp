@@ -67,6 +67,22 @@ TEST(SimReplay, BadLinesNameTheirNumber) {
   }
 }
 
+TEST(SimReplay, ABadFieldIsNamedWithWhy) {
+  const auto message = [](const std::string& line) {
+    try {
+      replay_text(line, aimd());
+    } catch (const ReplayError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("1000000,99999999999,0\n"), "<stdin>:1: inflight \"99999999999\": more than 4294967295");
+  EXPECT_EQ(message("1000000,20,x\n"), "<stdin>:1: dropped \"x\": not an unsigned integer");
+  EXPECT_EQ(message("-1,20,0\n"), "<stdin>:1: rtt_ns \"-1\": not an unsigned integer");
+  EXPECT_EQ(message(",20,0\n"), "<stdin>:1: rtt_ns \"\": not an unsigned integer");
+  EXPECT_EQ(message("1,2\n"), "<stdin>:1: expected rtt_ns,inflight,dropped (three unsigned integers), got \"1,2\"");
+}
+
 // More drops than a window could hold would wrap its 64-bit sample count
 // (with its one ok call) to nothing, and the window would look empty.
 TEST(SimReplay, MoreDropsThanAWindowHoldsAreRefused) {

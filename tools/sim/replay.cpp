@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <istream>
+#include <limits>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -15,13 +16,17 @@
 namespace bulkhead::sim {
 namespace {
 
+// Reads field `name` of a line into `out`; throws naming the field and why.
 template <typename T>
-bool parse_field(std::string_view field, T& out) {
+void parse_field(std::string_view field, const char* name, T& out, const std::string& where) {
   while (!field.empty() && (field.front() == ' ' || field.front() == '\t')) field.remove_prefix(1);
   while (!field.empty() && (field.back() == ' ' || field.back() == '\t')) field.remove_suffix(1);
-  if (field.empty()) return false;
   const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), out);
-  return ec == std::errc{} && end == field.data() + field.size();
+  if (ec == std::errc{} && end == field.data() + field.size() && !field.empty()) return;
+  const std::string why = ec == std::errc::result_out_of_range
+                              ? "more than " + std::to_string(std::numeric_limits<T>::max())
+                              : "not an unsigned integer";
+  throw ReplayError(where + name + " \"" + std::string(field.substr(0, 40)) + "\": " + why);
 }
 
 // The bounds checked in the words of the command line, where replay's come
@@ -64,13 +69,14 @@ std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& opt
     const std::size_t c2 = c1 == std::string_view::npos ? c1 : text.find(',', c1 + 1);
     std::uint64_t rtt_ns = 0, dropped = 0;
     std::uint32_t inflight = 0;
-    if (c2 == std::string_view::npos || text.find(',', c2 + 1) != std::string_view::npos ||
-        !parse_field(text.substr(0, c1), rtt_ns) || !parse_field(text.substr(c1 + 1, c2 - c1 - 1), inflight) ||
-        !parse_field(text.substr(c2 + 1), dropped)) {
-      throw ReplayError(source + ":" + std::to_string(number) +
-                        ": expected rtt_ns,inflight,dropped (three unsigned integers), got \"" +
+    const std::string where = source + ":" + std::to_string(number) + ": ";
+    if (c2 == std::string_view::npos || text.find(',', c2 + 1) != std::string_view::npos) {
+      throw ReplayError(where + "expected rtt_ns,inflight,dropped (three unsigned integers), got \"" +
                         std::string(text.substr(0, 80)) + "\"");
     }
+    parse_field(text.substr(0, c1), "rtt_ns", rtt_ns, where);
+    parse_field(text.substr(c1 + 1, c2 - c1 - 1), "inflight", inflight, where);
+    parse_field(text.substr(c2 + 1), "dropped", dropped, where);
     // A window's samples are counted in 64 bits with its one ok call: more
     // drops than a window could hold would wrap that count to nothing.
     if (dropped > kMaxDropped) {
