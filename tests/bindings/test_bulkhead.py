@@ -7,6 +7,7 @@ import copy
 import ctypes.util
 import os
 import pickle
+import signal
 import threading
 import unittest
 
@@ -208,6 +209,44 @@ class StandaloneTest(unittest.TestCase):
         waiter.join()
         closer.join()
         self.assertEqual(events, [2, "call returned", "closed"])
+
+    def test_a_child_forked_while_other_threads_use_the_client_can_use_and_close_it(self):
+        # At the fork one thread holds the client's lock (a call into the
+        # library) and another waits (counted for close()): neither is in
+        # the child. Its calls must not wait for that lock, nor its close()
+        # for that wait.
+        holding, waiting, go_on = threading.Event(), threading.Event(), threading.Event()
+
+        def hold_the_lock():
+            with self.client._lock:
+                holding.set()
+                go_on.wait()
+
+        def wait_in_a_call():
+            waiting.set()
+            go_on.wait()
+
+        threads = [threading.Thread(target=self.client._call_waiting, args=(wait_in_a_call,)),
+                   threading.Thread(target=hold_the_lock)]
+        threads[0].start()
+        waiting.wait()  # counted, and the lock let go
+        threads[1].start()
+        holding.wait()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)  # a hang fails the test, not the suite's timeout
+            code = 1
+            try:
+                if self.dep.limit == 2 and self.dep.try_acquire():
+                    self.client.close()
+                    code = 0
+            finally:
+                os._exit(code)
+        go_on.set()
+        for t in threads:
+            t.join()
+        _, status = os.waitpid(pid, 0)
+        self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status)
 
     def test_closing_lets_permits_go_and_a_waiter_admitted_meanwhile_gives_its_back(self):
         # While close() waits for a waiting acquire, a release (what the

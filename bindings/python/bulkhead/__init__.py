@@ -43,6 +43,7 @@ import math
 import pathlib
 import threading
 import time
+import weakref
 
 __all__ = ["Client", "Dependency", "Permit", "Rejected", "SUCCESS", "DROPPED", "IGNORE", "FAILED",
            "REJECT_LIMIT", "REJECT_QUEUE_FULL", "REJECT_DEADLINE", "REJECT_OPEN_CIRCUIT", "REJECT_PARTITION",
@@ -306,6 +307,18 @@ class Dependency:
         return self._client._call(_c().bh_inflight, self._handle)
 
 
+# Every open Client, for the fork handler below.
+_clients = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    for client in list(_clients):
+        client._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Client:
     """A process's connection to bulkheadd's segment (or standalone mode).
 
@@ -335,6 +348,17 @@ class Client:
         self._waiting = 0
         self._closing = False
         self._no_waiters = threading.Condition(self._lock)
+        _clients.add(self)
+
+    def _after_fork_in_child(self):
+        """The child has one thread, the one that forked: the lock may be
+        another's (every call of the child would wait for it forever), and
+        _waiting may count waits no thread of the child makes (close()
+        would wait for them forever). libbulkhead itself rebinds the client
+        to a process slot of the child's (its own fork handlers)."""
+        self._lock = threading.RLock()
+        self._no_waiters = threading.Condition(self._lock)
+        self._waiting = 0
 
     def dependency(self, name):
         """The Dependency called name (1 to 47 of A-Z a-z 0-9 . _ -)."""
