@@ -105,6 +105,22 @@ if ldd "$work/cmake/consumer-cxx-static" | grep -q libbulkhead; then
 fi
 run "$work/cmake/consumer-cxx-static"
 
+echo "== a C-only CMake project linked with bulkhead::client_static"
+# Its link is the C compiler's, which adds no C++ runtime of its own.
+mkdir -p "$work/c-only"
+printf '%s\n' "cmake_minimum_required(VERSION 3.16)" "project(bulkhead-c-only LANGUAGES C)" \
+  "find_package(bulkhead CONFIG REQUIRED)" \
+  "add_executable(consumer-c-static \"$src/examples/consumer/consumer.c\")" \
+  "target_link_libraries(consumer-c-static PRIVATE bulkhead::client_static)" >"$work/c-only/CMakeLists.txt"
+cmake -S "$work/c-only" -B "$work/c-only/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_C_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
+  >"$work/c-only.log" && cmake --build "$work/c-only/build" -j 1 >>"$work/c-only.log" ||
+  { cat "$work/c-only.log"; fail "a C-only project cannot link bulkhead::client_static"; }
+if ldd "$work/c-only/build/consumer-c-static" | grep -q libbulkhead; then
+  fail "consumer-c-static loads libbulkhead.so: it should have linked libbulkhead.a"
+fi
+run "$work/c-only/build/consumer-c-static"
+
 echo "== examples/consumer with pkg-config"
 export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
 [ "$(pkg-config --modversion bulkhead)" = "$version" ] || fail "pkg-config --modversion bulkhead is not $version"
