@@ -585,8 +585,11 @@ ProcessClaim claim_process_slot(Segment& segment) {
       continue;
     }
     // Counted before the fields are filled: a daemon that read the count
-    // before this claim sees it changed (take_process_slot()).
-    const std::uint32_t claims = id.claims.fetch_add(1, std::memory_order_relaxed) + 1;
+    // before this claim sees it changed (take_process_slot()). Release: a
+    // daemon whose acquire load sees this count then reads the state this
+    // claim set or a later one, never the ready state of the claim before
+    // it (with this count, which would pass for that claim's).
+    const std::uint32_t claims = id.claims.fetch_add(1, std::memory_order_release) + 1;
     id.pid.store(pid, std::memory_order_relaxed);
     id.start_time.store(start.value_or(0), std::memory_order_relaxed);
     id.pid_ns_device.store(ns.device, std::memory_order_relaxed);
