@@ -343,6 +343,19 @@ bool holds_name(const DependencyIdentity& id, std::string_view name) {
   return id.name_length == name.size() && std::memcmp(id.name, name.data(), name.size()) == 0;
 }
 
+// Waits while `id` is being claimed for a name of `hash` (probably the name
+// looked for, by another process this instant), until `give_up_at`; returns
+// the tag last read, still claiming when the claim did not finish in time.
+// Acquire pairs with the release CAS to kSlotReady in find_or_claim().
+std::uint64_t wait_out_claim(const DependencyIdentity& id, std::uint64_t hash, std::uint64_t tag,
+                             std::chrono::steady_clock::time_point give_up_at) {
+  while (tag == tag_of(hash, kSlotClaiming) && std::chrono::steady_clock::now() < give_up_at) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    tag = id.tag.load(std::memory_order_acquire);
+  }
+  return tag;
+}
+
 }  // namespace
 
 std::uint64_t dependency_name_hash(std::string_view name) {
@@ -355,15 +368,20 @@ std::uint64_t dependency_name_hash(std::string_view name) {
   return h == 0 ? 1 : h;
 }
 
-std::optional<std::uint32_t> find_dependency(const Segment& segment, std::string_view name) {
+std::optional<std::uint32_t> find_dependency(const Segment& segment, std::string_view name,
+                                             std::chrono::milliseconds patience) {
   const std::uint64_t hash = dependency_name_hash(name);
   const std::uint32_t capacity = segment.capacities().max_dependencies;
+  const auto give_up_at = std::chrono::steady_clock::now() + patience;
   for (std::uint32_t probe = 0; probe < capacity; ++probe) {
     const std::uint32_t index = static_cast<std::uint32_t>((hash + probe) % capacity);
     const DependencyIdentity& id = segment.dependency(index).identity;
     // Pairs with the release store of kSlotReady in find_or_claim_dependency():
-    // a ready tag means the name is written.
-    const std::uint64_t tag = id.tag.load(std::memory_order_acquire);
+    // a ready tag means the name is written. A claim of this hash is waited
+    // out: skipped, it would leave a name the daemon is registering this
+    // instant not found (a strict client's -ENOENT for a configured name).
+    const std::uint64_t tag =
+        wait_out_claim(id, hash, id.tag.load(std::memory_order_acquire), give_up_at);
     const auto state = tag & kTagStateMask;
     if (state == kSlotFree) return std::nullopt;  // the probe sequence ends here
     if (state == kSlotReady && (tag >> 8) == hash && holds_name(id, name)) return index;
@@ -417,13 +435,11 @@ ClaimResult find_or_claim(Segment& segment, std::string_view name, std::uint32_t
         break;
       }
       if (state == kSlotClaiming && (tag >> 8) == hash) {
-        // Probably the same name, claimed by another process this instant.
-        if (std::chrono::steady_clock::now() >= give_up_at) {
+        tag = wait_out_claim(id, hash, tag, give_up_at);
+        if (tag == tag_of(hash, kSlotClaiming)) {
           throw SegmentError(EAGAIN, "dependency '" + std::string(name) +
                                          "': another process's claim of its slot did not finish");
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-        tag = id.tag.load(std::memory_order_acquire);
         continue;
       }
       break;  // another name's claim, or an abandoned slot

@@ -146,8 +146,10 @@ class Segment {
 // FNV-1a of the name, folded to the 56 bits the tag holds (never 0).
 std::uint64_t dependency_name_hash(std::string_view name);
 
-// The ready slot that holds `name`, or nullopt.
-std::optional<std::uint32_t> find_dependency(const Segment& segment, std::string_view name);
+// The ready slot that holds `name`, or nullopt. A slot another process is
+// claiming for a name of the same hash is waited for, up to `patience`.
+std::optional<std::uint32_t> find_dependency(const Segment& segment, std::string_view name,
+                                             std::chrono::milliseconds patience = std::chrono::seconds(1));
 
 struct ClaimResult {
   std::uint32_t index = 0;

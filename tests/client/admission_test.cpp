@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -496,6 +497,33 @@ TEST_F(AdmissionTest, StrictDaemonRefusesUnknownNames) {
   EXPECT_EQ(bh_dependency(c, "unknown", &d), -ENOENT);
   EXPECT_NE(std::string(bh_last_error()).find("strict"), std::string::npos);
   EXPECT_EQ(bh_dependency(c, "known", &d), 0);
+  EXPECT_EQ(bh_limit(d), 5);
+  bh_client_close(c);
+}
+
+// The daemon registers a configured name with a claim of its slot, then
+// publishes it; a strict client that looked the name up in between used to
+// skip the claim and refuse the name with -ENOENT.
+TEST_F(AdmissionTest, StrictDaemonsNameMidClaimIsFoundNotRefused) {
+  segment_->header().flags.store(shm::kHeaderStrict);
+  const std::uint64_t hash = shm::dependency_name_hash("known");
+  const auto home = static_cast<std::uint32_t>(hash % segment_->capacities().max_dependencies);
+  shm::DependencySlot& slot = segment_->dependency(home);
+  slot.identity.tag.store((hash << 8) | shm::kSlotClaiming);
+  bh_client* c = nullptr;
+  ASSERT_EQ(bh_client_open(name_.c_str(), &c), 0);
+  std::thread daemon([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    slot.identity.name_length = 5;
+    std::memcpy(slot.identity.name, "known", 5);
+    slot.control.limit.store(5);
+    slot.partitions.admit_limit.store(5);
+    slot.control.flags.store(shm::kDependencyConfigured);
+    slot.identity.tag.store((hash << 8) | shm::kSlotReady, std::memory_order_release);
+  });
+  bh_dep* d = nullptr;
+  EXPECT_EQ(bh_dependency(c, "known", &d), 0) << bh_last_error();
+  daemon.join();
   EXPECT_EQ(bh_limit(d), 5);
   bh_client_close(c);
 }

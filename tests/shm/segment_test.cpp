@@ -574,6 +574,34 @@ TEST(DependencyTable, AbandonedSlotIsSkipped) {
   EXPECT_EQ(find_dependency(s, "orders"), r.index);
 }
 
+// Writes "orders" into a slot claimed for it and publishes it, as the
+// claimer in find_or_claim() does.
+void finish_claim(DependencySlot& slot, std::uint64_t hash, std::string_view name, std::uint32_t limit) {
+  slot.identity.name_length = static_cast<std::uint32_t>(name.size());
+  std::memcpy(slot.identity.name, name.data(), name.size());
+  slot.control.limit.store(limit);
+  slot.identity.tag.store((hash << 8) | kSlotReady, std::memory_order_release);
+}
+
+// A lookup that met the claim of the name it looks for used to skip it and
+// say "no such name": a strict client then got -ENOENT for a name the
+// daemon was registering that instant.
+TEST(DependencyTable, LookupWaitsOutAClaimOfItsName) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(8));
+  const std::uint64_t hash = dependency_name_hash("orders");
+  const std::uint32_t home = static_cast<std::uint32_t>(hash % 8);
+  s.dependency(home).identity.tag.store((hash << 8) | kSlotClaiming);
+  EXPECT_EQ(find_dependency(s, "orders", std::chrono::milliseconds(0)), std::nullopt);  // no patience: not yet
+  std::thread claimer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    finish_claim(s.dependency(home), hash, "orders", 7);
+  });
+  EXPECT_EQ(find_dependency(s, "orders"), home);
+  claimer.join();
+  EXPECT_EQ(s.dependency(home).control.limit.load(), 7u);
+}
+
 TEST(DependencyTable, ThreadsRacingForOneNewNameMeetOnOneSlot) {
   TempSegmentName name;
   Segment s = Segment::create(name, small_segment(64));
