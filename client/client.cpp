@@ -734,9 +734,12 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
       }
     }
     if (admitted) break;
+    shm::futex_sleep(d->line->futex, seen, std::min(deadline_ns, now_ns + shm::kWaitPollNs));
+    // The deadline before another look: a waiter that runs again past it
+    // (its timeout, or a wake-up it was scheduled too late for) leaves
+    // without a permit, even one free now, rather than be admitted late.
     now_ns = monotonic_ns();
     if (now_ns >= deadline_ns) break;
-    shm::futex_sleep(d->line->futex, seen, std::min(deadline_ns, now_ns + shm::kWaitPollNs));
   }
   // Leave the queue; the waiters behind this one move up. seq_cst: the
   // store side of the pair with their announce_waiter(), for wake_waiters().

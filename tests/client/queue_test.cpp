@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -168,6 +170,48 @@ TEST_F(QueueTest, AWaiterLeavesAtItsDeadlineWithoutAPermit) {
   EXPECT_EQ(c.deadline_rejected, 1u);
   EXPECT_EQ(c.waited, 1u);  // the time it waited is counted
   EXPECT_GE(c.wait_sum_ns, 1u);
+}
+
+// A waiter that runs again only after its deadline (stopped, or not
+// scheduled) is refused, even if a permit came free meanwhile: it must not
+// be admitted late, with no budget left for the call. The child is stopped
+// while it sleeps in the queue, the permit is released after its deadline,
+// then it goes on.
+TEST_F(QueueTest, AWaiterPastItsDeadlineIsNotAdmittedLateByAPermitFreedSince) {
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  const std::uint64_t deadline = bh_now_ns() + 300'000'000;  // 300 ms
+  const pid_t child = ::fork();
+  if (child == 0) {
+    bh_permit p;
+    const int rc = bh_acquire(dep_->handle(), deadline, &p);
+    std::_Exit(rc == 0 ? 1 : 10 + rc);
+  }
+  wait_for_waiters(1);
+  auto& futex = segment_->dependency(slot_).admission.futex;
+  while ((futex.load() & shm::kFutexSleepers) == 0) std::this_thread::yield();
+  // Until the kernel shows it asleep (in futex_sleep, not between looks).
+  for (;;) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(child));
+    std::FILE* f = std::fopen(path, "r");
+    ASSERT_NE(f, nullptr);
+    char state = 0;
+    const int n = std::fscanf(f, "%*d %*s %c", &state);
+    std::fclose(f);
+    if (n == 1 && state == 'S') break;
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(::kill(child, SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  while (bh_now_ns() <= deadline) std::this_thread::sleep_for(10ms);
+  held.success();  // a permit free only after the waiter's deadline
+  ASSERT_EQ(::kill(child, SIGCONT), 0);
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 10 + BH_REJECT_DEADLINE);
 }
 
 TEST_F(QueueTest, AnExpectedWaitBeyondTheBudgetIsRefusedWithoutQueueing) {
