@@ -246,6 +246,26 @@ TEST_F(ExecutorTest, ShutdownRefusesQueuedAndNewTasksAndLetsRunningOnesFinish) {
   EXPECT_FALSE(ran.load());
 }
 
+// A task whose worker waits for a host-wide permit has not started: shutdown()
+// refuses it like a queued one, and a permit that comes after does not run it.
+TEST_F(ExecutorTest, ShutdownRefusesATaskStillWaitingForItsPermit) {
+  control().limit.store(1);
+  segment_->dependency(slot_).partitions.admit_limit.store(1);  // no partitions
+  control().max_queue.store(4);
+  Permit elsewhere = dep_->try_acquire();  // another caller holds the only permit
+  ASSERT_TRUE(elsewhere);
+  Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
+  std::atomic<bool> ran{false};
+  auto waits = pool.submit([&] { ran = true; }, 60s);
+  ASSERT_TRUE(waits);
+  while (shm::queue_length(segment_->queue(slot_), segment_->queue_slots()) != 1) std::this_thread::yield();
+  pool.shutdown();
+  elsewhere.success();
+  EXPECT_EQ(reason_of(waits.future()), kExecutorStopped);
+  EXPECT_FALSE(ran.load());
+  EXPECT_EQ(counters().ok, 1u);  // `elsewhere` only
+}
+
 TEST(ExecutorRejected, NamesEveryReason) {
   EXPECT_STREQ(Rejected(BH_REJECT_LIMIT).what(), "bulkhead: task not run (dependency at its limit)");
   EXPECT_STREQ(Rejected(BH_REJECT_QUEUE_FULL).what(), "bulkhead: task not run (queue full)");

@@ -33,6 +33,7 @@
 // std::exception_ptr::_M_release; tests/tsan.supp says why and suppresses it.
 #pragma once
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -160,8 +161,11 @@ class Executor {
     return queue_.size() > idle_ ? queue_.size() - idle_ : 0;
   }
 
-  // Refuses new tasks and every queued one (Rejected(kExecutorStopped));
-  // the tasks that run finish. Does not wait for them.
+  // Refuses new tasks and every queued one (Rejected(kExecutorStopped)),
+  // and a task whose worker still waits for its permit when the permit
+  // comes (it is given back unused); the tasks that run finish. Does not
+  // wait for them (the destructor does, and for a worker waiting for a
+  // permit, until the permit comes or the task's deadline passes).
   void shutdown() {
     std::deque<std::unique_ptr<TaskBase>> dropped;
     {
@@ -180,7 +184,7 @@ class Executor {
 
   struct TaskBase {
     virtual ~TaskBase() = default;
-    virtual void run(Dependency& dependency) = 0;
+    virtual void run(Dependency& dependency, const std::atomic<bool>& stopping) = 0;
     virtual void reject(int reason) = 0;
   };
 
@@ -189,7 +193,7 @@ class Executor {
     Task(F&& f, Clock::time_point until) : fn(std::move(f)), deadline(until) {}
     Task(const F& f, Clock::time_point until) : fn(f), deadline(until) {}
 
-    void run(Dependency& dependency) override {
+    void run(Dependency& dependency, const std::atomic<bool>& stopping) override {
       // A task whose deadline passed in the queue is not run.
       if (deadline != Clock::time_point::max() && Clock::now() >= deadline) {
         reject(BH_REJECT_DEADLINE);
@@ -204,6 +208,14 @@ class Executor {
       }
       if (!permit) {
         reject(permit.reason());
+        return;
+      }
+      // Stopped while it waited for the permit: not started, so refused as
+      // a queued task is. Relaxed: a lone flag; shutdown() an instant later
+      // lets it run, as one that had started.
+      if (stopping.load(std::memory_order_relaxed)) {
+        permit.ignore();
+        reject(kExecutorStopped);
         return;
       }
       try {
@@ -252,18 +264,18 @@ class Executor {
         task = std::move(queue_.front());
         queue_.pop_front();
       }
-      task->run(dependency_);
+      task->run(dependency_, stopping_);
     }
   }
 
   Dependency dependency_;
   const std::size_t capacity_;
-  mutable std::mutex mutex_;  // guards queue_, stopping_ and idle_
+  mutable std::mutex mutex_;  // guards queue_, idle_ and the writes of stopping_
   std::condition_variable ready_;
   std::condition_variable idle_changed_;  // for the constructor: every worker ready
   std::size_t idle_ = 0;                  // workers waiting for a task
   std::deque<std::unique_ptr<TaskBase>> queue_;
-  bool stopping_ = false;
+  std::atomic<bool> stopping_{false};  // read by tasks without the mutex too
   std::vector<std::thread> workers_;
 };
 
