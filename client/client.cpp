@@ -1097,20 +1097,27 @@ inline int try_acquire(bh_dep* d, bh_permit* out, bool timed) {
   return rc;
 }
 
+// A permit that misuse leaves empty, as a rejection does, so that the
+// caller's unconditional bh_release() of it does nothing.
+int fail_permit(bh_permit* out, const char* why) {
+  if (out != nullptr) out->dep_ = nullptr;
+  return fail(EINVAL, why);
+}
+
 }  // namespace
 
 int bh_try_acquire(bh_dep* d, bh_permit* out) {
-  if (d == nullptr || out == nullptr) return fail(EINVAL, "bh_try_acquire: NULL argument");
+  if (d == nullptr || out == nullptr) return fail_permit(out, "bh_try_acquire: NULL argument");
   return try_acquire(d, out, true);
 }
 
 int bh_try_acquire_untimed(bh_dep* d, bh_permit* out) {
-  if (d == nullptr || out == nullptr) return fail(EINVAL, "bh_try_acquire_untimed: NULL argument");
+  if (d == nullptr || out == nullptr) return fail_permit(out, "bh_try_acquire_untimed: NULL argument");
   return try_acquire(d, out, false);
 }
 
 int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
-  if (d == nullptr || out == nullptr) return fail(EINVAL, "bh_acquire: NULL argument");
+  if (d == nullptr || out == nullptr) return fail_permit(out, "bh_acquire: NULL argument");
   out->dep_ = nullptr;
   std::uint64_t now_ns = monotonic_ns();
   // A call whose budget is spent never reaches the dependency.

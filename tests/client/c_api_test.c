@@ -69,9 +69,18 @@ int main(void) {
 
   CHECK(bh_dependency(client, "bad name", &dep) == -EINVAL);
   CHECK(strlen(bh_last_error()) > 0);
+  /* Misuse leaves an empty permit too: releasing it is harmless. */
+  memset(&a, 0xab, sizeof a);
   CHECK(bh_try_acquire(NULL, &a) == -EINVAL);
+  CHECK(a.dep_ == NULL);
   CHECK(bh_try_acquire(dep, NULL) == -EINVAL);
+  memset(&a, 0xab, sizeof a);
   CHECK(bh_try_acquire_untimed(NULL, &a) == -EINVAL);
+  CHECK(a.dep_ == NULL);
+  memset(&a, 0xab, sizeof a);
+  CHECK(bh_acquire(NULL, BH_NO_DEADLINE, &a) == -EINVAL);
+  CHECK(a.dep_ == NULL);
+  bh_release(&a, BH_SUCCESS);
   CHECK(bh_try_acquire_untimed(dep, NULL) == -EINVAL);
   CHECK(strstr(bh_last_error(), "bh_try_acquire_untimed") != NULL);
   CHECK(bh_limit(NULL) == -EINVAL);

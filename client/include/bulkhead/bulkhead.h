@@ -43,7 +43,8 @@ typedef struct bh_client bh_client;
 typedef struct bh_dep bh_dep;
 
 /* A permit: a value the caller owns (on its stack), filled by a successful
- * bh_try_acquire() or bh_acquire() and emptied by bh_release(). Its fields
+ * bh_try_acquire() or bh_acquire() (left empty by one that refuses, or
+ * fails with a negative errno) and emptied by bh_release(). Its fields
  * are private. deadline_ns_ came with bh_acquire(): bh_try_acquire() never
  * writes it, so a caller built against the header without it still passes
  * a permit big enough. */
