@@ -115,7 +115,15 @@ class Executor {
       : dependency_(dependency), capacity_(options.queue_capacity) {
     const unsigned threads = options.threads == 0 ? 1 : options.threads;
     workers_.reserve(threads);
-    for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    try {
+      for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    } catch (...) {
+      // A worker that cannot start (std::system_error): stop and join those
+      // that did, or their std::thread would terminate the process.
+      shutdown();
+      for (std::thread& t : workers_) t.join();
+      throw;
+    }
     // Ready when every worker is: a task submitted now finds them idle.
     std::unique_lock lock(mutex_);
     idle_changed_.wait(lock, [&] { return idle_ == threads; });
