@@ -9,7 +9,15 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "tests/support/children.hpp"
 
@@ -31,6 +39,30 @@ TEST(PidNamespace, ASlotOfAnUnknownOrTheSameNamespaceIsNotLookedUp) {
   EXPECT_FALSE(foreign_pid_namespace({}, own));  // a client of ABI 4.2: the daemon's namespace
   EXPECT_FALSE(foreign_pid_namespace({own.device, own.inode + 1}, {}));
   EXPECT_TRUE(foreign_pid_namespace({own.device, own.inode + 1}, own));
+}
+
+// Sleeps past the clock tick (of /proc's start times) now running.
+void pass_clock_tick() {
+  std::this_thread::sleep_for(std::chrono::microseconds(2'000'000 / ::sysconf(_SC_CLK_TCK)));
+}
+
+// The processes that are pid 1 of a namespace below this one and started
+// at `start` (in clock ticks since boot).
+int inits_started_at(std::uint64_t start) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream status(entry.path() / "status");
+    std::string line;
+    while (std::getline(status, line) && line.rfind("NSpid:", 0) != 0) {
+    }
+    std::istringstream fields(line.substr(std::min<std::size_t>(line.size(), 6)));
+    std::vector<std::string> pids{std::istream_iterator<std::string>(fields), {}};
+    if (pids.size() < 2 || pids.back() != "1") continue;
+    if (process_start_time(std::stoi(name)) == start) ++count;
+  }
+  return count;
 }
 
 class PidNamespaceTest : public ::testing::Test {
@@ -74,10 +106,26 @@ TEST_F(PidNamespaceTest, AProcessIsFoundByItsPidInItsNamespace) {
 
 // A daemon that may not read other users' namespaces (not root, as the
 // unit runs it) matches by pid and start time alone.
+//
+// Pid 1 and a start time are then all there is to match: the init of any
+// other pid namespace started in the same clock tick (another test's,
+// running beside this one) matches as well, and the lookup may find that
+// one. So the test waits out the tick, after which no process can start
+// with that time, and takes a child no other process matches.
 TEST_F(PidNamespaceTest, WithoutTheRightToReadItsNamespaceItIsFoundByPidAndStartTime) {
-  const PidNamespace ns = ns_;
-  const std::uint64_t start = start_;
-  const pid_t expected = child_.pid();
+  PidNamespace ns = ns_;
+  std::uint64_t start = start_;
+  pid_t expected = child_.pid();
+  std::optional<testing::ChildInPidNamespace> another;
+  for (int attempt = 1; pass_clock_tick(), inits_started_at(start) > 1; ++attempt) {
+    ASSERT_LT(attempt, 50) << "every child shared its start time with another namespace's init";
+    another.reset();
+    another.emplace([] { return true; });
+    ASSERT_TRUE(another->ok());
+    expected = another->pid();
+    ns = namespace_of(expected);
+    start = process_start_time(expected).value_or(0);
+  }
   const pid_t reader = ::fork();
   if (reader == 0) {
     if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) std::_Exit(2);
