@@ -33,6 +33,7 @@
 #include "daemon/control_loop.hpp"
 #include "daemon/metrics.hpp"
 #include "shm/cpus.hpp"
+#include "shm/pid_namespace.hpp"
 #include "shm/segment.hpp"
 
 namespace {
@@ -205,18 +206,32 @@ shm::Segment open_segment(const Config& config, bool recreate) {
   try {
     shm::Segment segment = shm::Segment::attach(name, shm::Access::kReadWrite);
     const shm::Header& h = segment.header();
-    const std::int32_t pid = h.daemon_pid.load(std::memory_order_relaxed);
-    const auto start = pid > 0 ? shm::process_start_time(pid) : std::nullopt;
-    if (pid > 0 && pid != ::getpid() && start &&
-        *start == h.daemon_start_time.load(std::memory_order_relaxed)) {
-      throw std::runtime_error("segment /dev/shm/" + name + ": another bulkheadd (pid " +
-                               std::to_string(pid) + ") is running on it");
+    // The daemon it names, found in its pid namespace when that is
+    // another than this one's (a daemon in a container, or this one).
+    const shm::ProcessSnapshot before = shm::read_daemon(h);
+    const std::int32_t pid = before.pid;
+    const shm::PidNamespace own = shm::own_pid_namespace();
+    const bool foreign = shm::foreign_pid_namespace(before.pid_ns, own);
+    const std::string who = foreign ? std::to_string(pid) + " in pid:[" + std::to_string(before.pid_ns.inode) + "]"
+                                    : std::to_string(pid);
+    pid_t here = 0;
+    const shm::Liveness other = pid > 0 ? shm::process_liveness(before, own, &here) : shm::Liveness::kDead;
+    if (other == shm::Liveness::kAlive && here != ::getpid()) {
+      throw std::runtime_error("segment /dev/shm/" + name + ": another bulkheadd (pid " + who +
+                               (foreign ? ", " + std::to_string(here) + " here" : std::string()) +
+                               ") is running on it");
+    }
+    if (other == shm::Liveness::kUnknown) {
+      spdlog::warn("segment /dev/shm/{}: cannot tell whether its daemon, pid {}, still runs (/proc hides it); "
+                   "adopting it",
+                   name, who);
     }
     if (config.daemon.stats_stripes == kAutoStripes) {
       wanted.stats_stripes = segment.capacities().stats_stripes;
     }
     if (segment.capacities() == wanted) {
-      spdlog::info("adopted segment /dev/shm/{} left by pid {} (heartbeat {})", name, pid,
+      spdlog::info("adopted segment /dev/shm/{} left by {} (heartbeat {})", name,
+                   pid > 0 ? "pid " + who : std::string("a daemon that stopped cleanly"),
                    h.heartbeat.load(std::memory_order_relaxed));
       // One an older minor made: this daemon reads the fields the newer
       // minors added, in space the older one left zero, so the segment now
@@ -340,9 +355,7 @@ int run(const Options& options) {
                  c.queue_slots, c.max_processes);
   }
   shm::Header& header = segment.header();
-  header.daemon_pid.store(::getpid(), std::memory_order_relaxed);
-  header.daemon_start_time.store(shm::process_start_time(::getpid()).value_or(0),
-                                 std::memory_order_relaxed);
+  shm::publish_daemon(header);
 
   std::unique_ptr<bulkhead::daemon::Metrics> metrics;
   if (!config.daemon.metrics_listen.empty()) {

@@ -89,7 +89,10 @@ inline constexpr std::uint16_t kAbiMajor = 4;
 // the client's pid namespace: a client of minor 2 or less records none, and
 // its pid is taken as one in the daemon's namespace, so such a client in a
 // container (another pid namespace) is found dead while it runs.
-inline constexpr std::uint16_t kAbiMinor = 3;
+// ABI 4.4: Header::daemon_pid_ns_*, the daemon's pid namespace, by which a
+// daemon or bulkheadctl of another namespace finds it. Of a daemon of minor
+// 3 or less, the pid is taken as one in the reader's namespace.
+inline constexpr std::uint16_t kAbiMinor = 4;
 // The first minor of this major whose daemon reads DependencyControl::limit_pin.
 inline constexpr std::uint16_t kPinAbiMinor = 1;
 
@@ -129,7 +132,9 @@ struct alignas(kCacheLine) Header {
   std::atomic<std::uint64_t> config_generation;  // bumped on every (re)load
   std::atomic<std::uint32_t> default_limit;   // limit a new name starts with
   std::atomic<std::uint32_t> metrics_port;    // 0: no metrics endpoint
-  std::uint8_t reserved1[16];
+  // The pid namespace daemon_pid is in (ABI 4.4), as ProcessIdentity's.
+  std::atomic<std::uint64_t> daemon_pid_ns_device;
+  std::atomic<std::uint64_t> daemon_pid_ns_inode;
 };
 
 // Slot states, the low byte of DependencyIdentity::tag and ProcessIdentity::state.

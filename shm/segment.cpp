@@ -577,6 +577,26 @@ Liveness process_liveness(pid_t pid, std::uint64_t start_time) {
   return start_time == 0 || stat->start_time == start_time ? Liveness::kAlive : Liveness::kDead;
 }
 
+ProcessSnapshot read_daemon(const Header& header) {
+  ProcessSnapshot seen;
+  seen.pid = header.daemon_pid.load(std::memory_order_relaxed);
+  seen.start_time = header.daemon_start_time.load(std::memory_order_relaxed);
+  seen.pid_ns = {header.daemon_pid_ns_device.load(std::memory_order_relaxed),
+                 header.daemon_pid_ns_inode.load(std::memory_order_relaxed)};
+  return seen;
+}
+
+void publish_daemon(Header& header) {
+  // As claim_process_slot(): the pid in this process's namespace, with the
+  // namespace, and the start time of /proc/self (in a container sharing
+  // the host's /proc, /proc/<getpid()> is another process).
+  const PidNamespace ns = own_pid_namespace();
+  header.daemon_pid_ns_device.store(ns.device, std::memory_order_relaxed);
+  header.daemon_pid_ns_inode.store(ns.inode, std::memory_order_relaxed);
+  header.daemon_start_time.store(own_start_time().value_or(0), std::memory_order_relaxed);
+  header.daemon_pid.store(::getpid(), std::memory_order_relaxed);
+}
+
 PidNamespace own_pid_namespace() {
   struct stat st {};
   if (::stat("/proc/self/ns/pid", &st) != 0) return {};

@@ -256,4 +256,12 @@ void free_process_slot(Segment& segment, std::uint32_t index);
 // Frees a slot whose claim never finished, if it is still kSlotClaiming.
 void abandon_process_claim(Segment& segment, std::uint32_t index);
 
+// The header's daemon, as a slot's process (no claim): pid 0 when none
+// runs. Its pid namespace is unknown, the reader's own, when a daemon of
+// ABI 4.3 or older wrote it.
+ProcessSnapshot read_daemon(const Header& header);
+// Records the calling process as the daemon in the header: its pid, start
+// time and pid namespace.
+void publish_daemon(Header& header);
+
 }  // namespace bulkhead::shm

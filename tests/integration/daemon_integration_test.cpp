@@ -21,6 +21,7 @@
 #include "bulkhead/client.hpp"
 #include "shm/cpus.hpp"
 #include "shm/wait_queue.hpp"
+#include "tests/support/children.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/temp_segment.hpp"
@@ -373,6 +374,60 @@ TEST_F(DaemonIntegration, ARestartedDaemonAdoptsTheSegmentAndItsLimits) {
   EXPECT_EQ(second.log().find("raised to"), std::string::npos) << second.log();  // its own minor already
   EXPECT_EQ(kept.limit(), 11);
   EXPECT_EQ(kept.inflight(), 1);  // the in-flight count survived
+}
+
+// One daemon per segment: a second one, started while the first runs,
+// exits and leaves the first in charge.
+TEST_F(DaemonIntegration, ASecondDaemonOnTheSegmentRefusesIt) {
+  DaemonProcess first(BULKHEADD_PATH, dir_, config());
+  ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
+  testing::TempDir other_dir;
+  DaemonProcess second(BULKHEADD_PATH, other_dir.path(), config());
+  ASSERT_TRUE(second.wait_exit(20s)) << second.log();
+  EXPECT_NE(second.exit_code(), 0);
+  EXPECT_NE(second.log().find("another bulkheadd (pid " + std::to_string(first.pid()) + ") is running on it"),
+            std::string::npos)
+      << second.log();
+  EXPECT_EQ(shm::Segment::attach(segment_.str(), shm::Access::kReadOnly).header().daemon_pid.load(), first.pid());
+}
+
+// A daemon in a container (another pid namespace) records its pid there,
+// 1 as a container's init: a daemon of this namespace used to look up pid
+// 1 here, find another process (or none), and adopt the segment under the
+// running daemon. Here the "daemon" is a process that pid 1 of a namespace
+// of its own, recorded in the header as a daemon there records itself.
+TEST_F(DaemonIntegration, ADaemonOfAnotherPidNamespaceKeepsItsSegment) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
+  {
+    DaemonProcess first(BULKHEADD_PATH, dir_, config());
+    ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
+    first.signal(SIGTERM);
+    ASSERT_TRUE(first.wait_exit(10s));
+  }
+  shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadWrite);
+  shm::Header& h = segment.header();
+  testing::ChildInPidNamespace contained([&] {
+    shm::publish_daemon(h);
+    return true;
+  });
+  ASSERT_TRUE(contained.ok());
+  ASSERT_EQ(h.daemon_pid.load(), 1);
+  DaemonProcess second(BULKHEADD_PATH, dir_, config());
+  ASSERT_TRUE(second.wait_exit(20s)) << second.log();
+  EXPECT_NE(second.exit_code(), 0);
+  const std::string ns = std::to_string(h.daemon_pid_ns_inode.load());
+  EXPECT_NE(second.log().find("another bulkheadd (pid 1 in pid:[" + ns + "], " + std::to_string(contained.pid()) +
+                              " here) is running on it"),
+            std::string::npos)
+      << second.log();
+  EXPECT_EQ(h.daemon_pid.load(), 1);  // not taken over
+  // Gone, the next daemon adopts the segment.
+  contained.kill();
+  DaemonProcess third(BULKHEADD_PATH, dir_, config());
+  ASSERT_TRUE(third.wait_ready(segment_)) << third.log();
+  EXPECT_NE(third.log().find("adopted segment /dev/shm/" + segment_.str() + " left by pid 1 in pid:[" + ns + "]"),
+            std::string::npos)
+      << third.log();
 }
 
 // A daemon that adopts a segment an older minor made serves it at its own

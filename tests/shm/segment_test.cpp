@@ -464,6 +464,19 @@ TEST(SegmentInAFullDevShm, AnUnreservedSegmentsFirstWriteDiesOfSigbus) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == kDiedOfSigbus) << "status " << status;
 }
 
+TEST(Header, TheDaemonRecordsItsPidStartTimeAndPidNamespace) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment());
+  EXPECT_EQ(read_daemon(s.header()).pid, 0);
+  publish_daemon(s.header());
+  const ProcessSnapshot daemon = read_daemon(s.header());
+  EXPECT_EQ(daemon.pid, ::getpid());
+  EXPECT_EQ(daemon.start_time, process_start_time(::getpid()));
+  EXPECT_EQ(daemon.pid_ns, own_pid_namespace());
+  EXPECT_TRUE(daemon.pid_ns.known());
+  EXPECT_EQ(process_liveness(daemon.pid, daemon.start_time), Liveness::kAlive);
+}
+
 TEST(DependencyTable, SameNameSameSlot) {
   TempSegmentName name;
   Segment s = Segment::create(name, small_segment());

@@ -629,6 +629,36 @@ TEST_F(CtlSegment, AProcessOfAnotherPidNamespaceIsShownWithItsPidHere) {
   EXPECT_NE(text.find("? (1 in pid:[" + std::to_string(ns.st_ino) + "])"), std::string::npos) << text;
 }
 
+// The daemon in a container records pid 1, its number there: shown
+// running, with its pid here and its namespace; gone once it is.
+TEST_F(CtlSegment, ADaemonOfAnotherPidNamespaceIsShownRunningWithItsPidHere) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
+  testing::ChildInPidNamespace daemon([&] {
+    shm::publish_daemon(segment_.header());
+    return true;
+  });
+  ASSERT_TRUE(daemon.ok());
+  const std::string ns = std::to_string(segment_.header().daemon_pid_ns_inode.load());
+  Status st = standard_status(kSecond / 2);
+  EXPECT_EQ(st.daemon_state, DaemonState::kRunning);
+  EXPECT_NE(status_text(st).find("daemon: pid " + std::to_string(daemon.pid()) + " (1 in pid:[" + ns +
+                                 "]), running"),
+            std::string::npos)
+      << status_text(st);
+  Json j = JsonParser::parse(status_json(st));
+  EXPECT_EQ(j["daemon"]["pid"].number, 1);
+  EXPECT_EQ(j["daemon"]["host_pid"].number, daemon.pid());
+  EXPECT_EQ(std::to_string(static_cast<std::uint64_t>(j["daemon"]["pid_namespace"].number)), ns);
+
+  daemon.kill();
+  st = standard_status(kSecond / 2);
+  if (shm::own_pid_namespace().inode == shm::kInitialPidNamespaceInode) {
+    EXPECT_EQ(st.daemon_state, DaemonState::kNone);
+    EXPECT_NE(status_text(st).find("daemon: none (pid ? (1 in pid:[" + ns + "]) is gone)"), std::string::npos)
+        << status_text(st);
+  }
+}
+
 TEST_F(CtlSegment, ProcessesListPidStartStateAndPermits) {
   segment_.held(process_, payments_).store(2);
   segment_.held(process_, recs_).store(5);

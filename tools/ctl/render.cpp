@@ -28,10 +28,12 @@ std::string millis(std::optional<double> ms) {
   return format(*ms < 10 ? "%.2f" : "%.1f", *ms);
 }
 
-// A process's pid as bulkheadctl shows it: its pid here, and for a
-// process of another pid namespace (a container) the one it has there,
-// "4242 (1 in pid:[4026532451])", "?" for a pid here not found.
-std::string pid_text(const ProcessReading& p) {
+// A process's pid (a client's, or the daemon's) as bulkheadctl shows it:
+// its pid here, and for a process of another pid namespace (a container)
+// the one it has there, "4242 (1 in pid:[4026532451])", "?" for a pid here
+// not found.
+template <class Reading>
+std::string pid_text(const Reading& p) {
   if (p.pid_namespace == 0) return std::to_string(p.pid);
   return (p.host_pid > 0 ? std::to_string(p.host_pid) : std::string("?")) +
          format(" (%d in pid:[%llu])", p.pid, static_cast<unsigned long long>(p.pid_namespace));
@@ -40,7 +42,8 @@ std::string pid_text(const ProcessReading& p) {
 // What a process's pid is about in the JSON: "pid_namespace", its pid
 // namespace's inode when that is another than bulkheadctl's (else null),
 // and "host_pid", its pid in bulkheadctl's namespace (null: not found).
-void write_pid_namespace(JsonWriter& j, const ProcessReading& p) {
+template <class Reading>
+void write_pid_namespace(JsonWriter& j, const Reading& p) {
   if (p.pid_namespace == 0) {
     j.key("pid_namespace").null();
   } else {
@@ -123,13 +126,13 @@ std::string daemon_line(const Status& st) {
   }
   switch (st.daemon_state) {
     case DaemonState::kRunning:
-      return format("daemon: pid %d, running, ", d.pid) + beat + tail + "\n";
+      return "daemon: pid " + pid_text(d) + ", running, " + beat + tail + "\n";
     case DaemonState::kStale:
-      return format("daemon: pid %d, STALE: ", d.pid) + beat +
+      return "daemon: pid " + pid_text(d) + ", STALE: " + beat +
              (d.liveness == shm::Liveness::kUnknown ? " (its /proc entry is hidden)" : "") + tail +
              "; limits no longer adapt\n";
     case DaemonState::kNone:
-      return (d.pid > 0 ? format("daemon: none (pid %d is gone); last ", d.pid)
+      return (d.pid > 0 ? "daemon: none (pid " + pid_text(d) + " is gone); last "
                         : std::string("daemon: none (stopped); last ")) +
              beat + "; clients keep the last limits\n";
   }
@@ -157,8 +160,11 @@ void write_daemon(JsonWriter& j, const Status& st) {
   j.key("state").value(daemon_state_name(st.daemon_state));
   if (d.pid > 0) {
     j.key("pid").value(d.pid);
+    write_pid_namespace(j, d);
   } else {
     j.key("pid").null();
+    j.key("pid_namespace").null();
+    j.key("host_pid").null();
   }
   j.key("heartbeat").value(d.heartbeat);
   j.key("heartbeat_age_s").value(st.heartbeat_age_s);

@@ -128,10 +128,16 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
   s.taken_ns = now_ns;
   s.boot_time_s = boot_time_s();
 
+  // Processes of another pid namespace (a container), the daemon as much
+  // as a client, are looked up as the daemon looks clients up, and shown
+  // with their pid here too.
+  const shm::PidNamespace own_ns = shm::own_pid_namespace();
   DaemonReading& d = s.daemon;
-  d.pid = h.daemon_pid.load(std::memory_order_relaxed);
-  d.start_time = h.daemon_start_time.load(std::memory_order_relaxed);
-  d.liveness = d.pid > 0 ? shm::process_liveness(d.pid, d.start_time) : shm::Liveness::kDead;
+  const shm::ProcessSnapshot daemon = shm::read_daemon(h);
+  d.pid = daemon.pid;
+  d.start_time = daemon.start_time;
+  if (shm::foreign_pid_namespace(daemon.pid_ns, own_ns)) d.pid_namespace = daemon.pid_ns.inode;
+  d.liveness = d.pid > 0 ? shm::process_liveness(daemon, own_ns, &d.host_pid) : shm::Liveness::kDead;
   d.heartbeat = h.heartbeat.load(std::memory_order_relaxed);
   d.heartbeat_ns = h.heartbeat_ns.load(std::memory_order_relaxed);
   d.config_generation = h.config_generation.load(std::memory_order_relaxed);
@@ -210,7 +216,6 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
   }
 
   const std::uint32_t processes = s.capacities.max_processes;
-  const shm::PidNamespace own_ns = shm::own_pid_namespace();
   for (std::uint32_t p = 0; p < processes; ++p) {
     const shm::ProcessIdentity& id = segment.process(p).identity;
     // Acquire pairs with the release store of kSlotReady in
@@ -227,8 +232,6 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     seen.pid = r.pid;
     seen.start_time = r.start_time;
     seen.pid_ns = {id.pid_ns_device.load(std::memory_order_relaxed), id.pid_ns_inode.load(std::memory_order_relaxed)};
-    // A process of another pid namespace (a container) is looked up as the
-    // daemon looks it up, and shown with its pid here too.
     if (shm::foreign_pid_namespace(seen.pid_ns, own_ns)) r.pid_namespace = seen.pid_ns.inode;
     r.liveness = shm::process_liveness(seen, own_ns, &r.host_pid);
     for (std::uint32_t i = 0; i < dependencies; ++i) {

@@ -32,7 +32,9 @@ std::string default_segment_name();
 shm::Segment open_read_only(const std::string& name);
 
 struct DaemonReading {
-  std::int32_t pid = 0;  // 0: none recorded (stopped cleanly, or never ticked)
+  std::int32_t pid = 0;  // 0: none recorded (stopped cleanly, or never ticked); in its pid namespace
+  std::uint64_t pid_namespace = 0;  // as ProcessReading's (ABI 4.4; 0 from an older daemon)
+  pid_t host_pid = 0;               // as ProcessReading's
   std::uint64_t start_time = 0;
   shm::Liveness liveness = shm::Liveness::kDead;  // of pid, with start_time
   std::uint64_t heartbeat = 0;                    // ticks
