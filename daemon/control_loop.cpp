@@ -135,7 +135,9 @@ void ControlLoop::apply(const Config& config) {
       spdlog::info("dependency {}: policy {}, continuing from limit {}", d.name,
                    describe_policy(d.controller->settings()), d.controller->limit());
     }
+    const std::uint32_t trial_calls = d.breaker->settings().half_open_calls;
     d.breaker->reconfigure(config_.effective(d.name).breaker);
+    if (d.breaker->state() == BreakerState::kHalfOpen) resize_trials(index, trial_calls, d.breaker->settings());
     if (metrics_ != nullptr) {
       const auto& settings = d.controller->settings();
       metrics_->set_policy(d.name, settings.policy, settings.bounds.min, settings.bounds.max);
@@ -639,6 +641,25 @@ void ControlLoop::update_breaker(Dependency& d, const shm::DependencyCounters& d
     // Waiters that may now be admitted, or must now leave, look again.
     shm::wake_waiters(segment_.dependency(d.index).admission.futex);
   }
+}
+
+void ControlLoop::resize_trials(std::uint32_t index, std::uint32_t before, const BreakerSettings& now) {
+  // The breaker now closes at now.half_open_calls successes: hand out (or
+  // take back) the difference in this episode's permits, or trials that all
+  // succeed could never close it (it reopens for want of a verdict), or a
+  // lowered count would still admit the old one.
+  const std::uint32_t after = now.half_open_calls;
+  if (after == before) return;
+  std::atomic<std::uint64_t>& trials = segment_.dependency(index).control.trials;
+  std::uint64_t w = trials.load(std::memory_order_relaxed);
+  std::uint64_t resized;
+  do {
+    const std::uint32_t left = std::min(shm::trials_left(w), before);  // more is junk, put back each tick
+    const std::uint32_t taken = before - left;
+    resized = shm::trials_word(shm::trials_episode(w), after > taken ? after - taken : 0);
+    // Relaxed: as the daemon's other stores of the word; the CAS keeps a
+    // take or give-back in between.
+  } while (!trials.compare_exchange_weak(w, resized, std::memory_order_relaxed));
 }
 
 void ControlLoop::publish_service_time(Dependency& d, const shm::DependencyCounters& delta) {

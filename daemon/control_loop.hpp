@@ -166,6 +166,10 @@ class ControlLoop {
   void publish_settings(std::uint32_t index, std::string_view name);
   // The service time clients estimate their wait from.
   void publish_service_time(Dependency& d, const shm::DependencyCounters& delta);
+  // A reload changed a half-open breaker's half_open_calls from `before`:
+  // its episode's permits left follow, so that the trials out and left add
+  // up to the new count.
+  void resize_trials(std::uint32_t index, std::uint32_t before, const BreakerSettings& now);
   // Clears kDependencyPattern on every slot but this config's patterns'.
   void withdraw_patterns();
   // The kDependency* flags the config gives a dependency of that name.

@@ -173,6 +173,47 @@ TEST_F(BreakerLoopTest, ATrialFailureReopensForAnotherSleepWindow) {
   expect_half_open_after_the_sleep_window(pay);
 }
 
+// A reload that changes half_open_calls mid-episode applies at once, to
+// the permits as well as to the successes that close it: raised, the
+// episode hands out the extra permits (trials that all succeed close it,
+// never reopen it for want of a verdict); lowered, fewer are left.
+TEST_F(BreakerLoopTest, AReloadThatChangesTheTrialCallsMidEpisodeKeepsPermitsAndVerdictInStep) {
+  start(kBreakerConfig);
+  Dependency pay = client_->dependency("pay");
+  advance_ticks(1);
+  open_it();
+  expect_half_open_after_the_sleep_window(pay);
+  const auto with_trials = [](int n) {
+    std::string toml = kBreakerConfig;
+    return toml.replace(toml.find("half_open_calls = 3"), 19, "half_open_calls = " + std::to_string(n));
+  };
+  loop_->apply(parse(with_trials(5), "five.toml"));
+  EXPECT_EQ(shm::trials_left(control("pay").trials.load()), 5u);
+  std::vector<Permit> trials;
+  for (int i = 0; i < 5; ++i) trials.push_back(pay.try_acquire());
+  for (const Permit& p : trials) EXPECT_TRUE(p);
+  for (Permit& p : trials) p.success();
+  advance_ticks(1);
+  EXPECT_EQ(pay.breaker(), ClientState::kClosed);
+  advance(2000ms);  // past a sleep window: closed it stays
+  EXPECT_EQ(pay.breaker(), ClientState::kClosed);
+
+  loop_->apply(parse(kBreakerConfig, "three.toml"));
+  open_it();
+  expect_half_open_after_the_sleep_window(pay);
+  Permit taken = pay.try_acquire();
+  ASSERT_TRUE(taken);
+  loop_->apply(parse(with_trials(2), "two.toml"));
+  EXPECT_EQ(shm::trials_left(control("pay").trials.load()), 1u);
+  Permit second = pay.try_acquire();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(pay.try_acquire().reason(), BH_REJECT_OPEN_CIRCUIT);
+  taken.success();
+  second.success();
+  advance_ticks(1);
+  EXPECT_EQ(pay.breaker(), ClientState::kClosed);
+}
+
 // Many processes race for the trial permits, each keeping what it gets:
 // exactly half_open_calls are admitted host-wide.
 TEST_F(BreakerLoopTest, NeverMoreThanTheTrialCallsAtOnceAcrossProcesses) {
