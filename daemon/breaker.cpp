@@ -42,9 +42,10 @@ const char* breaker_state_name(BreakerState state) {
   return "closed";
 }
 
-Breaker::Breaker(const BreakerSettings& settings, BreakerState initial, std::uint64_t now_ns)
+Breaker::Breaker(const BreakerSettings& settings, BreakerState initial, std::uint64_t now_ns, bool forced)
     : settings_(settings),
       state_(initial == BreakerState::kClosed ? BreakerState::kClosed : BreakerState::kOpen),
+      forced_(forced),
       since_ns_(now_ns) {}
 
 void Breaker::clear_window() {

@@ -96,8 +96,10 @@ class Breaker {
   };
 
   // `initial`: the state found in the segment (a restarted daemon); an open
-  // or half-open breaker starts a fresh sleep window at `now_ns`.
-  Breaker(const BreakerSettings& settings, BreakerState initial, std::uint64_t now_ns);
+  // or half-open breaker starts a fresh sleep window at `now_ns`. `forced`:
+  // an operator forced that state, so that a force that ended while no
+  // daemon ran is released as any force is (open: half open at once).
+  Breaker(const BreakerSettings& settings, BreakerState initial, std::uint64_t now_ns, bool forced = false);
 
   // A reload. The state and the window carry over.
   void reconfigure(const BreakerSettings& settings) { settings_ = settings; }

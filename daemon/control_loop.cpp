@@ -366,9 +366,13 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   const bool governed = slot.control.generation.load(std::memory_order_relaxed) != 0;
   d.controller = std::make_unique<control::Controller>(
       settings, governed ? slot.control.limit.load(std::memory_order_relaxed) : 0, now_ns);
-  // A breaker a previous daemon left open stays open for a sleep window.
-  const bool found_open = shm::breaker_stops(slot.control.breaker.load(std::memory_order_relaxed));
-  d.breaker.emplace(settings.breaker, found_open ? BreakerState::kOpen : BreakerState::kClosed, now_ns);
+  // A breaker a previous daemon left open stays open for a sleep window,
+  // unless an operator forced it so and the force has ended since: then
+  // the first tick releases it, as it would have under that daemon.
+  const std::uint32_t found = slot.control.breaker.load(std::memory_order_relaxed);
+  const bool found_open = shm::breaker_stops(found);
+  d.breaker.emplace(settings.breaker, found_open ? BreakerState::kOpen : BreakerState::kClosed, now_ns,
+                    (found & shm::kBreakerForced) != 0);
   if (metrics_ != nullptr) {
     d.metrics = &metrics_->dependency(d.name);
     metrics_->set_policy(d.name, settings.policy, settings.bounds.min, settings.bounds.max);

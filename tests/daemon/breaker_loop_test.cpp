@@ -409,6 +409,37 @@ TEST_F(BreakerLoopTest, ABreakerAPreviousDaemonLeftHalfOpenIsOpenForASleepWindow
   expect_open_for_a_sleep_window_after_a_restart(shm::kBreakerHalfOpen);
 }
 
+// An operator's force open that ended while no daemon ran (bulkheadctl
+// breaker auto between a stop and a start, or a config without the force)
+// is a force released: trial calls decide at once, as when it is released
+// under a running daemon, not after another sleep window of refusals.
+TEST_F(BreakerLoopTest, AForceOpenReleasedWhileNoDaemonRanHalfOpensAtOnce) {
+  start(kBreakerConfig, [&](shm::Segment& s) {
+    const auto claim = shm::find_or_claim_dependency(s, "pay", 50, 0);
+    s.dependency(claim.index).control.breaker.store(shm::kBreakerOpen | shm::kBreakerForced);
+  });
+  Dependency pay = client_->dependency("pay");
+  advance_ticks(1);
+  EXPECT_EQ(pay.breaker(), ClientState::kHalfOpen);
+  EXPECT_EQ(shm::trials_left(control("pay").trials.load()), 3u);
+  EXPECT_FALSE(view_of("pay").breaker_forced);
+}
+
+// Still forced at the start: held, and released as any force is.
+TEST_F(BreakerLoopTest, AForceOpenStillInForceAtAStartHoldsThenReleasesToHalfOpen) {
+  start(kBreakerConfig, [&](shm::Segment& s) {
+    const auto claim = shm::find_or_claim_dependency(s, "pay", 50, 0);
+    s.dependency(claim.index).control.breaker.store(shm::kBreakerOpen | shm::kBreakerForced);
+    s.dependency(claim.index).control.breaker_override.store(shm::kOverrideOpen);
+  });
+  Dependency pay = client_->dependency("pay");
+  advance(3000ms);
+  EXPECT_EQ(control("pay").breaker.load(), shm::kBreakerOpen | shm::kBreakerForced);
+  control("pay").breaker_override.store(shm::kOverrideAuto);
+  advance_ticks(1);
+  EXPECT_EQ(pay.breaker(), ClientState::kHalfOpen);
+}
+
 // More trial permits than half_open_calls can only be a client's junk:
 // the daemon puts the bound back, and says so; all of them, none taken yet,
 // is no junk.
