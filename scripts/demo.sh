@@ -20,9 +20,14 @@ if [ -z "${DEMO_NO_BUILD:-}" ]; then
   "$root/scripts/build.sh"
 fi
 
+# The daemon logs into a file of this run's until it has started, then
+# renamed (it writes on): a run refused the segment (another demo runs on
+# it) leaves the log of the one running alone.
 log="$build/$segment-bulkheadd.log"
+starting=$(mktemp "$build/$segment-bulkheadd.XXXXXX.log")
 daemon="" demo="" ours=""
 cleanup() {
+  rm -f "$starting"
   if [ -n "$demo" ]; then kill "$demo" 2>/dev/null || true; fi
   if [ -n "$daemon" ]; then
     kill "$daemon" 2>/dev/null || true
@@ -37,23 +42,24 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 # The daemon's error, if it stopped, and this script's failure.
 daemon_failed() {
-  echo "demo: $1; bulkheadd's log ($log):" >&2
-  cat "$log" >&2
+  echo "demo: $1; bulkheadd's log:" >&2
+  cat "$starting" >&2
   exit 1
 }
 
 [ -e "/dev/shm/$segment" ] || ours=1
-"$build/daemon/bulkheadd" --segment "$segment" --metrics-listen 127.0.0.1:0 2>"$log" &
+"$build/daemon/bulkheadd" --segment "$segment" --metrics-listen 127.0.0.1:0 2>"$starting" &
 daemon=$!
 # Up once it logs its start line ("bulkheadd VERSION on /dev/shm/..."),
 # which comes after the segment and the metrics endpoint.
 for _ in $(seq 200); do
-  grep -q " on /dev/shm/$segment:" "$log" && break
+  grep -q " on /dev/shm/$segment:" "$starting" && break
   kill -0 "$daemon" 2>/dev/null || daemon_failed "bulkheadd exited at start"
   sleep 0.05
 done
-grep -q " on /dev/shm/$segment:" "$log" || daemon_failed "bulkheadd did not start within 10 s"
+grep -q " on /dev/shm/$segment:" "$starting" || daemon_failed "bulkheadd did not start within 10 s"
 ours=1
+mv -f "$starting" "$log"
 grep -h "metrics on" "$log" || true
 
 "$build/examples/bulkhead-demo" --segment "$segment" --seconds "$seconds" &
