@@ -535,6 +535,7 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
     t.breaker_shadow = o.delta.shadow_open;
     const BreakerState state = d.breaker->state();
     t.breaker_state = state == BreakerState::kOpen ? 1 : state == BreakerState::kHalfOpen ? 2 : 0;
+    t.breaker_forced = d.breaker->forced();
     const policies::Baseline baseline = d.controller->policy().baseline();
     t.baseline_ns = baseline.latency_ns;
     t.measuring = baseline.measuring;

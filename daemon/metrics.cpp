@@ -143,6 +143,10 @@ class Metrics::DependencySeries : public prometheus::Collectable {
                                 "Circuit breaker state: 1 for the state it is in (closed, open, half_open), "
                                 "0 for the others.",
                                 MetricType::Gauge, 3 * n);
+    auto breaker_forced = family("bulkhead_breaker_forced",
+                                 "1 while an operator holds the circuit breaker in its state (config force, "
+                                 "or bulkheadctl breaker open|closed), else 0.",
+                                 MetricType::Gauge, n);
     auto transitions = family("bulkhead_breaker_transitions_total",
                               "Circuit breaker transitions, by the state entered.", MetricType::Counter, 3 * n);
     auto breaker_rejected = family("bulkhead_breaker_rejections_total",
@@ -189,14 +193,15 @@ class Metrics::DependencySeries : public prometheus::Collectable {
         gauge(breaker_state, d.name, d.breaker_state == s ? 1 : 0, "state", kStates[s]);
         counter(transitions, d.name, d.transitions[s], "to", kStates[s]);
       }
+      gauge(breaker_forced, d.name, d.breaker_forced ? 1 : 0);
       counter(breaker_rejected, d.name, d.breaker_rejected);
       counter(breaker_shadow, d.name, d.breaker_shadow);
     }
     std::vector<prometheus::MetricFamily> out;
-    out.reserve(20);
+    out.reserve(21);
     for (auto* f : {&limit, &pinned, &inflight, &requests, &latency, &shadow, &min_limit, &max_limit, &queue_rejections,
-                    &waiters, &wait, &waiters_reclaimed, &permits_reclaimed, &breaker_state, &transitions,
-                    &breaker_rejected, &breaker_shadow, &policy, &baseline, &measuring}) {
+                    &waiters, &wait, &waiters_reclaimed, &permits_reclaimed, &breaker_state, &breaker_forced,
+                    &transitions, &breaker_rejected, &breaker_shadow, &policy, &baseline, &measuring}) {
       out.push_back(std::move(*f));
     }
     return out;
@@ -352,6 +357,7 @@ void Metrics::observe(Dependency& d, const Tick& t) {
   d.breaker_rejected += static_cast<double>(t.breaker_rejected);
   d.breaker_shadow += static_cast<double>(t.breaker_shadow);
   d.breaker_state = t.breaker_state;
+  d.breaker_forced = t.breaker_forced;
   d.baseline_s = t.baseline_ns / 1e9;
   d.measuring = t.measuring;
   if (!t.latency.empty()) add(d.latency, t.latency, t.latency_first, t.latency_sum_ns);

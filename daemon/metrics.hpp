@@ -67,6 +67,7 @@ class Metrics {
     double permits_reclaimed = 0;
     std::array<double, 3> transitions{};  // by state entered: closed, open, half_open
     std::uint8_t breaker_state = 0;       // 0 closed, 1 open, 2 half open
+    bool breaker_forced = false;          // held there by an operator
     double baseline_s = 0;                // the policy's; 0: none
     bool measuring = false;
     Histogram latency;
@@ -82,6 +83,7 @@ class Metrics {
     std::uint64_t success = 0, dropped = 0, ignored = 0, rejected = 0, failed = 0;
     std::uint64_t shadow = 0, queue_full = 0, deadline = 0, breaker_rejected = 0, breaker_shadow = 0;
     std::uint8_t breaker_state = 0;  // as Dependency::breaker_state
+    bool breaker_forced = false;
     // The policy's baseline latency (0: it keeps none) and whether it is
     // measuring it (policies::Baseline).
     double baseline_ns = 0;

@@ -503,6 +503,30 @@ TEST_F(BreakerLoopTest, TheMetricsFollowTheBreakerThroughAnEpisode) {
   EXPECT_EQ(m.transitions, (std::array<double, 3>{1, 1, 1}));  // closed, open, half open
 }
 
+// bulkhead_breaker_forced: whether the state is an operator's, which the
+// state gauge alone does not say.
+TEST_F(BreakerLoopTest, TheMetricsSayWhenAnOperatorHoldsTheBreaker) {
+  start(kBreakerConfig, {}, /*with_metrics=*/true);
+  client_->dependency("pay");
+  advance_ticks(1);
+  const Metrics::Dependency& m = metrics_->dependency("pay");
+  EXPECT_FALSE(m.breaker_forced);
+  open_it();
+  EXPECT_EQ(m.breaker_state, 1);
+  EXPECT_FALSE(m.breaker_forced);  // tripped, not forced
+  control("pay").breaker_override.store(shm::kOverrideOpen);
+  advance_ticks(1);
+  EXPECT_EQ(m.breaker_state, 1);
+  EXPECT_TRUE(m.breaker_forced);
+  control("pay").breaker_override.store(shm::kOverrideAuto);
+  advance_ticks(1);
+  EXPECT_FALSE(m.breaker_forced);
+  loop_->apply(parse(std::string(kBreakerConfig) + "force = \"closed\"\n", "forced.toml"));
+  advance_ticks(1);
+  EXPECT_EQ(m.breaker_state, 0);
+  EXPECT_TRUE(m.breaker_forced);
+}
+
 TEST_F(BreakerLoopTest, DisabledByDefault) {
   start("[dependency.pay]\npolicy = \"fixed\"\ninitial_limit = 50\n");
   Dependency pay = client_->dependency("pay");
