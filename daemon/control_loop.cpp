@@ -144,6 +144,10 @@ void ControlLoop::apply(const Config& config) {
     }
     publish_limit(d);
     publish_settings(index, d.name);
+    if (d.controller->pinned() > shm::kPartitionFieldMax && plan_of(index) != nullptr) {
+      hold_pin_within_partitions(d);  // partitions new with this config
+      publish_limit(d);
+    }
     segment_.dependency(index).control.generation.store(generation, std::memory_order_relaxed);
     // Waiters look at the new settings at once: shadow mode admits them,
     // partitions send them to their rule, a larger limit may have room.
@@ -782,9 +786,20 @@ void ControlLoop::follow_pin(Dependency& d, std::uint64_t now_ns) {
     d.controller->pin(shm::pin_limit(pin));
     spdlog::info("dependency {}: limit pinned at {} by an operator for {} s (bulkheadctl pin)", d.name,
                  d.controller->limit(), shm::pin_until_s(pin) - now_ns / 1'000'000'000);
+    hold_pin_within_partitions(d);
   }
   d.pin = pin;
   publish_limit(d);
+}
+
+void ControlLoop::hold_pin_within_partitions(Dependency& d) {
+  // Partitions count in 16-bit fields (the config keeps a partitioned
+  // max_limit within them): a pin past that would publish a limit the
+  // partitions' rule does not enforce.
+  if (plan_of(d.index) == nullptr || d.controller->pinned() <= shm::kPartitionFieldMax) return;
+  spdlog::warn("dependency {}: limit pin {} is more than a dependency with partitions can have; pinned at {}",
+               d.name, d.controller->pinned(), shm::kPartitionFieldMax);
+  d.controller->pin(shm::kPartitionFieldMax);
 }
 
 void ControlLoop::reclaim_dead_processes() {

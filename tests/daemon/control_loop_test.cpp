@@ -798,6 +798,32 @@ TEST_F(ControlLoopTest, APinIsLiftedReplacedAndKeptAcrossARestart) {
   EXPECT_EQ(pay.limit(), static_cast<int>(shm::kMaxLimit));
 }
 
+// Partitions count in 16 bits: a pin past that, on a dependency with
+// partitions or one a reload gives partitions, is held at the most they
+// count, so that the published limit is the one they enforce.
+TEST_F(ControlLoopTest, APinOfAPartitionedDependencyIsHeldWithinItsPartitions) {
+  Dependency pay = pinned_pay(40'000, 600);
+  EXPECT_EQ(pay.limit(), 40'000);  // no partitions yet
+  const testing::LogCapture log;
+  const char* split = "[dependency.pay]\npolicy = \"aimd\"\nmax_limit = 40\n[dependency.pay.partitions]\nbatch = 0.5\n";
+  loop_->apply(parse(split, "split.toml"));
+  advance_ticks(1);
+  shm::DependencySlot& slot = segment_->dependency(slot_of("pay"));
+  EXPECT_EQ(pay.limit(), static_cast<int>(shm::kPartitionFieldMax));
+  EXPECT_EQ(shm::rule_limit(slot.partitions.rule.load()), shm::kPartitionFieldMax);
+  EXPECT_EQ(log.count("limit pin 40000 is more than a dependency with partitions can have; pinned at 32767"), 1u)
+      << log.text();
+  limit_pin("pay").store(shm::pin_word(50'000, now_s() + 600));
+  advance_ticks(1);
+  EXPECT_EQ(pay.limit(), static_cast<int>(shm::kPartitionFieldMax));
+  EXPECT_EQ(view_of("pay").pinned, shm::kPartitionFieldMax);
+  EXPECT_EQ(log.count("limit pin 50000 is more than"), 1u) << log.text();
+  limit_pin("pay").store(shm::pin_word(300, now_s() + 600));  // within: as pinned
+  advance_ticks(1);
+  EXPECT_EQ(pay.limit(), 300);
+  EXPECT_EQ(shm::rule_limit(slot.partitions.rule.load()), 300u);
+}
+
 // The segment's tables are counted every tick, for the metrics and the
 // operator: a full one is logged once as it fills (and the process table
 // once as it frees), since what it refuses happens in the clients.

@@ -1047,6 +1047,20 @@ TEST_F(CtlBinary, PinWritesTheLimitAndWhenItEnds) {
     EXPECT_EQ(std::to_string(shm::pin_limit(pin.load())), edge);
   }
 
+  // Partitions count to 32767: more is refused where the daemon publishes some.
+  s.dependency(index).control.flags.store(shm::kDependencyPartitioned);
+  pin.store(0);
+  r = run({"--segment", name.str(), "pin", "payments", "32768"});
+  EXPECT_EQ(r.exit_code, 2) << r.output();
+  EXPECT_NE(r.output().find("bulkheadctl pin: limit 32768: payments has partitions, whose limit is at most 32767"),
+            std::string::npos)
+      << r.output();
+  EXPECT_EQ(pin.load(), 0u);
+  r = run({"--segment", name.str(), "pin", "payments", "32767"});
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(shm::pin_limit(pin.load()), 32767u);
+  s.dependency(index).control.flags.store(0);
+
   pin.store(0);
   for (const std::vector<std::string>& bad : {std::vector<std::string>{"0"}, {"1000001"}, {"8x"}, {"-3"},
                                              {"8", "--for", "8d"}, {"8", "--for", "3w"}, {"8", "--for", "0"}}) {

@@ -193,6 +193,14 @@ int run_pin(const Options& o) {
   }
   shm::DependencyControl* control = control_of(segment, o);
   if (control == nullptr) return kExitNoDependency;
+  // Relaxed: the daemon's flag word; it holds a pin past this to the most
+  // too, should a reload give the dependency partitions later.
+  if (limit > shm::kPartitionFieldMax &&
+      (control->flags.load(std::memory_order_relaxed) & shm::kDependencyPartitioned) != 0) {
+    std::cerr << "bulkheadctl pin: limit " << limit << ": " << o.dependency
+              << " has partitions, whose limit is at most " << shm::kPartitionFieldMax << "\n";
+    return kExitUsage;
+  }
   if (limit == 0) {
     // Relaxed: a lone value the daemon reads each tick.
     control->limit_pin.store(0, std::memory_order_relaxed);
