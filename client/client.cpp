@@ -604,10 +604,13 @@ bh_dep* tagged_dep(bh_dep* d, std::uint32_t partition) {
                                    (std::uintptr_t{partition} << kPermitPartitionShift));
 }
 
-void fill_permit(bh_permit* out, bh_dep* d, std::uint64_t deadline_ns) {
+// `start_ns`: the call's start when the caller has just read the clock
+// (bh_acquire() admitted at once: the read that checked the deadline),
+// else 0 to read it here.
+void fill_permit(bh_permit* out, bh_dep* d, std::uint64_t deadline_ns, std::uint64_t start_ns = 0) {
   out->dep_ = reinterpret_cast<bh_dep*>(reinterpret_cast<std::uintptr_t>(d) | kPermitHasDeadline);
   out->deadline_ns_ = deadline_ns;
-  out->start_ns_ = monotonic_ns();
+  out->start_ns_ = start_ns != 0 ? start_ns : monotonic_ns();
 }
 
 void record_wait(bh_dep* d, std::uint64_t waited_ns) {
@@ -1135,7 +1138,9 @@ int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
       (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) != 0) {
     rc = admit(d, false);
     if (rc == 0) {
-      fill_permit(out, d, deadline_ns);
+      // The clock read that checked the deadline is the call's start: no
+      // second read (one costs about what the rest of the call does).
+      fill_permit(out, d, deadline_ns, now_ns);
       return 0;
     }
   }
