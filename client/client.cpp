@@ -4,7 +4,9 @@
 //   acquire  one load of the fast path's limit (admit_limit, on the
 //            daemon's partition line), a compare-and-swap loop
 //            on the admission word (the contended line), one add to this
-//            process's held count (its own line), one load of the stripe's
+//            process's held count (its own row; a line shared with 7 other
+//            dependencies' held counts: see docs/architecture.md, "The hot
+//            path"), one load of the stripe's
 //            peak in-flight, one clock read;
 //   release  one clock read, two adds (a success: histogram bucket and
 //            latency sum) or one (dropped, failed, ignored) to the stripe
