@@ -587,7 +587,7 @@ TEST(DependencyTable, AbandonedSlotIsSkipped) {
   EXPECT_EQ(find_dependency(s, "orders"), r.index);
 }
 
-// Writes "orders" into a slot claimed for it and publishes it, as the
+// Writes `name` into a slot claimed for it and publishes it, as the
 // claimer in find_or_claim() does.
 void finish_claim(DependencySlot& slot, std::uint64_t hash, std::string_view name, std::uint32_t limit) {
   slot.identity.name_length = static_cast<std::uint32_t>(name.size());
