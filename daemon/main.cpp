@@ -440,7 +440,7 @@ int run(const Options& options) {
   }
 
   sd_notify(0, "STOPPING=1\nSTATUS=stopping");
-  header.daemon_pid.store(0, std::memory_order_relaxed);
+  shm::withdraw_daemon(header);
   // The segment stays: clients keep the last limits, and the next daemon
   // adopts it.
   return 0;

@@ -597,6 +597,12 @@ void publish_daemon(Header& header) {
   header.daemon_pid.store(::getpid(), std::memory_order_relaxed);
 }
 
+void withdraw_daemon(Header& header) {
+  header.daemon_pid.store(0, std::memory_order_relaxed);
+  header.daemon_pid_ns_device.store(0, std::memory_order_relaxed);
+  header.daemon_pid_ns_inode.store(0, std::memory_order_relaxed);
+}
+
 PidNamespace own_pid_namespace() {
   struct stat st {};
   if (::stat("/proc/self/ns/pid", &st) != 0) return {};

@@ -263,5 +263,9 @@ ProcessSnapshot read_daemon(const Header& header);
 // Records the calling process as the daemon in the header: its pid, start
 // time and pid namespace.
 void publish_daemon(Header& header);
+// A daemon's clean stop: no daemon recorded (pid 0), and no namespace, so
+// that a daemon of ABI 4.3 or older that adopts the segment next (it
+// records none) is not looked up in this one's.
+void withdraw_daemon(Header& header);
 
 }  // namespace bulkhead::shm

@@ -353,8 +353,10 @@ TEST_F(DaemonIntegration, BadReloadKeepsTheRunningConfig) {
   daemon.signal(SIGTERM);
   ASSERT_TRUE(daemon.wait_exit(10s));
   EXPECT_EQ(daemon.exit_code(), 0);
-  // The segment stays for clients and the next daemon; the pid is cleared.
+  // The segment stays for clients and the next daemon; the pid is cleared,
+  // and the namespace it was in.
   EXPECT_EQ(seg->header().daemon_pid.load(), 0);
+  EXPECT_EQ(seg->header().daemon_pid_ns_inode.load(), 0u);
   EXPECT_EQ(fixed.limit(), 9);
 }
 

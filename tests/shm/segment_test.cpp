@@ -475,6 +475,9 @@ TEST(Header, TheDaemonRecordsItsPidStartTimeAndPidNamespace) {
   EXPECT_EQ(daemon.pid_ns, own_pid_namespace());
   EXPECT_TRUE(daemon.pid_ns.known());
   EXPECT_EQ(process_liveness(daemon.pid, daemon.start_time), Liveness::kAlive);
+  withdraw_daemon(s.header());
+  EXPECT_EQ(read_daemon(s.header()).pid, 0);
+  EXPECT_FALSE(read_daemon(s.header()).pid_ns.known());
 }
 
 TEST(DependencyTable, SameNameSameSlot) {
