@@ -474,6 +474,7 @@ void ControlLoop::tick(std::uint64_t now_ns) {
   adopt_new_slots(now_ns);
   for (auto& [index, d] : dependencies_) update(d, now_ns);
   reclaim_dead_processes();
+  free_stray_records();
   scan_drift();
   report_occupancy(before);
   ++heartbeat_;
@@ -879,6 +880,39 @@ void ControlLoop::reclaim_dead_processes() {
     watch_.forget(p);
   }
   occupancy_.processes = taken;
+}
+
+void ControlLoop::free_stray_records() {
+  // A record names the process slot of its waiter. One that names no slot
+  // (an index past the table: junk a client wrote) or a slot no process
+  // holds (a daemon killed after taking a dead waiter's slot and before
+  // freeing its records) is freed by nobody else, and would count as a
+  // waiter ahead of every later one for good. Every record, not the first
+  // max_queue only: waiters count them all (shm::waiters_ahead()). Only
+  // where waiters may be: a dependency without a queue never reads them.
+  const std::uint32_t processes = segment_.capacities().max_processes;
+  for (auto& [index, d] : dependencies_) {
+    if (published_settings_[index].max_queue == 0) continue;
+    std::atomic<std::uint64_t>* records = segment_.queue(index);
+    std::uint32_t freed = 0;
+    for (std::uint32_t i = 0; i < segment_.queue_slots(); ++i) {
+      // seq_cst, as the waiters' CAS: a record seen here was written after
+      // its process's slot was ready (the claim's release store), so the
+      // state read next is that one or a later one.
+      std::uint64_t r = records[i].load(std::memory_order_seq_cst);
+      if (r == 0) continue;
+      const std::uint32_t p = shm::record_process(r);
+      if (p < processes) {
+        const std::uint32_t state = segment_.process(p).identity.state.load(std::memory_order_acquire);
+        if (state == shm::kSlotReady || state == shm::kSlotClaiming) continue;
+      }
+      // That exact record only: tickets are never taken twice.
+      freed += records[i].compare_exchange_strong(r, 0, std::memory_order_seq_cst) ? 1 : 0;
+    }
+    if (freed == 0) continue;
+    spdlog::warn("dependency {}: {} place(s) in its queue held by no live process: freed", d.name, freed);
+    shm::wake_waiters(segment_.dependency(index).admission.futex);
+  }
 }
 
 void ControlLoop::scan_drift() {

@@ -131,6 +131,9 @@ class ControlLoop {
   // Calls waiting in the dependency's queue, for the metrics.
   std::uint32_t count_waiters(Dependency& d);
   void reclaim_dead_processes();
+  // Frees wait-queue records that name no live process slot (junk, or
+  // left by a daemon killed mid-reclaim).
+  void free_stray_records();
   // Gives back permits counted in flight that no process holds.
   void scan_drift();
   void publish_limit(const Dependency& d);

@@ -1016,16 +1016,18 @@ TEST_F(ControlLoopTest, ANewDependencyCarriesTheConfigGenerationThatSetIt) {
 // past today's max_queue: they are counted until they are gone.
 TEST_F(ControlLoopTest, WaitersPastTheQueueBoundAPreviousDaemonLetInAreCounted) {
   std::uint32_t slot = 0;
+  std::uint32_t waiter = 0;  // the waiters' process slot: a live process's
   start(
       "[defaults]\nmax_queue = 2\n",
       [&](shm::Segment& s) {
         slot = shm::find_or_claim_dependency(s, "orders", 5, 0).index;
-        s.queue(slot)[5].store(shm::queue_record(1, 3));
+        waiter = shm::claim_process_slot(s).index;
+        s.queue(slot)[5].store(shm::queue_record(1, waiter));
       },
       /*with_metrics=*/true);
   advance_ticks(1);
   EXPECT_EQ(metrics_->dependency("orders").waiters, 1);
-  segment_->queue(slot)[0].store(shm::queue_record(2, 3));
+  segment_->queue(slot)[0].store(shm::queue_record(2, waiter));
   advance_ticks(1);
   EXPECT_EQ(metrics_->dependency("orders").waiters, 2);
   segment_->queue(slot)[5].store(0);  // it left by its deadline
@@ -1183,6 +1185,33 @@ TEST_F(ControlLoopTest, AnInFlightCountShortOfWhatIsHeldIsRestored) {
   b.success();
   c.success();
   EXPECT_EQ(dep.inflight(), 0);
+}
+
+// A wait-queue record whose process is no live one: an index past the
+// process table (a client's junk), or a slot no process holds (a daemon
+// killed between taking a dead waiter's slot and freeing its records). It
+// would count as a waiter ahead of every later one for good: with one
+// permit free, no waiter would ever take it.
+TEST_F(ControlLoopTest, AQueueRecordOfNoLiveProcessIsFreed) {
+  start("[defaults]\npolicy = \"fixed\"\ninitial_limit = 1\nmax_queue = 4\n");
+  Dependency dep = client_->dependency("orders");
+  advance_ticks(1);
+  const std::uint32_t slot = slot_of("orders");
+  std::atomic<std::uint64_t>* records = segment_->queue(slot);
+  const auto waiting = [&] { return shm::queue_length(records, segment_->queue_slots()); };
+  segment_->dependency(slot).admission.tickets.store(100);  // waiters came and went
+  records[0].store(shm::queue_record(0, 1000));  // no such process slot
+  records[1].store(shm::queue_record(1, 5));     // a free slot
+  records[6].store(std::uint64_t{7} << 16);      // process field 0: slot "-1"
+  advance_ticks(1);
+  const std::uint32_t left = waiting();
+  EXPECT_EQ(left, 0u);
+  Permit mine = dep.try_acquire();
+  ASSERT_TRUE(mine);
+  testing::BackgroundWaiter behind(dep, 10s);
+  while (waiting() != left + 1) std::this_thread::yield();
+  mine.success();
+  EXPECT_EQ(behind.result(), 0);  // the free permit, not BH_REJECT_DEADLINE
 }
 
 TEST_F(ControlLoopTest, HeartbeatAdvancesEveryTick) {
