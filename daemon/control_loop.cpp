@@ -825,6 +825,7 @@ void ControlLoop::reclaim_dead_processes() {
       auto [it, fresh] = process_claiming_since_.try_emplace(p, heartbeat_);
       if (!fresh && heartbeat_ - it->second >= patience) {
         process_claiming_since_.erase(it);
+        drop_held_of_dead_claim(p);
         shm::abandon_process_claim(segment_, p);
         --taken;
       }
@@ -880,6 +881,32 @@ void ControlLoop::reclaim_dead_processes() {
     watch_.forget(p);
   }
   occupancy_.processes = taken;
+}
+
+void ControlLoop::drop_held_of_dead_claim(std::uint32_t p) {
+  // A daemon killed in reclaim_dead_processes() after it took a dead
+  // process's slot (ready -> claiming) and before it gave back every permit
+  // leaves the slot claiming with that process's pid, start time and held
+  // counts. Not ready, the slot's counts are in no sum of the drift scan,
+  // which gives their permits back (or has): zeroed here, without moving
+  // the admission word, they are not handed to the slot's next process,
+  // whose releases of permits it never took would count short, and the
+  // scan restore them as held by it. Only when the claimer is known dead:
+  // a live one, stalled mid-claim, may finish it and start holding.
+  shm::ProcessIdentity& id = segment_.process(p).identity;
+  const shm::ProcessSnapshot seen{{p, id.claims.load(std::memory_order_acquire)},
+                                  id.pid.load(std::memory_order_relaxed),
+                                  id.start_time.load(std::memory_order_relaxed),
+                                  {id.pid_ns_device.load(std::memory_order_relaxed),
+                                   id.pid_ns_inode.load(std::memory_order_relaxed)}};
+  const bool dead = seen.pid > 0 && watch_.check(seen) == shm::Liveness::kDead;
+  watch_.forget(p);
+  if (!dead) return;
+  for (std::uint32_t d = 0; d < segment_.capacities().max_dependencies; ++d) {
+    const std::uint64_t held = segment_.held(p, d).exchange(0, std::memory_order_relaxed);
+    if (held != 0) spdlog::warn("process slot {}: held count {:#x} of dependency slot {} left by a claim "
+                                "that never finished: cleared", p, held, d);
+  }
 }
 
 void ControlLoop::free_stray_records() {

@@ -131,6 +131,9 @@ class ControlLoop {
   // Calls waiting in the dependency's queue, for the metrics.
   std::uint32_t count_waiters(Dependency& d);
   void reclaim_dead_processes();
+  // Zeroes the held counts of process slot `p`, a claim about to be
+  // abandoned, if its claimer is dead.
+  void drop_held_of_dead_claim(std::uint32_t p);
   // Frees wait-queue records that name no live process slot (junk, or
   // left by a daemon killed mid-reclaim).
   void free_stray_records();

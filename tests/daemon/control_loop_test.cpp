@@ -1214,6 +1214,38 @@ TEST_F(ControlLoopTest, AQueueRecordOfNoLiveProcessIsFreed) {
   EXPECT_EQ(behind.result(), 0);  // the free permit, not BH_REJECT_DEADLINE
 }
 
+// A daemon killed in its dead-process scan after it took a dead process's
+// slot (ready -> claiming) and before it gave back its permits: the next
+// daemon finds the slot claiming, with the held counts of a process that
+// is gone. The drift scan gives those permits back (the slot is not
+// ready); the slot, abandoned, must not hand them to its next process.
+TEST_F(ControlLoopTest, HeldCountsOfASlotADaemonDiedReclaimingAreNotInherited) {
+  std::uint32_t dep_slot = 0;
+  std::uint32_t dead = 0;
+  start("[defaults]\npolicy = \"fixed\"\ninitial_limit = 4\n", [&](shm::Segment& s) {
+    dep_slot = shm::find_or_claim_dependency(s, "orders", 4, 0).index;
+    dead = shm::claim_process_slot(s).index;
+    const pid_t child = ::fork();
+    if (child == 0) std::_Exit(0);
+    ::waitpid(child, nullptr, 0);
+    s.process(dead).identity.pid.store(child);  // its process is gone
+    s.held(dead, dep_slot).store(2);
+    s.dependency(dep_slot).admission.word.store(2);
+    s.process(dead).identity.state.store(shm::kSlotClaiming);  // the killed daemon's take
+  });
+  Dependency dep = client_->dependency("orders");
+  advance_ticks(25);  // past the 2 s after which a claim is abandoned
+  ASSERT_EQ(segment_->process(dead).identity.state.load(), shm::kSlotFree);
+  EXPECT_EQ(dep.inflight(), 0);  // the drift scan gave them back
+  EXPECT_EQ(segment_->held(dead, dep_slot).load(), 0u);
+  // The next process to take the slot holds nothing, and loses nothing.
+  const shm::ProcessClaim next = shm::claim_process_slot(*segment_);
+  ASSERT_EQ(next.index, dead);
+  advance_ticks(5);
+  EXPECT_EQ(dep.inflight(), 0);
+  shm::release_process_slot(*segment_, next);
+}
+
 TEST_F(ControlLoopTest, HeartbeatAdvancesEveryTick) {
   start("");
   advance_ticks(3);
