@@ -1,5 +1,6 @@
 #include "shm/segment.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <signal.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
@@ -52,6 +54,27 @@ int native_error(const bip::interprocess_exception& e) {
     case bip::security_error: return EACCES;
     default: return EIO;
   }
+}
+
+// Segment::create() makes a segment under a name of its own, NAME@making-
+// PID-N, and links it to NAME once whole. '@' is in no segment's name.
+constexpr std::string_view kMakingInfix = "@making-";
+
+// Removes what creators killed midway left: files NAME@making-PID-N of a
+// process no longer there.
+void remove_abandoned_makings(const std::string& name) {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const std::string prefix = name + std::string(kMakingInfix);
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string_view file(entry->d_name);
+    if (file.substr(0, prefix.size()) != prefix) continue;
+    const long pid = std::strtol(entry->d_name + prefix.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      bip::shared_memory_object::remove(entry->d_name);
+    }
+  }
+  ::closedir(dir);
 }
 
 void check_name(const std::string& name) {
@@ -184,9 +207,18 @@ Segment Segment::create(const std::string& name, const CreateOptions& options) {
     throw SegmentError(EINVAL, describe(name) + ": mode must not grant others any access");
   }
   const Layout l = segment_layout(c);
+  // Made whole under a name of this call's, then linked to `name`: a
+  // creator killed midway leaves no half-made segment under the name,
+  // which every daemon after it, and every client, would refuse for good
+  // ("the daemon is creating it"). link() fails with EEXIST where the name
+  // exists, as creating it did.
+  static std::atomic<unsigned> makings{0};
+  remove_abandoned_makings(name);
+  const std::string making =
+      name + std::string(kMakingInfix) + std::to_string(::getpid()) + "-" + std::to_string(makings++);
   auto mapping = std::make_unique<Mapping>();
   try {
-    mapping->object = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write,
+    mapping->object = bip::shared_memory_object(bip::create_only, making.c_str(), bip::read_write,
                                                 bip::permissions(options.mode));
   } catch (const bip::interprocess_exception& e) {
     const int code = native_error(e);
@@ -200,11 +232,11 @@ Segment Segment::create(const std::string& name, const CreateOptions& options) {
     if (options.reserve) reserve_file(fd, l.total_size, name);
     mapping->region = bip::mapped_region(mapping->object, bip::read_write);
   } catch (const bip::interprocess_exception& e) {
-    bip::shared_memory_object::remove(name.c_str());
+    bip::shared_memory_object::remove(making.c_str());
     const int code = native_error(e);
     throw SegmentError(code, describe(name) + ": cannot size or map: " + std::strerror(code));
   } catch (...) {
-    bip::shared_memory_object::remove(name.c_str());
+    bip::shared_memory_object::remove(making.c_str());
     throw;
   }
 
@@ -232,6 +264,10 @@ Segment Segment::create(const std::string& name, const CreateOptions& options) {
   // Pairs with the acquire load in validate_segment(): a reader that sees
   // the magic sees the header above.
   h.magic.store(kMagic, std::memory_order_release);
+  const int linked = ::link(("/dev/shm/" + making).c_str(), ("/dev/shm/" + name).c_str());
+  const int code = errno;
+  bip::shared_memory_object::remove(making.c_str());
+  if (linked != 0) throw SegmentError(code, describe(name) + ": cannot create: " + std::strerror(code));
   return segment;
 }
 

@@ -58,7 +58,10 @@ enum class Access { kReadOnly, kReadWrite };
 class Segment {
  public:
   // Creates /dev/shm/<name>, sizes it, lays out the header and stores the
-  // magic last. Throws SegmentError (EEXIST if it exists).
+  // magic last, under a name of its own (<name>@making-PID-N), which it then
+  // links to <name>: the name never shows a segment half made. Removes what
+  // creators of <name> that died midway left. Throws SegmentError (EEXIST
+  // if it exists).
   static Segment create(const std::string& name, const CreateOptions& options);
   // Maps an existing segment and validates it. Throws SegmentError.
   static Segment attach(const std::string& name, Access access);

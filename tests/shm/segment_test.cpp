@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <set>
 #include <thread>
@@ -462,6 +463,40 @@ TEST(SegmentInAFullDevShm, AnUnreservedSegmentsFirstWriteDiesOfSigbus) {
   const int status = first_writes_after_dev_shm_filled(false);
   SKIP_WITHOUT_A_SMALL_DEV_SHM(status);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == kDiedOfSigbus) << "status " << status;
+}
+
+// A creator killed at any point of making a segment (a daemon killed at
+// its start) used to leave a file under the name that has no magic yet,
+// or no size: every daemon after it, and every client, refused it for
+// good as one "the daemon is creating". The name now shows the segment
+// whole or not at all, and the next creation removes what the dead one
+// left under its own name.
+TEST(Segment, ACreatorKilledMidwayLeavesNothingHalfMade) {
+  TempSegmentName name;
+  const CreateOptions big = small_segment(4096, 256, 8, 64);  // some milliseconds to make
+  for (int round = 0; round < 30; ++round) {
+    const pid_t creator = ::fork();
+    if (creator == 0) {
+      Segment::create(name, big);
+      std::_Exit(0);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(300 * round));
+    ::kill(creator, SIGKILL);
+    ::waitpid(creator, nullptr, 0);
+    try {
+      Segment::attach(name, Access::kReadOnly);  // made whole before the kill
+    } catch (const SegmentError& e) {
+      ASSERT_EQ(e.code(), ENOENT) << "round " << round << ": " << e.what();
+    }
+    Segment::remove(name);
+    Segment::create(name, small_segment());
+    Segment::remove(name);
+  }
+  int left = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    left += entry.path().filename().string().rfind(name.str() + "@", 0) == 0;
+  }
+  EXPECT_EQ(left, 0);
 }
 
 TEST(Header, TheDaemonRecordsItsPidStartTimeAndPidNamespace) {
