@@ -268,7 +268,13 @@ std::uint32_t read_share(const Reporter& report, const Entry& e, const std::stri
   if (!(v > 0.0 && v <= 1.0)) {
     report.fail(e.line, path, "must be a share of the limit in (0, 1], got " + policies::format_number(v));
   }
-  return static_cast<std::uint32_t>(std::llround(v * shm::kShareOne));
+  // Kept in millionths: one that rounds to none would be a share of 0, refused above.
+  const auto ppm = static_cast<std::uint32_t>(std::llround(v * shm::kShareOne));
+  if (ppm == 0) {
+    report.fail(e.line, path, "must be a share of the limit of at least 0.000001 (shares count in millionths), got " +
+                                  policies::format_number(v));
+  }
+  return ppm;
 }
 
 // [dependency.NAME.partitions]: NAME = share, or NAME = { share = S,

@@ -891,6 +891,11 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:4: dependency.db.partitions.a: must be a share of the limit in (0, 1], got 1.0000001"},
     {"PartitionShareZero", "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = 0\n",
      "bad.toml:4: dependency.db.partitions.a: must be a share of the limit in (0, 1], got 0"},
+    // A share in (0, 1] that would be 0 in millionths: a hard-capped partition would admit nothing.
+    {"PartitionShareUnderAMillionth",
+     "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = { share = 0.0000001, hard_cap = true }\n",
+     "bad.toml:4: dependency.db.partitions.a.share: must be a share of the limit of at least 0.000001 (shares count "
+     "in millionths), got 1e-07"},
     {"PartitionShareNotANumber", "[dependency.db]\nmax_limit = 100\n[dependency.db.partitions]\na = \"half\"\n",
      "bad.toml:4: dependency.db.partitions.a: must be a share of the limit, a number in (0, 1], e.g. 0.3"},
     {"PartitionSharesAboveOne",
