@@ -110,6 +110,9 @@ bool Controller::observe(const TickObservation& o, std::uint64_t now_ns) {
   open_.add(o.delta);
   merge_into(extremes_, o.extremes);
   const std::uint64_t samples = open_.ok + open_.dropped;
+  // A time before the window's start (a clock that went back) ages it from
+  // there: unsigned, now - start would be an age of centuries.
+  window_start_ns_ = std::min(window_start_ns_, now_ns);
   const std::uint64_t age_ns = now_ns - window_start_ns_;
   const std::uint64_t max_age_ns = to_ns(settings_.window_max_age);
   if (samples >= settings_.window_min_samples || (age_ns >= max_age_ns && samples > 0)) {

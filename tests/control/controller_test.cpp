@@ -163,6 +163,18 @@ TEST(Controller, AWindowWithoutSamplesStartsOverAtItsMaxAge) {
   EXPECT_EQ(c.last_window().duration_ns, 6 * kTickNs);
 }
 
+// A tick stamped before the window opened (a clock that went back) does not
+// make the window centuries old: it neither closes short of its samples nor
+// reaches the policy with such a duration.
+TEST(Controller, ATimeBeforeTheWindowsStartAgesItFromThere) {
+  Controller c(aimd(), 0, 50 * kTickNs);
+  EXPECT_FALSE(c.observe(tick_of(1, 1'000'000, 0, 1), 40 * kTickNs));
+  EXPECT_EQ(c.windows(), 0u);
+  ASSERT_TRUE(c.observe(tick_of(9, 1'000'000, 0, 1), 41 * kTickNs));
+  EXPECT_EQ(c.last_window().ok, 10u);
+  EXPECT_EQ(c.last_window().duration_ns, kTickNs);
+}
+
 TEST(Controller, SameObservationsGiveTheSameLimits) {
   LimitSettings s;  // gradient2, the default
   Controller a(s, 0, 0), b(s, 0, 0);
