@@ -157,7 +157,10 @@ BH_API void bh_release_latency(bh_permit *p, int outcome, uint64_t latency_ns);
 /* bh_try_acquire() without its clock read, for callers that time the call
  * themselves and give the latency to bh_release_latency(): a clock read is
  * most of what admission costs (docs/benchmarks.md). bh_release() of such a
- * permit counts a success as BH_IGNORE (there is no latency to keep). */
+ * permit counts a success as BH_IGNORE (there is no latency to keep): the
+ * limit policy learns nothing from it, and neither does the breaker, whose
+ * trial calls then never close it. Release such permits with
+ * bh_release_latency(). */
 BH_API int bh_try_acquire_untimed(bh_dep *d, bh_permit *out);
 
 /* Admits a call, waiting for a permit if the dependency is at its limit, up
