@@ -16,6 +16,7 @@
 #include "daemon/config.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <fnmatch.h>
 #include <unistd.h>
 
@@ -719,8 +720,22 @@ Config parse_config(std::string_view text, std::string_view source, const Daemon
 }
 
 Config load_config_file(const std::string& path, const DaemonConfig* running) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO no one writes would block until one did (a
+  // reload, the whole daemon loop with it); it is refused below, as any
+  // file that is not a regular one (a device, a socket) is.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail_to_read(path, errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int error = errno;
+    ::close(fd);
+    fail_to_read(path, error);
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {  // a directory's read says so
+    ::close(fd);
+    throw ConfigError(path + ": cannot read: not a regular file but " +
+                      (S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a device"));
+  }
   std::string text;
   char buffer[64 * 1024];
   for (;;) {

@@ -648,7 +648,7 @@ TEST(ParseConfig, ErrorsNameTheGivenSource) {
 // message (the directory comes first; syntax errors are checked up to the
 // column, after which toml++ words them).
 
-enum class Kind { kFile, kMissing, kDirectory };
+enum class Kind { kFile, kMissing, kDirectory, kFifo };
 
 struct BadConfig {
   const char* name;      // the test's name
@@ -973,6 +973,9 @@ const BadConfig kBadConfigs[] = {
     // Files.
     {"MissingFile", nullptr, "missing.toml: cannot read: No such file or directory", Kind::kMissing},
     {"Directory", nullptr, "bad.toml: cannot read: Is a directory", Kind::kDirectory},
+    // Opened as a file is, it blocked until someone wrote it: a reload took
+    // the daemon loop with it.
+    {"Fifo", nullptr, "bad.toml: cannot read: not a regular file but a FIFO", Kind::kFifo},
 };
 
 class BadConfigTest : public ConfigFileTest, public ::testing::WithParamInterface<BadConfig> {};
@@ -990,6 +993,10 @@ TEST_P(BadConfigTest, IsRefusedWithFileLineKeyAndReason) {
     case Kind::kDirectory:
       path = path_of("bad.toml");
       ASSERT_EQ(::mkdir(path.c_str(), 0700), 0);
+      break;
+    case Kind::kFifo:
+      path = path_of("bad.toml");
+      ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
       break;
   }
   const std::string message = error_of([&] { load_config_file(path); });
