@@ -823,9 +823,8 @@ void ControlLoop::reclaim_dead_processes() {
       // process on its way out); free it if that never finishes.
       ++taken;
       auto [it, fresh] = process_claiming_since_.try_emplace(p, heartbeat_);
-      if (!fresh && heartbeat_ - it->second >= patience) {
+      if (!fresh && heartbeat_ - it->second >= patience && claimer_gone(p)) {
         process_claiming_since_.erase(it);
-        drop_held_of_dead_claim(p);
         shm::abandon_process_claim(segment_, p);
         --taken;
       }
@@ -883,7 +882,16 @@ void ControlLoop::reclaim_dead_processes() {
   occupancy_.processes = taken;
 }
 
-void ControlLoop::drop_held_of_dead_claim(std::uint32_t p) {
+bool ControlLoop::claimer_gone(std::uint32_t p) {
+  // A claim or a release whose process wrote its pid, or has not cleared
+  // it yet, is left to that process while it runs, however long it stalls
+  // (stopped, swapped out): freed under it, the slot could be claimed by
+  // another process before it resumes, and its store of the state then
+  // ready (a claim) or free (a release) would take that one's slot. With
+  // no pid (a claimer between its compare-and-swap and its first store)
+  // nothing tells whose claim it is, and a dead one's would hold the slot
+  // for good: it is abandoned.
+  //
   // A daemon killed in reclaim_dead_processes() after it took a dead
   // process's slot (ready -> claiming) and before it gave back every permit
   // leaves the slot claiming with that process's pid, start time and held
@@ -899,14 +907,16 @@ void ControlLoop::drop_held_of_dead_claim(std::uint32_t p) {
                                   id.start_time.load(std::memory_order_relaxed),
                                   {id.pid_ns_device.load(std::memory_order_relaxed),
                                    id.pid_ns_inode.load(std::memory_order_relaxed)}};
-  const bool dead = seen.pid > 0 && watch_.check(seen) == shm::Liveness::kDead;
+  if (seen.pid <= 0) return true;
+  const bool dead = watch_.check(seen) == shm::Liveness::kDead;
   watch_.forget(p);
-  if (!dead) return;
+  if (!dead) return false;
   for (std::uint32_t d = 0; d < segment_.capacities().max_dependencies; ++d) {
     const std::uint64_t held = segment_.held(p, d).exchange(0, std::memory_order_relaxed);
     if (held != 0) spdlog::warn("process slot {}: held count {:#x} of dependency slot {} left by a claim "
                                 "that never finished: cleared", p, held, d);
   }
+  return true;
 }
 
 void ControlLoop::free_stray_records() {

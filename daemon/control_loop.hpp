@@ -131,9 +131,10 @@ class ControlLoop {
   // Calls waiting in the dependency's queue, for the metrics.
   std::uint32_t count_waiters(Dependency& d);
   void reclaim_dead_processes();
-  // Zeroes the held counts of process slot `p`, a claim about to be
-  // abandoned, if its claimer is dead.
-  void drop_held_of_dead_claim(std::uint32_t p);
+  // Whether the claim of process slot `p`, unfinished for long, may be
+  // abandoned: its process recorded no pid, or is dead (its held counts,
+  // which a killed daemon's take of the slot left, are then zeroed).
+  bool claimer_gone(std::uint32_t p);
   // Frees wait-queue records that name no live process slot (junk, or
   // left by a daemon killed mid-reclaim).
   void free_stray_records();

@@ -941,6 +941,24 @@ TEST_F(ControlLoopTest, AProcessSlotLeftHalfClaimedIsFreedAfterTwoSeconds) {
   EXPECT_EQ(state.load(), shm::kSlotFree);
 }
 
+// A process stalled (stopped, swapped out) in the middle of taking or
+// giving back its slot, its pid written, is alive: its slot is not freed
+// under it, however long it takes. Freed, another process could claim it
+// before the first resumed and stored "ready", or "free", over that one's.
+TEST_F(ControlLoopTest, AProcessSlotWhoseLiveProcessStallsMidClaimIsLeftToIt) {
+  start("");
+  const shm::ProcessClaim mine = shm::claim_process_slot(*segment_);
+  auto& state = segment_->process(mine.index).identity.state;
+  state.store(shm::kSlotClaiming);  // as release_process_slot() leaves it before it clears the fields
+  advance_ticks(60);
+  EXPECT_EQ(state.load(), shm::kSlotClaiming);
+  EXPECT_EQ(segment_->process(mine.index).identity.pid.load(), ::getpid());
+  // Its process finishes: the slot is free then, and only then.
+  shm::free_process_slot(*segment_, mine.index);
+  advance_ticks(1);
+  EXPECT_EQ(state.load(), shm::kSlotFree);
+}
+
 TEST_F(ControlLoopTest, AConfiguredNameAClientLeftHalfClaimedGetsItsSlotOnceAbandoned) {
   // A client died (or a hostile one lied) in the middle of claiming
   // "payments": its slot reads "claiming" under the name's hash. The daemon
