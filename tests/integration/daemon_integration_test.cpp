@@ -268,7 +268,7 @@ TEST_F(DaemonIntegration, SIGTERMStopsADaemonWhoseTicksTakeLongerThanTheirPeriod
   DaemonProcess daemon(BULKHEADD_PATH, dir_,
                        "[daemon]\nsegment = \"" + segment_.str() +
                            "\"\ntick_ms = 10\nmax_dependencies = 16384\nmax_processes = 4\nstats_stripes = 2\n"
-                           "segment_reserve = false\n");
+                           "segment_reserve = false\nmetrics_listen = \"\"\n");
   ASSERT_TRUE(daemon.wait_ready(segment_)) << daemon.log();
   Client client(segment_.str());
   std::vector<Dependency> deps;
