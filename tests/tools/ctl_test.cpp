@@ -8,6 +8,7 @@
 #include <pty.h>
 #include <termios.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1238,6 +1239,54 @@ TEST_F(CtlBinary, TopOnATerminalFitsTheScreenAndQuitsOnQ) {
   const std::string last_two_lines = "\x1b[K\n\x1b[K\n";  // the last of them empty
   EXPECT_NE(whole[0].compare(whole[0].size() - last_two_lines.size(), last_two_lines.size(), last_two_lines), 0)
       << "an empty line after the status: " << whole[0];
+}
+
+// A terminal that changes size while top waits for its next frame (here an
+// hour away) has what top shows redrawn to its new size at once.
+TEST_F(CtlBinary, TopRedrawsToATerminalThatChangedSize) {
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  winsize size{};
+  size.ws_row = 24;
+  size.ws_col = 200;
+  int master = -1;
+  const pid_t child = ::forkpty(&master, nullptr, nullptr, &size);
+  if (child == 0) {
+    ::execl(BULKHEADCTL_PATH, BULKHEADCTL_PATH, "--segment", name.c_str(), "top", "--interval", "3600",
+            static_cast<char*>(nullptr));
+    std::_Exit(98);
+  }
+  std::string out;
+  bool resized = false, typed = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const std::string notice = "bulkheadctl top: /dev/shm/" + name.str();
+  for (;;) {
+    pollfd fd{master, POLLIN, 0};
+    if (::poll(&fd, 1, 100) > 0) {
+      char buf[4096];
+      const ssize_t n = ::read(master, buf, sizeof buf);
+      if (n <= 0) break;  // EIO: the child closed its side
+      out.append(buf, static_cast<std::size_t>(n));
+    }
+    if (!resized && out.find(notice) != std::string::npos) {
+      size.ws_row = 3;
+      size.ws_col = 20;
+      resized = ::ioctl(master, TIOCSWINSZ, &size) == 0;  // the kernel sends top SIGWINCH
+    }
+    if (resized && !typed && out.find("\x1b[H" + notice.substr(0, 20) + "\x1b[K") != std::string::npos) {
+      typed = ::write(master, "q", 1) == 1;
+    }
+    if (std::chrono::steady_clock::now() > give_up) {
+      ::kill(child, SIGKILL);
+      out += "\n[the test killed top: it did not quit]";
+      break;
+    }
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(master);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_TRUE(typed) << "no redraw cut to 20 columns: " << out;
 }
 
 }  // namespace

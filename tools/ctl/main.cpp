@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <string>
@@ -222,6 +223,10 @@ int run_pin(const Options& o) {
 
 volatile sig_atomic_t g_stop = 0;
 extern "C" void on_stop_signal(int) { g_stop = 1; }
+// The terminal changed size (SIGWINCH): what is on the screen is redrawn
+// to it at once, not at the next frame, an --interval away.
+volatile sig_atomic_t g_resized = 0;
+extern "C" void on_resize_signal(int) { g_resized = 1; }
 
 // Puts the terminal in "top" mode (alternate screen, no cursor, keys
 // without Enter or echo; Ctrl-C still signals) and restores it when it goes.
@@ -250,10 +255,14 @@ class TerminalGuard {
 };
 
 // Waits up to `seconds`; true if the user asked to quit (q, Ctrl-C, a
-// termination signal).
-bool wait_or_quit(double seconds, bool keys) {
+// termination signal). Calls `redraw` when the terminal changed size.
+bool wait_or_quit(double seconds, bool keys, const std::function<void()>& redraw) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (!g_stop) {
+    if (g_resized) {
+      g_resized = 0;
+      redraw();
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         until - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
@@ -315,21 +324,27 @@ int run_top(const shm::Segment& segment, const Options& o) {
 
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
   std::optional<TerminalGuard> terminal;
+  std::string screen;  // what is shown, before fit_to_screen()
   if (tty) {
+    sa.sa_handler = on_resize_signal;
+    ::sigaction(SIGWINCH, &sa, nullptr);
     terminal.emplace();
-    write_all(fit_to_screen("bulkheadctl top: /dev/shm/" + o.segment + ": sampling for " +
-                            std::to_string(o.interval_s).substr(0, 4) + " s ..."));
+    screen = "bulkheadctl top: /dev/shm/" + o.segment + ": sampling for " +
+             std::to_string(o.interval_s).substr(0, 4) + " s ...";
+    write_all(fit_to_screen(screen));
   }
+  const auto redraw = [&] { write_all(fit_to_screen(screen)); };
   const bool keys = tty && ::isatty(STDIN_FILENO) != 0;
   ctl::Snapshot previous = ctl::read_snapshot(segment, ctl::monotonic_now_ns());
   for (unsigned frame = 0; o.frames == 0 || frame < o.frames; ++frame) {
-    if (wait_or_quit(o.interval_s, keys)) break;
+    if (wait_or_quit(o.interval_s, keys, redraw)) break;
     ctl::Snapshot now = ctl::read_snapshot(segment, ctl::monotonic_now_ns());
     ctl::Snapshot next = now;
     const ctl::Status st = ctl::derive_status(std::move(previous), std::move(now), o.status);
     previous = std::move(next);
     const std::string title = "bulkheadctl top - " + clock_utc() + (tty ? " - q quits" : "") + "\n";
-    write_all(tty ? fit_to_screen(title + ctl::status_text(st)) : title + ctl::status_text(st) + "\n");
+    screen = title + ctl::status_text(st);
+    write_all(tty ? fit_to_screen(screen) : screen + "\n");
   }
   return 0;
 }
