@@ -278,7 +278,7 @@ Segment::FileAccess Segment::file_access() const {
   if (::fstat(mapping_->object.get_mapping_handle().handle, &st) != 0) {
     throw SegmentError(errno, describe(name_) + ": stat: " + std::strerror(errno));
   }
-  return {static_cast<std::uint32_t>(st.st_mode & 07777), st.st_gid, st.st_uid};
+  return {static_cast<std::uint32_t>(st.st_mode & 07777), st.st_gid, st.st_uid, st.st_nlink};
 }
 
 void Segment::set_file_access(std::uint32_t mode, gid_t group) const {

@@ -79,11 +79,13 @@ class Segment {
   // Bytes of the segment that have their memory in /dev/shm: size() once
   // reserved, the pages written so far otherwise.
   std::uint64_t reserved_bytes() const;
-  // The file's permission bits, group and owner.
+  // The file's permission bits, group and owner, and its names in
+  // /dev/shm: 0 once removed (or replaced by a segment made anew).
   struct FileAccess {
     std::uint32_t mode = 0;
     gid_t group = 0;
     uid_t owner = 0;
+    std::uint64_t links = 0;
   };
   FileAccess file_access() const;
   // Gives the file `mode` and `group`, as create() does a new one, changing

@@ -21,6 +21,7 @@
 #include <ctime>
 #include <functional>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -1287,6 +1288,54 @@ TEST_F(CtlBinary, TopRedrawsToATerminalThatChangedSize) {
   ::close(master);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
   EXPECT_TRUE(typed) << "no redraw cut to 20 columns: " << out;
+}
+
+// A segment made anew under top's name (bulkheadd --recreate-segment, or
+// an operator's rm before a restart) is what top shows next, not the one
+// it mapped first, which no daemon or client uses any more.
+TEST_F(CtlBinary, TopFollowsASegmentMadeAnewUnderItsName) {
+  TempSegmentName name{"ctl-bin"};
+  std::optional<shm::Segment> s = shm::Segment::create(name, testing::small_segment());
+  shm::find_or_claim_dependency(*s, "olddep", 12, 0);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::execl(BULKHEADCTL_PATH, BULKHEADCTL_PATH, "--segment", name.c_str(), "top", "--interval", "0.05",
+            static_cast<char*>(nullptr));
+    std::_Exit(98);
+  }
+  ::close(fds[1]);
+  std::string out;
+  bool replaced = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < give_up) {
+    pollfd fd{fds[0], POLLIN, 0};
+    if (::poll(&fd, 1, 100) > 0) {
+      char buf[4096];
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<std::size_t>(n));
+    }
+    if (!replaced && out.find("\nolddep ") != std::string::npos) {
+      s.reset();
+      shm::Segment::remove(name);
+      s = shm::Segment::create(name, testing::small_segment());
+      shm::find_or_claim_dependency(*s, "newdep", 12, 0);
+      replaced = true;
+    }
+    if (replaced && out.find("\nnewdep ") != std::string::npos) break;
+  }
+  ::kill(child, SIGTERM);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(fds[0]);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_NE(out.find("\nnewdep "), std::string::npos) << out.substr(out.size() > 2000 ? out.size() - 2000 : 0);
 }
 
 }  // namespace

@@ -316,7 +316,18 @@ std::string fit_to_screen(const std::string& frame) {
   return out + "\x1b[J";
 }
 
-int run_top(const shm::Segment& segment, const Options& o) {
+// Whether `segment` is no longer the one under its name: removed, or
+// replaced by one made anew (bulkheadd --recreate-segment, or an operator's
+// rm before a restart), which the daemon and clients use instead.
+bool segment_gone(const shm::Segment& segment) {
+  try {
+    return segment.file_access().links == 0;
+  } catch (const shm::SegmentError&) {
+    return false;
+  }
+}
+
+int run_top(shm::Segment segment, const Options& o) {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -338,6 +349,19 @@ int run_top(const shm::Segment& segment, const Options& o) {
   ctl::Snapshot previous = ctl::read_snapshot(segment, ctl::monotonic_now_ns());
   for (unsigned frame = 0; o.frames == 0 || frame < o.frames; ++frame) {
     if (wait_or_quit(o.interval_s, keys, redraw)) break;
+    if (segment_gone(segment)) {
+      // Rates start over on the segment under the name, if there is one.
+      const std::string title = "bulkheadctl top - " + clock_utc() + (tty ? " - q quits" : "") + "\n";
+      try {
+        segment = ctl::open_read_only(o.segment);
+        previous = ctl::read_snapshot(segment, ctl::monotonic_now_ns());
+        screen = title + "/dev/shm/" + o.segment + " was made anew: sampling it\n";
+      } catch (const shm::SegmentError& e) {
+        screen = title + "bulkheadctl: " + e.what() + " (removed since top began; it looks again each interval)\n";
+      }
+      write_all(tty ? fit_to_screen(screen) : screen + "\n");
+      continue;
+    }
     ctl::Snapshot now = ctl::read_snapshot(segment, ctl::monotonic_now_ns());
     ctl::Snapshot next = now;
     const ctl::Status st = ctl::derive_status(std::move(previous), std::move(now), o.status);
@@ -457,9 +481,9 @@ int main(int argc, char** argv) {
   try {
     if (*breaker) return run_breaker(o);
     if (*pin) return run_pin(o);
-    const shm::Segment segment = ctl::open_read_only(o.segment);
+    shm::Segment segment = ctl::open_read_only(o.segment);
     if (*status) return run_status(segment, o);
-    if (*top) return run_top(segment, o);
+    if (*top) return run_top(std::move(segment), o);
     if (*get) return run_get(segment, o);
     return run_processes(segment, o);
   } catch (const shm::SegmentError& e) {
