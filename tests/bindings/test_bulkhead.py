@@ -5,6 +5,7 @@ built library."""
 
 import copy
 import ctypes.util
+import gc
 import os
 import pickle
 import signal
@@ -286,6 +287,24 @@ class StandaloneTest(unittest.TestCase):
         self.assertEqual(outcome, ["ValueError"])
         self.assertEqual(undone, [True])
         self.assertIsNone(self.client._handle)
+
+    def test_a_client_dropped_unclosed_is_closed_when_collected(self):
+        # In shared mode an open client holds one of the host's process
+        # slots: clients dropped without close() must not fill the table.
+        lib, closed = bulkhead._c(), []
+        real_close = lib.bh_client_close
+        lib.bh_client_close = lambda handle: (closed.append(handle.value), real_close(handle))
+        try:
+            dropped = bulkhead.Client(segment=ABSENT)
+            handle = dropped._handle.value
+            dropped.dependency("payments")  # a cycle: client, its cache, the dependency
+            with dropped.dependency("payments").acquire():
+                pass
+            del dropped
+            gc.collect()
+        finally:
+            lib.bh_client_close = real_close
+        self.assertEqual(closed, [handle])
 
     def test_a_copy_of_the_module_high_in_the_tree_falls_back_to_the_system(self):
         # Vendored as /bulkhead/__init__.py: no checkout three levels up.

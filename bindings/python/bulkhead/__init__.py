@@ -404,6 +404,16 @@ class Client:
         self.close()
         return False
 
+    def __del__(self):
+        # A client dropped unclosed is closed when Python collects it: in
+        # shared mode each open client holds one of the host's process
+        # slots (max_processes), and those of clients dropped one after
+        # another would fill the table for every process on the host.
+        # Nothing can be waiting in it then (a waiter's frame would keep it
+        # alive); at exit, once the module is torn down, it is left alone.
+        if _lib is not None and getattr(self, "_handle", None):
+            self.close()
+
     def _refuse_if_closed(self, releasing=False):
         """ValueError once close() has begun; for a release, once it ended
         (a waiting acquire that close() waits for may be waiting for one).
