@@ -91,6 +91,12 @@ class StandaloneTest(unittest.TestCase):
             self.client.dependency("bad name")
         self.assertIn("bad name", str(caught.exception))
 
+    def test_an_empty_segment_name_is_named_as_given(self):
+        # "" is a name the library refuses, not the default "bulkhead".
+        with self.assertRaises(ValueError) as caught:
+            bulkhead.Client(segment="")
+        self.assertTrue(str(caught.exception).startswith("segment : "), str(caught.exception))
+
     def test_require_segment_raises_file_not_found(self):
         with self.assertRaises(FileNotFoundError):
             bulkhead.Client(segment=ABSENT, require_segment=True)

@@ -333,7 +333,7 @@ class Client:
         handle = ctypes.c_void_p()
         rc = _c().bh_client_open_opts(ctypes.byref(options), ctypes.byref(handle))
         if rc < 0:
-            _raise(rc, f"segment {segment or os.environ.get('BULKHEAD_SEGMENT') or 'bulkhead'}")
+            _raise(rc, f"segment {segment if segment is not None else os.environ.get('BULKHEAD_SEGMENT') or 'bulkhead'}")
         self._handle = handle
         self._dependencies = {}
         # Held across each call into libbulkhead (ctypes lets other threads
