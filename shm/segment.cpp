@@ -56,6 +56,10 @@ int native_error(const bip::interprocess_exception& e) {
   }
 }
 
+// What a segment under its name with no magic yet is: create() makes one
+// whole before it gives it the name.
+constexpr std::string_view kMadeByAnOlderDaemon = "a bulkheadd older than ABI 4.4 is making it, or died doing so";
+
 // Segment::create() makes a segment under a name of its own, NAME@making-
 // PID-N, and links it to NAME once whole. '@' is in no segment's name.
 constexpr std::string_view kMakingInfix = "@making-";
@@ -150,7 +154,7 @@ std::string validate_segment(const void* base, std::uint64_t size, int* code) {
   // Pairs with the release store of the magic in Segment::create(): seeing
   // it means the rest of line 0 is written.
   const std::uint64_t magic = h.magic.load(std::memory_order_acquire);
-  if (magic == 0) return fail(EAGAIN, "not initialised yet (the daemon is creating it)");
+  if (magic == 0) return fail(EAGAIN, "not initialised yet (" + std::string(kMadeByAnOlderDaemon) + ")");
   if (magic != kMagic) return fail(EBADMSG, "wrong magic: not a bulkhead segment");
   if (h.abi_major != kAbiMajor) {
     return fail(EPROTO, "ABI major " + std::to_string(h.abi_major) + ", this build speaks " +
@@ -309,7 +313,7 @@ Segment Segment::attach(const std::string& name, Access access) {
   if (static_cast<std::uint64_t>(size) < sizeof(Header)) {
     throw SegmentError(size == 0 ? EAGAIN : EBADMSG,
                        describe(name) + ": refused: " +
-                           (size == 0 ? std::string("empty (the daemon is creating it)")
+                           (size == 0 ? "empty (" + std::string(kMadeByAnOlderDaemon) + ")"
                                       : "truncated: " + std::to_string(size) + " bytes"));
   }
   try {

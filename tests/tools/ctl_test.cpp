@@ -856,7 +856,9 @@ TEST(CtlErrors, ASegmentTheDaemonIsStillCreatingSaysToTryAgain) {
   const int fd = ::shm_open(("/" + name.str()).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   ASSERT_GE(fd, 0);  // created, not yet sized: what a reader sees for an instant
   ::close(fd);
-  expect_refused(name, EAGAIN, "refused: empty (the daemon is creating it) (try again in a moment)");
+  expect_refused(name, EAGAIN,
+                 "refused: empty (a bulkheadd older than ABI 4.4 is making it, or died doing so) (try again in a "
+                 "moment; if it stays so, bulkheadd --recreate-segment replaces it)");
 }
 
 TEST(CtlErrors, WrongMagicIsRefused) {

@@ -88,7 +88,7 @@ shm::Segment open_read_only(const std::string& name) {
                ")";
       }
     } else if (e.code() == EAGAIN) {
-      hint = " (try again in a moment)";
+      hint = " (try again in a moment; if it stays so, bulkheadd --recreate-segment replaces it)";
     }
     throw shm::SegmentError(e.code(), e.what() + hint);
   }
