@@ -1138,19 +1138,19 @@ TEST_F(CtlBinary, TopWithoutATerminalPrintsSuccessiveSnapshots) {
   EXPECT_NE(r.output().find("payments"), std::string::npos) << r.output();
 }
 
-// `top` on a terminal of `rows` x `columns` (a pseudo-terminal): waits for
-// its first frame, types q, and returns everything it wrote. The terminal's
-// modes after it quit go to `after`. A top that does not quit within 30 s
-// is killed, and the output says so.
-std::string top_on_a_terminal(const std::string& segment, unsigned short rows, unsigned short columns,
-                              termios* after, int* exit_code) {
-  winsize size{};
-  size.ws_row = rows;
-  size.ws_col = columns;
+// `top` on a terminal of `size` (a pseudo-terminal), a frame every
+// `interval` seconds: after each read of what it wrote, `quit_now(out,
+// terminal)` says whether to type q (it may act on the terminal first).
+// Returns everything top wrote; the terminal's modes after it quit go to
+// `after` when given. A top that does not quit within 30 s is killed, and
+// the output says so.
+std::string drive_top(const std::string& segment, winsize size, const char* interval,
+                      const std::function<bool(const std::string&, int)>& quit_now, termios* after,
+                      int* exit_code) {
   int master = -1;
   const pid_t child = ::forkpty(&master, nullptr, nullptr, &size);
   if (child == 0) {
-    ::execl(BULKHEADCTL_PATH, BULKHEADCTL_PATH, "--segment", segment.c_str(), "top", "--interval", "0.05",
+    ::execl(BULKHEADCTL_PATH, BULKHEADCTL_PATH, "--segment", segment.c_str(), "top", "--interval", interval,
             static_cast<char*>(nullptr));
     std::_Exit(98);
   }
@@ -1165,9 +1165,7 @@ std::string top_on_a_terminal(const std::string& segment, unsigned short rows, u
       if (n <= 0) break;  // EIO: the child closed its side
       out.append(buf, static_cast<std::size_t>(n));
     }
-    if (!typed && out.find("bulkheadctl top - ") != std::string::npos) {
-      typed = ::write(master, "q", 1) == 1;
-    }
+    if (!typed && quit_now(out, master)) typed = ::write(master, "q", 1) == 1;
     if (std::chrono::steady_clock::now() > give_up) {
       ::kill(child, SIGKILL);
       out += "\n[the test killed top: it did not quit]";
@@ -1177,9 +1175,22 @@ std::string top_on_a_terminal(const std::string& segment, unsigned short rows, u
   int status = 0;
   ::waitpid(child, &status, 0);
   *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  ::tcgetattr(master, after);
+  if (after != nullptr) ::tcgetattr(master, after);
   ::close(master);
   return out;
+}
+
+// `top` on a terminal of `rows` x `columns`: waits for its first frame,
+// types q, and returns everything it wrote (drive_top()).
+std::string top_on_a_terminal(const std::string& segment, unsigned short rows, unsigned short columns,
+                              termios* after, int* exit_code) {
+  winsize size{};
+  size.ws_row = rows;
+  size.ws_col = columns;
+  const auto first_frame = [](const std::string& out, int) {
+    return out.find("bulkheadctl top - ") != std::string::npos;
+  };
+  return drive_top(segment, size, "0.05", first_frame, after, exit_code);
 }
 
 // The frames `top` drew: what each "\x1b[H" (cursor home) ... "\x1b[J"
@@ -1252,44 +1263,23 @@ TEST_F(CtlBinary, TopRedrawsToATerminalThatChangedSize) {
   winsize size{};
   size.ws_row = 24;
   size.ws_col = 200;
-  int master = -1;
-  const pid_t child = ::forkpty(&master, nullptr, nullptr, &size);
-  if (child == 0) {
-    ::execl(BULKHEADCTL_PATH, BULKHEADCTL_PATH, "--segment", name.c_str(), "top", "--interval", "3600",
-            static_cast<char*>(nullptr));
-    std::_Exit(98);
-  }
-  std::string out;
-  bool resized = false, typed = false;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  bool resized = false;
   const std::string notice = "bulkheadctl top: /dev/shm/" + name.str();
-  for (;;) {
-    pollfd fd{master, POLLIN, 0};
-    if (::poll(&fd, 1, 100) > 0) {
-      char buf[4096];
-      const ssize_t n = ::read(master, buf, sizeof buf);
-      if (n <= 0) break;  // EIO: the child closed its side
-      out.append(buf, static_cast<std::size_t>(n));
-    }
-    if (!resized && out.find(notice) != std::string::npos) {
-      size.ws_row = 3;
-      size.ws_col = 20;
-      resized = ::ioctl(master, TIOCSWINSZ, &size) == 0;  // the kernel sends top SIGWINCH
-    }
-    if (resized && !typed && out.find("\x1b[H" + notice.substr(0, 20) + "\x1b[K") != std::string::npos) {
-      typed = ::write(master, "q", 1) == 1;
-    }
-    if (std::chrono::steady_clock::now() > give_up) {
-      ::kill(child, SIGKILL);
-      out += "\n[the test killed top: it did not quit]";
-      break;
-    }
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  ::close(master);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
-  EXPECT_TRUE(typed) << "no redraw cut to 20 columns: " << out;
+  int code = 0;
+  const std::string out = drive_top(
+      name.str(), size, "3600",
+      [&](const std::string& written, int terminal) {
+        if (!resized && written.find(notice) != std::string::npos) {
+          winsize smaller{};
+          smaller.ws_row = 3;
+          smaller.ws_col = 20;
+          resized = ::ioctl(terminal, TIOCSWINSZ, &smaller) == 0;  // the kernel sends top SIGWINCH
+        }
+        return resized && written.find("\x1b[H" + notice.substr(0, 20) + "\x1b[K") != std::string::npos;
+      },
+      nullptr, &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(out.find("[the test killed top"), std::string::npos) << "no redraw cut to 20 columns: " << out;
 }
 
 // A segment made anew under top's name (bulkheadd --recreate-segment, or
