@@ -9,6 +9,7 @@ import gc
 import os
 import pickle
 import signal
+import socket
 import threading
 import unittest
 
@@ -44,6 +45,36 @@ class StandaloneTest(unittest.TestCase):
         with self.assertRaises(KeyError):
             with self.dep.acquire():
                 raise KeyError("the call failed")
+        self.assertEqual(self.dep.inflight, 0)
+
+    def test_a_with_block_ended_by_an_exception_counts_as_the_call_ended(self):
+        # As C++ execute(): the circuit breaker and the limit policy learn of
+        # failures and timeouts from the exceptions calls raise; an exception
+        # that says nothing of this dependency is no sample.
+        lib, outcomes = bulkhead._c(), []
+        real_release = lib.bh_release
+        lib.bh_release = lambda permit, outcome: (outcomes.append(outcome), real_release(permit, outcome))
+        cases = [(None, bulkhead.SUCCESS), (TimeoutError, bulkhead.DROPPED), (socket.timeout, bulkhead.DROPPED),
+                 (ConnectionError, bulkhead.FAILED), (KeyError, bulkhead.FAILED),
+                 (lambda: bulkhead.Rejected("other", bulkhead.REJECT_LIMIT), bulkhead.IGNORE),
+                 (KeyboardInterrupt, bulkhead.IGNORE), (SystemExit, bulkhead.IGNORE)]
+        try:
+            for raised, _ in cases:
+                try:
+                    with self.dep.acquire():
+                        if raised is not None:
+                            raise raised()
+                except BaseException:
+                    pass
+            with self.dep.acquire() as permit:  # an outcome said inside the block wins
+                permit.ignore()
+            with self.assertRaises(KeyError):
+                with self.dep.acquire() as permit:
+                    permit.success()
+                    raise KeyError("after the call")
+        finally:
+            lib.bh_release = real_release
+        self.assertEqual(outcomes, [outcome for _, outcome in cases] + [bulkhead.IGNORE, bulkhead.SUCCESS])
         self.assertEqual(self.dep.inflight, 0)
 
     def test_rejects_at_the_limit(self):

@@ -11,13 +11,15 @@ downstream once, and brackets each call with a permit::
 
     try:
         with payments.acquire():               # raises bulkhead.Rejected at the limit
-            call_payments()                    # returns: a success; raises: ignored
+            call_payments()                    # returns: a success; raises: failed
     except bulkhead.Rejected:
         serve_fallback()
 
-A permit the block leaves normally is released as a success, one left by an
-exception as ignored (not a latency sample); ``permit.dropped()`` inside the
-block reports a timeout or back-pressure instead. With no segment (no daemon
+A permit the block leaves normally is released as a success; one left by an
+exception as failed, or dropped for a TimeoutError (as C++ execute() counts a
+call that threw), or ignored for Rejected and what is no Exception
+(KeyboardInterrupt: no verdict on the dependency). ``permit.dropped()``
+inside the block reports a timeout or back-pressure itself. With no segment (no daemon
 has run since boot), the client opens in standalone mode and admits up to its
 own static limit.
 
@@ -175,6 +177,21 @@ def _deadline_ns(timeout):
     return min(time.monotonic_ns() + int(timeout * 1e9), no_deadline - 1)
 
 
+def _outcome_of(exc_type):
+    """How a call whose ``with`` block ended with ``exc_type`` ended, as C++
+    execute() counts a call that threw: none, a success; TimeoutError
+    (socket.timeout and asyncio's are the same), dropped; any other Exception,
+    failed (the circuit breaker counts both, and the limit policy backs off
+    on drops); Rejected (another dependency's refusal inside the block) and
+    what is no Exception (KeyboardInterrupt, SystemExit, a cancelled task),
+    ignored: nothing said about this dependency."""
+    if exc_type is None:
+        return SUCCESS
+    if issubclass(exc_type, Rejected) or not issubclass(exc_type, Exception):
+        return IGNORE
+    return DROPPED if issubclass(exc_type, TimeoutError) else FAILED
+
+
 class Permit:
     """One admitted call. Use it as a context manager, or release it once."""
 
@@ -218,7 +235,7 @@ class Permit:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        self.release(SUCCESS if exc_type is None else IGNORE)
+        self.release(_outcome_of(exc_type))
         return False
 
     def __del__(self):
