@@ -77,6 +77,26 @@ class StandaloneTest(unittest.TestCase):
         self.assertEqual(outcomes, [outcome for _, outcome in cases] + [bulkhead.IGNORE, bulkhead.SUCCESS])
         self.assertEqual(self.dep.inflight, 0)
 
+    def test_remaining_is_the_budget_left_for_the_call(self):
+        with self.dep.acquire(timeout=30) as permit:
+            left = permit.remaining()
+            self.assertGreater(left, 0)
+            self.assertLessEqual(left, 30)
+        self.assertEqual(permit.remaining(), 0.0)  # released: empty
+        with self.dep.acquire() as permit:
+            self.assertIsNone(permit.remaining())  # no deadline
+
+    def test_a_library_that_cannot_be_loaded_says_what_to_do(self):
+        saved_lib, saved_env = bulkhead._lib, os.environ["BULKHEAD_LIBRARY"]
+        bulkhead._lib, os.environ["BULKHEAD_LIBRARY"] = None, "/nonexistent/libbulkhead.so"
+        try:
+            with self.assertRaises(OSError) as caught:
+                bulkhead.Client(segment=ABSENT)
+        finally:
+            bulkhead._lib, os.environ["BULKHEAD_LIBRARY"] = saved_lib, saved_env
+        self.assertIn("/nonexistent/libbulkhead.so", str(caught.exception))
+        self.assertIn("BULKHEAD_LIBRARY", str(caught.exception))
+
     def test_rejects_at_the_limit(self):
         with self.dep.acquire(), self.dep.acquire():
             with self.assertRaises(bulkhead.Rejected) as caught:

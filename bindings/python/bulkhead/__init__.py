@@ -110,7 +110,12 @@ def library_path():
 
 
 def _load():
-    lib = ctypes.CDLL(library_path())
+    path = library_path()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot load libbulkhead ({e}): install libbulkhead0, or set "
+                               f"$BULKHEAD_LIBRARY to the path of libbulkhead.so") from e
     c_client, c_dep = ctypes.c_void_p, ctypes.c_void_p
     sigs = {
         "bh_client_open_opts": (ctypes.c_int, [ctypes.POINTER(_Options), ctypes.POINTER(c_client)]),
@@ -126,6 +131,7 @@ def _load():
         "bh_last_error": (ctypes.c_char_p, []),
         # BULKHEAD_1.1: absent from the oldest libbulkhead (then no acquire waits).
         "bh_acquire": (ctypes.c_int, [c_dep, ctypes.c_uint64, ctypes.POINTER(_Permit)]),
+        "bh_permit_remaining_ns": (ctypes.c_uint64, [ctypes.POINTER(_Permit)]),
         # BULKHEAD_1.3: absent from an older libbulkhead (then the breaker
         # is always closed, and no partition can be named).
         "bh_breaker_state": (ctypes.c_int, [c_dep]),
@@ -133,7 +139,7 @@ def _load():
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name, None)
-        if fn is None and name in ("bh_acquire", "bh_breaker_state", "bh_partition"):
+        if fn is None and name in ("bh_acquire", "bh_permit_remaining_ns", "bh_breaker_state", "bh_partition"):
             continue
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
@@ -214,6 +220,17 @@ class Permit:
         else:
             client._call_release(_c().bh_release_latency, ctypes.byref(self._permit), outcome,
                                  max(0, int(latency_ns)))
+
+    def remaining(self):
+        """Seconds left of the deadline of a permit acquire(timeout=...)
+        gave: the budget for the call itself, its wait taken off (0.0 once
+        the deadline passed, or once released); None for a permit without a
+        deadline (acquire() without a timeout, try_acquire())."""
+        fn = getattr(_c(), "bh_permit_remaining_ns", None)
+        if fn is None or fn.argtypes is None:
+            raise OSError(errno.ENOSYS, f"{self._dependency.name}: this libbulkhead predates the wait queue")
+        left = fn(ctypes.byref(self._permit))
+        return None if left == 2**64 - 1 else left / 1e9
 
     def success(self):
         self.release(SUCCESS)
