@@ -1027,8 +1027,16 @@ TEST_F(CtlBinary, PinWritesTheLimitAndWhenItEnds) {
   shm::Segment s = shm::Segment::create(name, testing::small_segment());
   const std::uint32_t index = shm::find_or_claim_dependency(s, "payments", 12, 0).index;
   std::atomic<std::uint64_t>& pin = s.dependency(index).control.limit_pin;
+  // No daemon on the segment: the next one to start applies the pin.
+  auto r = run({"--segment", name.str(), "pin", "payments", "9"});
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.output().find("limit of payments: pinned at 9 for 10 min; no bulkheadd runs on /dev/shm/" + name.str() +
+                            " now: the next one to start applies it"),
+            std::string::npos)
+      << r.output();
+  shm::publish_daemon(s.header());  // this process plays the daemon
   const std::uint64_t before_s = monotonic_now_ns() / kSecond;
-  auto r = run({"--segment", name.str(), "pin", "payments", "8", "--for", "15m"});
+  r = run({"--segment", name.str(), "pin", "payments", "8", "--for", "15m"});
   const std::uint64_t after_s = monotonic_now_ns() / kSecond + 1;
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_NE(r.output().find("limit of payments: pinned at 8 for 15 min; bulkheadd applies it at its next tick"),

@@ -37,6 +37,7 @@
 #include <string_view>
 #include <thread>
 
+#include "shm/pid_namespace.hpp"
 #include "tools/ctl/render.hpp"
 #include "tools/ctl/snapshot.hpp"
 
@@ -152,6 +153,16 @@ shm::DependencyControl* control_of(shm::Segment& segment, const Options& o) {
   return &segment.dependency(*index).control;
 }
 
+// When what bulkheadctl wrote takes effect: at the daemon's next tick, or
+// when a daemon next starts if none runs on the segment now.
+std::string when_applied(const shm::Segment& segment) {
+  const shm::ProcessSnapshot daemon = shm::read_daemon(segment.header());
+  if (daemon.pid > 0 && shm::process_liveness(daemon, shm::own_pid_namespace()) != shm::Liveness::kDead) {
+    return "bulkheadd applies it at its next tick";
+  }
+  return "no bulkheadd runs on /dev/shm/" + segment.name() + " now: the next one to start applies it";
+}
+
 // Writes the breaker override of one dependency: the daemon reads it every
 // tick and holds the breaker open or closed until it is set back to auto.
 // It lives in the segment, so it outlasts a daemon restart. Needs write
@@ -167,7 +178,7 @@ int run_breaker(const Options& o) {
   control->breaker_override.store(value, std::memory_order_relaxed);
   std::cout << "breaker of " << o.dependency << ": override " << o.force
             << (value == shm::kOverrideAuto ? " (the config's force, else the outcomes, decide)" : "")
-            << "; bulkheadd applies it at its next tick\n";
+            << "; " << when_applied(segment) << "\n";
   return 0;
 }
 
@@ -214,7 +225,7 @@ int run_pin(const Options& o) {
   const std::uint64_t until_s = (ctl::monotonic_now_ns() + seconds * 1'000'000'000 + 999'999'999) / 1'000'000'000;
   control->limit_pin.store(shm::pin_word(limit, static_cast<std::uint32_t>(until_s)), std::memory_order_relaxed);
   std::cout << "limit of " << o.dependency << ": pinned at " << limit << " for " << ctl::describe_duration(seconds)
-            << "; bulkheadd applies it at its next tick and hands the limit back to the policy when it ends"
+            << "; " << when_applied(segment) << " and hands the limit back to the policy when it ends"
             << " (`bulkheadctl pin " << o.dependency << " off` ends it sooner)\n";
   return 0;
 }
