@@ -1148,12 +1148,13 @@ TEST_F(CtlBinary, TopWithoutATerminalPrintsSuccessiveSnapshots) {
 
 // `top` on a terminal of `size` (a pseudo-terminal), a frame every
 // `interval` seconds: after each read of what it wrote, `quit_now(out,
-// terminal)` says whether to type q (it may act on the terminal first).
+// terminal, top's pid)` says whether to type q (it may act on the terminal,
+// or signal top, first).
 // Returns everything top wrote; the terminal's modes after it quit go to
 // `after` when given. A top that does not quit within 30 s is killed, and
 // the output says so.
 std::string drive_top(const std::string& segment, winsize size, const char* interval,
-                      const std::function<bool(const std::string&, int)>& quit_now, termios* after,
+                      const std::function<bool(const std::string&, int, pid_t)>& quit_now, termios* after,
                       int* exit_code) {
   int master = -1;
   const pid_t child = ::forkpty(&master, nullptr, nullptr, &size);
@@ -1173,7 +1174,7 @@ std::string drive_top(const std::string& segment, winsize size, const char* inte
       if (n <= 0) break;  // EIO: the child closed its side
       out.append(buf, static_cast<std::size_t>(n));
     }
-    if (!typed && quit_now(out, master)) typed = ::write(master, "q", 1) == 1;
+    if (!typed && quit_now(out, master, child)) typed = ::write(master, "q", 1) == 1;
     if (std::chrono::steady_clock::now() > give_up) {
       ::kill(child, SIGKILL);
       out += "\n[the test killed top: it did not quit]";
@@ -1195,7 +1196,7 @@ std::string top_on_a_terminal(const std::string& segment, unsigned short rows, u
   winsize size{};
   size.ws_row = rows;
   size.ws_col = columns;
-  const auto first_frame = [](const std::string& out, int) {
+  const auto first_frame = [](const std::string& out, int, pid_t) {
     return out.find("bulkheadctl top - ") != std::string::npos;
   };
   return drive_top(segment, size, "0.05", first_frame, after, exit_code);
@@ -1276,7 +1277,7 @@ TEST_F(CtlBinary, TopRedrawsToATerminalThatChangedSize) {
   int code = 0;
   const std::string out = drive_top(
       name.str(), size, "3600",
-      [&](const std::string& written, int terminal) {
+      [&](const std::string& written, int terminal, pid_t) {
         if (!resized && written.find(notice) != std::string::npos) {
           winsize smaller{};
           smaller.ws_row = 3;
@@ -1288,6 +1289,41 @@ TEST_F(CtlBinary, TopRedrawsToATerminalThatChangedSize) {
       nullptr, &code);
   EXPECT_EQ(code, 0) << out;
   EXPECT_EQ(out.find("[the test killed top"), std::string::npos) << "no redraw cut to 20 columns: " << out;
+}
+
+// Ctrl-Z (SIGTSTP): top gives the terminal back (its modes, the shell's
+// screen) before it stops, and takes it again, redrawn, when continued.
+// Here top's process group, a session of its own, is orphaned, so the
+// kernel drops the stop itself: top leaves the screen and comes back.
+TEST_F(CtlBinary, TopGivesTheTerminalBackAtCtrlZ) {
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  winsize size{};
+  size.ws_row = 24;
+  size.ws_col = 100;
+  const std::string enter = "\x1b[?1049h", leave = "\x1b[?1049l";
+  bool suspended = false;
+  int code = 0;
+  const std::string out = drive_top(
+      name.str(), size, "0.05",
+      [&](const std::string& written, int, pid_t top) {
+        if (!suspended && written.find("bulkheadctl top - ") != std::string::npos) {
+          suspended = ::kill(top, SIGTSTP) == 0;
+          return false;
+        }
+        const std::size_t left = written.find(leave);
+        return suspended && left != std::string::npos && written.find(enter, left) != std::string::npos;
+      },
+      nullptr, &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(out.find("[the test killed top"), std::string::npos) << "the screen not given back at Ctrl-Z: " << out;
+  const auto count = [&](const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = 0; (at = out.find(what, at)) != std::string::npos; at += what.size()) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(enter), 2u);  // at the start, and when continued
+  EXPECT_EQ(count(leave), 2u);  // at Ctrl-Z, and at q
 }
 
 // A segment made anew under top's name (bulkheadd --recreate-segment, or

@@ -238,6 +238,9 @@ extern "C" void on_stop_signal(int) { g_stop = 1; }
 // to it at once, not at the next frame, an --interval away.
 volatile sig_atomic_t g_resized = 0;
 extern "C" void on_resize_signal(int) { g_resized = 1; }
+// Ctrl-Z (SIGTSTP): the terminal is given back before top stops.
+volatile sig_atomic_t g_suspended = 0;
+extern "C" void on_suspend_signal(int) { g_suspended = 1; }
 
 // Puts the terminal in "top" mode (alternate screen, no cursor, keys
 // without Enter or echo; Ctrl-C still signals) and restores it when it goes.
@@ -266,10 +269,16 @@ class TerminalGuard {
 };
 
 // Waits up to `seconds`; true if the user asked to quit (q, Ctrl-C, a
-// termination signal). Calls `redraw` when the terminal changed size.
-bool wait_or_quit(double seconds, bool keys, const std::function<void()>& redraw) {
+// termination signal). Calls `redraw` when the terminal changed size, and
+// `suspend` at Ctrl-Z.
+bool wait_or_quit(double seconds, bool keys, const std::function<void()>& redraw,
+                  const std::function<void()>& suspend) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (!g_stop) {
+    if (g_suspended) {
+      g_suspended = 0;
+      suspend();
+    }
     if (g_resized) {
       g_resized = 0;
       redraw();
@@ -356,10 +365,28 @@ int run_top(shm::Segment segment, const Options& o) {
     write_all(fit_to_screen(screen));
   }
   const auto redraw = [&] { write_all(fit_to_screen(screen)); };
+  // Ctrl-Z: the shell gets its screen and the terminal's modes back while
+  // top is stopped, and top takes them again, and redraws, when continued.
+  const auto suspend = [&] {
+    terminal.reset();
+    struct sigaction stop {};
+    stop.sa_handler = SIG_DFL;
+    sigemptyset(&stop.sa_mask);
+    ::sigaction(SIGTSTP, &stop, nullptr);
+    ::raise(SIGTSTP);  // stops here until SIGCONT (the kernel drops it in an orphaned process group)
+    sa.sa_handler = on_suspend_signal;
+    ::sigaction(SIGTSTP, &sa, nullptr);
+    terminal.emplace();
+    redraw();
+  };
+  if (tty) {
+    sa.sa_handler = on_suspend_signal;
+    ::sigaction(SIGTSTP, &sa, nullptr);
+  }
   const bool keys = tty && ::isatty(STDIN_FILENO) != 0;
   ctl::Snapshot previous = ctl::read_snapshot(segment, ctl::monotonic_now_ns());
   for (unsigned frame = 0; o.frames == 0 || frame < o.frames; ++frame) {
-    if (wait_or_quit(o.interval_s, keys, redraw)) break;
+    if (wait_or_quit(o.interval_s, keys, redraw, suspend)) break;
     if (segment_gone(segment)) {
       // Rates start over on the segment under the name, if there is one.
       const std::string title = "bulkheadctl top - " + clock_utc() + (tty ? " - q quits" : "") + "\n";
