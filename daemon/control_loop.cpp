@@ -144,10 +144,7 @@ void ControlLoop::apply(const Config& config) {
     }
     publish_limit(d);
     publish_settings(index, d.name);
-    if (d.controller->pinned() > shm::kPartitionFieldMax && plan_of(index) != nullptr) {
-      hold_pin_within_partitions(d);  // partitions new with this config
-      publish_limit(d);
-    }
+    if (hold_pin_within_partitions(d)) publish_limit(d);  // partitions new with this config
     segment_.dependency(index).control.generation.store(generation, std::memory_order_relaxed);
     // Waiters look at the new settings at once: shadow mode admits them,
     // partitions send them to their rule, a larger limit may have room.
@@ -793,14 +790,15 @@ void ControlLoop::follow_pin(Dependency& d, std::uint64_t now_ns) {
   publish_limit(d);
 }
 
-void ControlLoop::hold_pin_within_partitions(Dependency& d) {
+bool ControlLoop::hold_pin_within_partitions(Dependency& d) {
   // Partitions count in 16-bit fields (the config keeps a partitioned
   // max_limit within them): a pin past that would publish a limit the
   // partitions' rule does not enforce.
-  if (plan_of(d.index) == nullptr || d.controller->pinned() <= shm::kPartitionFieldMax) return;
+  if (plan_of(d.index) == nullptr || d.controller->pinned() <= shm::kPartitionFieldMax) return false;
   spdlog::warn("dependency {}: limit pin {} is more than a dependency with partitions can have; pinned at {}",
                d.name, d.controller->pinned(), shm::kPartitionFieldMax);
   d.controller->pin(shm::kPartitionFieldMax);
+  return true;
 }
 
 void ControlLoop::reclaim_dead_processes() {

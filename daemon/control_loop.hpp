@@ -151,8 +151,9 @@ class ControlLoop {
   // controller, publishes the limit when that changes it, and clears a pin
   // that has ended.
   void follow_pin(Dependency& d, std::uint64_t now_ns);
-  // Lowers a pin to what a partitioned dependency's limit can be.
-  void hold_pin_within_partitions(Dependency& d);
+  // Lowers a pin to what a partitioned dependency's limit can be; true when
+  // it did (the limit is then to be published).
+  bool hold_pin_within_partitions(Dependency& d);
   // Runs the breaker on a tick's deltas; publishes its state (and trial
   // permits on entering half open); logs and counts transitions.
   void update_breaker(Dependency& d, const shm::DependencyCounters& delta, std::uint64_t now_ns);
