@@ -899,12 +899,7 @@ bool ControlLoop::claimer_gone(std::uint32_t p) {
   // whose releases of permits it never took would count short, and the
   // scan restore them as held by it. Only when the claimer is known dead:
   // a live one, stalled mid-claim, may finish it and start holding.
-  shm::ProcessIdentity& id = segment_.process(p).identity;
-  const shm::ProcessSnapshot seen{{p, id.claims.load(std::memory_order_acquire)},
-                                  id.pid.load(std::memory_order_relaxed),
-                                  id.start_time.load(std::memory_order_relaxed),
-                                  {id.pid_ns_device.load(std::memory_order_relaxed),
-                                   id.pid_ns_inode.load(std::memory_order_relaxed)}};
+  const shm::ProcessSnapshot seen = shm::read_process_fields(segment_, p);
   if (seen.pid <= 0) return true;
   const bool dead = watch_.check(seen) == shm::Liveness::kDead;
   watch_.forget(p);

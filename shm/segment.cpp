@@ -695,6 +695,19 @@ void release_process_slot(Segment& segment, const ProcessClaim& claim) {
   if (take_process_slot(segment, mine)) free_process_slot(segment, claim.index);
 }
 
+namespace {
+
+// The slot's fields after its count of claims was read.
+ProcessSnapshot fields_of(const ProcessIdentity& id, std::uint32_t index, std::uint32_t claims) {
+  return ProcessSnapshot{{index, claims},
+                         id.pid.load(std::memory_order_relaxed),
+                         id.start_time.load(std::memory_order_relaxed),
+                         {id.pid_ns_device.load(std::memory_order_relaxed),
+                          id.pid_ns_inode.load(std::memory_order_relaxed)}};
+}
+
+}  // namespace
+
 std::optional<ProcessSnapshot> read_process_slot(const Segment& segment, std::uint32_t index) {
   const ProcessIdentity& id = segment.process(index).identity;
   // The count before the state (both acquire, so in that order): a claim
@@ -703,11 +716,12 @@ std::optional<ProcessSnapshot> read_process_slot(const Segment& segment, std::ui
   const std::uint32_t claims = id.claims.load(std::memory_order_acquire);
   // Pairs with the release store of kSlotReady in claim_process_slot().
   if (id.state.load(std::memory_order_acquire) != kSlotReady) return std::nullopt;
-  return ProcessSnapshot{{index, claims},
-                         id.pid.load(std::memory_order_relaxed),
-                         id.start_time.load(std::memory_order_relaxed),
-                         {id.pid_ns_device.load(std::memory_order_relaxed),
-                          id.pid_ns_inode.load(std::memory_order_relaxed)}};
+  return fields_of(id, index, claims);
+}
+
+ProcessSnapshot read_process_fields(const Segment& segment, std::uint32_t index) {
+  const ProcessIdentity& id = segment.process(index).identity;
+  return fields_of(id, index, id.claims.load(std::memory_order_acquire));
 }
 
 bool take_process_slot(Segment& segment, const ProcessSnapshot& seen) {

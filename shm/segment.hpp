@@ -250,6 +250,9 @@ struct ProcessSnapshot {
   PidNamespace pid_ns;  // unknown: the reader's own (a client of ABI 4.2 or older)
 };
 std::optional<ProcessSnapshot> read_process_slot(const Segment& segment, std::uint32_t index);
+// The slot's fields whatever its state: for one being claimed (or
+// released), whose process may have written them, or not yet.
+ProcessSnapshot read_process_fields(const Segment& segment, std::uint32_t index);
 // Takes the slot from the claim `seen` read, to give back what its dead
 // process left: true when the slot is still that claim's, and now
 // kSlotClaiming, the caller's to clear and then free (free_process_slot()).
