@@ -9,6 +9,8 @@
 // bare system call. A forked process that must not remove the segment
 // when signalled resets the handlers with keep_on_signal().
 //
+// SegmentName does all of it for a bench's segment name.
+//
 // Thread safety: call both from one thread, before any thread starts.
 #pragma once
 
@@ -18,6 +20,9 @@
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <utility>
+
+#include "shm/segment.hpp"
 
 namespace bulkhead::bench::cleanup {
 
@@ -43,5 +48,22 @@ inline void remove_on_signal(const std::string& segment) {
 inline void keep_on_signal() {
   for (int sig : kSignals) std::signal(sig, SIG_DFL);
 }
+
+// A bench's segment name: what a run before left under it is removed, and
+// so is the segment when this goes, or when a signal above stops the bench.
+class SegmentName {
+ public:
+  explicit SegmentName(std::string name) : name_(std::move(name)) {
+    remove_on_signal(name_);
+    shm::Segment::remove(name_);
+  }
+  ~SegmentName() { shm::Segment::remove(name_); }
+  SegmentName(const SegmentName&) = delete;
+  SegmentName& operator=(const SegmentName&) = delete;
+  const std::string& str() const { return name_; }
+
+ private:
+  std::string name_;
+};
 
 }  // namespace bulkhead::bench::cleanup

@@ -307,13 +307,8 @@ class Writers {
 
 // One size, in the calling (forked) process. Fills `out`.
 void run_size(const Size& size, const Options& o, Result* out) {
-  const std::string segment = "bhscale-" + std::to_string(::getpid());
-  cleanup::remove_on_signal(segment);
-  shm::Segment::remove(segment);
-  struct Remove {
-    std::string name;
-    ~Remove() { shm::Segment::remove(name); }
-  } remove{segment};
+  const cleanup::SegmentName segment_name("bhscale-" + std::to_string(::getpid()));
+  const std::string& segment = segment_name.str();
   const daemon::Config config = daemon::parse_config(config_text(segment, size, o), "bulkhead-scale-bench");
   shm::CreateOptions create;
   create.capacities = {size.dependencies, size.processes, o.stripes, config.daemon.queue_slots};

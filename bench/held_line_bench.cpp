@@ -37,13 +37,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench/cleanup.hpp"
+#include "bench/cpus.hpp"
 #include "bulkhead/bulkhead.h"
 #include "shm/segment.hpp"
 
@@ -71,18 +71,6 @@ std::string name_at(std::uint32_t slot) {
     const std::string name = "held-" + std::to_string(i);
     if (shm::dependency_name_hash(name) % kDependencies == slot) return name;
   }
-}
-
-// Two CPUs this process may run on, or nullopt.
-std::optional<std::pair<int, int>> two_cpus() {
-  cpu_set_t mine;
-  if (::sched_getaffinity(0, sizeof mine, &mine) != 0) return std::nullopt;
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
-    if (CPU_ISSET(c, &mine)) cpus.push_back(c);
-  }
-  if (cpus.size() < 2) return std::nullopt;
-  return std::make_pair(cpus[0], cpus[1]);
 }
 
 struct Loop {
@@ -155,19 +143,14 @@ int main_(int argc, char** argv) {
     }
   }
   repetitions = std::max(repetitions, 1);
-  const auto cpus = two_cpus();
-  if (!cpus) {
+  const std::vector<int> cpus = usable_cpus();
+  if (cpus.size() < 2) {
     std::fprintf(stderr, "bulkhead-held-line-bench: needs two CPUs to run on\n");
     return 77;
   }
 
-  const std::string name = "bhheld-" + std::to_string(::getpid());
-  shm::Segment::remove(name);
-  cleanup::remove_on_signal(name);
-  struct Remove {
-    std::string name;
-    ~Remove() { shm::Segment::remove(name); }
-  } remove{name};
+  const cleanup::SegmentName segment_name("bhheld-" + std::to_string(::getpid()));
+  const std::string& name = segment_name.str();
   shm::CreateOptions options;
   options.capacities = {kDependencies, 4, 4, 8};
   shm::Segment segment = shm::Segment::create(name, options);
@@ -199,15 +182,15 @@ int main_(int argc, char** argv) {
     std::vector<Loop> loops;
   };
   const Case cases[] = {
-      {"alone (slot 2)", {{deps[0], cpus->first}}},
-      {"same line (slots 2, 3)", {{deps[0], cpus->first}, {deps[1], cpus->second}}},
-      {"apart (slots 7, 8)", {{deps[2], cpus->first}, {deps[3], cpus->second}}},
+      {"alone (slot 2)", {{deps[0], cpus[0]}}},
+      {"same line (slots 2, 3)", {{deps[0], cpus[0]}, {deps[1], cpus[1]}}},
+      {"apart (slots 7, 8)", {{deps[2], cpus[0]}, {deps[3], cpus[1]}}},
   };
   bool failed = false;
   double baseline = 0;
   std::printf("%d repetitions of %.2f s, CPUs %d and %d; CPU ns per call (bh_try_acquire_untimed + "
               "bh_release_latency), median over repetitions\n\n",
-              repetitions, seconds, cpus->first, cpus->second);
+              repetitions, seconds, cpus[0], cpus[1]);
   std::printf("%-24s %12s %12s %10s\n", "case", "thread 1", "thread 2", "x alone");
   for (const Case& c : cases) {
     std::vector<std::vector<double>> per_thread(c.loops.size());

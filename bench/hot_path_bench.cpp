@@ -98,6 +98,7 @@
 #include <vector>
 
 #include "bench/cleanup.hpp"
+#include "bench/cpus.hpp"
 #include "bulkhead/bulkhead.h"
 #include "shm/segment.hpp"
 
@@ -372,12 +373,7 @@ struct CpuPair {
 
 // The first two CPUs this process may run on, or nullopt with fewer.
 std::optional<CpuPair> two_cpus() {
-  cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return std::nullopt;
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < 2; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
+  const std::vector<int> cpus = usable_cpus();
   if (cpus.size() < 2) return std::nullopt;
   return CpuPair{cpus[0], cpus[1]};
 }
@@ -410,19 +406,6 @@ class PinnedTo {
 };
 
 // --- The segment.
-
-// Removes a segment name when it goes, whatever happened in between.
-class SegmentName {
- public:
-  explicit SegmentName(std::string name) : name_(std::move(name)) { shm::Segment::remove(name_); }
-  ~SegmentName() { shm::Segment::remove(name_); }
-  SegmentName(const SegmentName&) = delete;
-  SegmentName& operator=(const SegmentName&) = delete;
-  const std::string& str() const { return name_; }
-
- private:
-  std::string name_;
-};
 
 // The segment, its four dependencies, the peers and the parent's client that
 // every case runs on. Thread safety: built by main before any benchmark runs;
@@ -544,7 +527,7 @@ class Fixture {
     void operator()(bh_client* c) const { bh_client_close(c); }
   };
 
-  SegmentName name_;  // first: removed last, even when the constructor throws
+  cleanup::SegmentName name_;  // first: removed last, even when the constructor throws
   shm::Segment segment_;
   std::optional<CpuPair> cpus_;
   SharedPeers peers_;
@@ -1085,9 +1068,8 @@ int main(int argc, char** argv) {
 
   const std::string name = "bhbench-" + std::to_string(::getpid());
   // The run loop belongs to Google Benchmark, so there is no loop of ours
-  // to look at a flag: a signal removes the segment and the System V set.
-  cleanup::remove_on_signal(name);
-
+  // to look at a flag: a signal removes the segment (cleanup::SegmentName)
+  // and the System V set.
   std::optional<Fixture> fixture;
   try {
     fixture.emplace(name);

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "bench/cleanup.hpp"
+#include "bench/cpus.hpp"
 #include "bulkhead/bulkhead.h"
 #include "shm/segment.hpp"
 
@@ -103,16 +104,6 @@ struct Shared {
   alignas(64) std::atomic<int> stop{0};
   Report reports[256];
 };
-
-std::vector<int> usable_cpus() {
-  cpu_set_t set;
-  std::vector<int> cpus;
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return {0};
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
-}
 
 double clock_ns(clockid_t clock) {
   timespec ts;
@@ -198,13 +189,8 @@ struct Figures {
 // One setting at N processes on a segment of its own.
 std::optional<Figures> run(const Setting& s, int n, double seconds, const std::vector<int>& cpus,
                            std::string* error) {
-  const std::string name = "bhrecord-" + std::to_string(::getpid());
-  cleanup::remove_on_signal(name);
-  shm::Segment::remove(name);
-  struct Remove {
-    std::string name;
-    ~Remove() { shm::Segment::remove(name); }
-  } remove{name};
+  const cleanup::SegmentName segment_name("bhrecord-" + std::to_string(::getpid()));
+  const std::string& name = segment_name.str();
   shm::CreateOptions create;
   create.capacities = {16, static_cast<std::uint32_t>(std::max(64, 8 * n + 8)), s.stripes, 0};
   create.mode = 0600;
