@@ -1146,6 +1146,14 @@ TEST_F(CtlBinary, TopWithoutATerminalPrintsSuccessiveSnapshots) {
   EXPECT_NE(r.output().find("payments"), std::string::npos) << r.output();
 }
 
+// A terminal of `rows` x `columns`.
+winsize window(unsigned short rows, unsigned short columns) {
+  winsize size{};
+  size.ws_row = rows;
+  size.ws_col = columns;
+  return size;
+}
+
 // `top` on a terminal of `size` (a pseudo-terminal), a frame every
 // `interval` seconds: after each read of what it wrote, `quit_now(out,
 // terminal, top's pid)` says whether to type q (it may act on the terminal,
@@ -1193,13 +1201,10 @@ std::string drive_top(const std::string& segment, winsize size, const char* inte
 // types q, and returns everything it wrote (drive_top()).
 std::string top_on_a_terminal(const std::string& segment, unsigned short rows, unsigned short columns,
                               termios* after, int* exit_code) {
-  winsize size{};
-  size.ws_row = rows;
-  size.ws_col = columns;
   const auto first_frame = [](const std::string& out, int, pid_t) {
     return out.find("bulkheadctl top - ") != std::string::npos;
   };
-  return drive_top(segment, size, "0.05", first_frame, after, exit_code);
+  return drive_top(segment, window(rows, columns), "0.05", first_frame, after, exit_code);
 }
 
 // The frames `top` drew: what each "\x1b[H" (cursor home) ... "\x1b[J"
@@ -1269,19 +1274,14 @@ TEST_F(CtlBinary, TopOnATerminalFitsTheScreenAndQuitsOnQ) {
 TEST_F(CtlBinary, TopRedrawsToATerminalThatChangedSize) {
   TempSegmentName name{"ctl-bin"};
   shm::Segment s = shm::Segment::create(name, testing::small_segment());
-  winsize size{};
-  size.ws_row = 24;
-  size.ws_col = 200;
   bool resized = false;
   const std::string notice = "bulkheadctl top: /dev/shm/" + name.str();
   int code = 0;
   const std::string out = drive_top(
-      name.str(), size, "3600",
+      name.str(), window(24, 200), "3600",
       [&](const std::string& written, int terminal, pid_t) {
         if (!resized && written.find(notice) != std::string::npos) {
-          winsize smaller{};
-          smaller.ws_row = 3;
-          smaller.ws_col = 20;
+          const winsize smaller = window(3, 20);
           resized = ::ioctl(terminal, TIOCSWINSZ, &smaller) == 0;  // the kernel sends top SIGWINCH
         }
         return resized && written.find("\x1b[H" + notice.substr(0, 20) + "\x1b[K") != std::string::npos;
@@ -1298,14 +1298,11 @@ TEST_F(CtlBinary, TopRedrawsToATerminalThatChangedSize) {
 TEST_F(CtlBinary, TopGivesTheTerminalBackAtCtrlZ) {
   TempSegmentName name{"ctl-bin"};
   shm::Segment s = shm::Segment::create(name, testing::small_segment());
-  winsize size{};
-  size.ws_row = 24;
-  size.ws_col = 100;
   const std::string enter = "\x1b[?1049h", leave = "\x1b[?1049l";
   bool suspended = false;
   int code = 0;
   const std::string out = drive_top(
-      name.str(), size, "0.05",
+      name.str(), window(24, 100), "0.05",
       [&](const std::string& written, int, pid_t top) {
         if (!suspended && written.find("bulkheadctl top - ") != std::string::npos) {
           suspended = ::kill(top, SIGTSTP) == 0;
