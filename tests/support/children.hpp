@@ -13,7 +13,14 @@
 #include <functional>
 #include <vector>
 
+#include "tests/support/made_here.hpp"
+
 namespace bulkhead::testing {
+
+// The exit code of a forked child that went back into GoogleTest (its body
+// threw, or an assertion in it failed): child_guard.cpp, linked into every
+// test binary, ends it there rather than let it run on as a copy of the test.
+inline constexpr int kChildLeftItsBody = 120;
 
 // Waits (up to 10 s) until the forked child `pid` has exited, and leaves
 // it unreaped: a zombie with no thread left. /proc shows the zombie state
@@ -78,13 +85,14 @@ class PausedChild {
   // Whether setup() returned true.
   bool ok() const { return ok_; }
   void kill() {
-    if (pid_ <= 0) return;
+    if (pid_ <= 0 || !made_.here()) return;
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
 
  private:
+  MadeHere made_;
   pid_t pid_ = -1;
   bool ok_ = false;
 };
@@ -139,12 +147,14 @@ class ChildInPidNamespace {
   bool ok() const { return ok_; }
   // Kills it (SIGKILL) and returns once it is reaped: gone from /proc.
   void kill() {
+    if (!made_.here()) return;
     if (pid_ > 0) ::kill(pid_, SIGKILL);
     if (middle_ > 0) ::waitpid(middle_, nullptr, 0);
     pid_ = middle_ = -1;
   }
 
  private:
+  MadeHere made_;
   pid_t middle_ = -1;
   pid_t pid_ = -1;
   bool ok_ = false;

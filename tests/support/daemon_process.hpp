@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "shm/segment.hpp"
+#include "tests/support/made_here.hpp"
 
 namespace bulkhead::testing {
 
@@ -51,6 +52,7 @@ class TempDir {
     if (::mkdtemp(path_.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
   }
   ~TempDir() {
+    if (!made_.here()) return;
     std::error_code ignored;
     std::filesystem::remove_all(path_, ignored);
   }
@@ -60,6 +62,7 @@ class TempDir {
   const std::string& path() const { return path_; }
 
  private:
+  MadeHere made_;
   std::string path_;
 };
 
@@ -131,7 +134,7 @@ class ChildProcess {
     }
   }
   ~ChildProcess() {
-    if (pid_ > 0 && !exited_) {
+    if (pid_ > 0 && !exited_ && made_.here()) {
       ::kill(pid_, SIGTERM);
       if (!wait_exit(std::chrono::seconds(5))) {
         ::kill(pid_, SIGKILL);
@@ -171,6 +174,7 @@ class ChildProcess {
     }
   }
 
+  MadeHere made_;
   std::string log_path_;
   pid_t pid_ = -1;
   bool exited_ = false;

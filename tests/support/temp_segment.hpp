@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "shm/segment.hpp"
+#include "tests/support/made_here.hpp"
 
 namespace bulkhead::testing {
 
@@ -19,7 +20,9 @@ class TempSegmentName {
     name_ = "bhtest-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
     shm::Segment::remove(name_);
   }
-  ~TempSegmentName() { shm::Segment::remove(name_); }
+  ~TempSegmentName() {
+    if (made_.here()) shm::Segment::remove(name_);
+  }
   TempSegmentName(const TempSegmentName&) = delete;
   TempSegmentName& operator=(const TempSegmentName&) = delete;
 
@@ -28,6 +31,7 @@ class TempSegmentName {
   operator const std::string&() const { return name_; }
 
  private:
+  MadeHere made_;
   std::string name_;
 };
 
@@ -53,6 +57,7 @@ class FullProcessTable {
     }
   }
   ~FullProcessTable() {
+    if (!made_.here()) return;
     for (const shm::ProcessClaim& claim : claimed_) shm::release_process_slot(segment_, claim);
   }
   FullProcessTable(const FullProcessTable&) = delete;
@@ -61,6 +66,7 @@ class FullProcessTable {
   std::size_t claimed() const { return claimed_.size(); }
 
  private:
+  MadeHere made_;
   shm::Segment& segment_;
   std::vector<shm::ProcessClaim> claimed_;
 };
