@@ -67,6 +67,10 @@ TEST(PartitionRule, AHardCapNeverLetsAPartitionPastItsShare) {
   EXPECT_EQ(partition_verdict(word_of(0, 0, 2), partition_rule(10, 0, 5, 2), batch_capped, 2), V::kCapped);
   // "default" capped at its own share.
   EXPECT_EQ(partition_verdict(word_of(2, 0, 0), partition_rule(10, 2, 5, 0), 1u, 0), V::kCapped);
+  // A share of 0.2 of a limit of 4 floors to 0: a capped batch gets nothing
+  // at all, with the whole limit idle (docs/config.md says so).
+  EXPECT_EQ(guaranteed_count(200'000, 4), 0u);
+  EXPECT_EQ(partition_verdict(word_of(0, 0, 0), partition_rule(4, 0, 2, 0), batch_capped, 2), V::kCapped);
 }
 
 TEST(PartitionRule, TheLimitHoldsEvenForAGuarantee) {
