@@ -598,6 +598,19 @@ TEST_F(AdmissionTest, AFullDependencyTableIsENOSPCAndTheNamesTakenStillWork) {
   bh_client_close(c);
 }
 
+TEST_F(AdmissionTest, AFullProcessTableOrAnUnfinishedSegmentIsRefused) {
+  bh_client* c = nullptr;
+  {
+    testing::FullProcessTable full(*segment_);
+    EXPECT_EQ(bh_client_open(name_.c_str(), &c), -ENOSPC);
+    EXPECT_EQ(c, nullptr);
+    EXPECT_NE(std::string(bh_last_error()).find("process table full"), std::string::npos) << bh_last_error();
+  }
+  segment_->header().magic.store(0);  // what a daemon still making it leaves
+  EXPECT_EQ(bh_client_open(name_.c_str(), &c), -EAGAIN);
+  EXPECT_EQ(c, nullptr);
+}
+
 TEST_F(AdmissionTest, ACorruptSegmentIsRefusedWithTheReason) {
   segment_->header().abi_major = shm::kAbiMajor + 1;
   bh_client* c = nullptr;

@@ -92,7 +92,14 @@ int main(void) {
   bh_client_close(client);
   bh_client_close(NULL);
 
+  /* A bad segment name is refused, never taken for the default. */
   bh_client *none = NULL;
+  CHECK(bh_client_open("", &none) == -EINVAL);
+  CHECK(none == NULL);
+  CHECK(bh_client_open("no/slash", &none) == -EINVAL);
+  CHECK(strstr(bh_last_error(), "segment name") != NULL);
+  CHECK(bh_client_open("..", &none) == -EINVAL);
+
   options.flags = BH_OPEN_REQUIRE_SEGMENT;
   CHECK(bh_client_open_opts(&options, &none) == -ENOENT);
   CHECK(none == NULL);

@@ -123,13 +123,16 @@ typedef struct bh_options {
 /* Opens a client on the segment (NULL: $BULKHEAD_SEGMENT, else "bulkhead").
  * With no segment present it opens in standalone mode and returns 0. A
  * segment that exists but cannot be used (other ABI, corrupt, no permission)
- * is an error: -EPROTO, -EBADMSG, -EACCES, ... */
+ * is an error: -EPROTO, -EBADMSG, -EACCES, ...; so is one whose process
+ * table is full (-ENOSPC) or that its daemon has not finished making
+ * (-EAGAIN), and a bad name, given or from $BULKHEAD_SEGMENT (-EINVAL: 1 to
+ * 47 of A-Z a-z 0-9 . _ -, not "." or ".."; "" is no name, not NULL). */
 BH_API int bh_client_open(const char *segment, bh_client **out);
 BH_API int bh_client_open_opts(const bh_options *options, bh_client **out);
 /* Closes the client. Every permit must have been released; handles die with
  * it. NULL is ignored. */
 BH_API void bh_client_close(bh_client *c);
-/* BH_MODE_SHARED or BH_MODE_STANDALONE. */
+/* BH_MODE_SHARED or BH_MODE_STANDALONE; -EINVAL for NULL. */
 BH_API int bh_client_mode(const bh_client *c);
 /* A one-line description of the client's state, e.g. why it is standalone. */
 BH_API const char *bh_client_status(const bh_client *c);
