@@ -23,6 +23,9 @@
  * number of threads at once. A bh_permit belongs to the thread that holds it;
  * one inherited through fork() is the parent's, and releasing it in the
  * child does nothing (it gives nothing back and records no outcome).
+ * A forked child takes a process slot of its own at fork() and keeps it
+ * until it exits, exec or not: spawn programs with posix_spawn(), which
+ * takes none (docs/architecture.md).
  */
 #ifndef BULKHEAD_BULKHEAD_H
 #define BULKHEAD_BULKHEAD_H
