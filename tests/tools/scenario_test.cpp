@@ -243,6 +243,23 @@ TEST(SimScenario, AChangeWhereTheRampBeforeItEndsPassesWhateverTheRounding) {
             "s.toml:10: dependency.change#2.at_s: must be >= 3.3 (the ");
 }
 
+// Every call is kept in memory: a run that would offer more attempts than
+// that holds is refused before it is drawn, not left to swap the host.
+TEST(SimScenario, ARunThatOffersMoreCallsThanFitInMemoryIsRefused) {
+  EXPECT_EQ(error_of("duration_s = 3600\n[dependency]\nworkers = 4\nbase_latency_ms = 10\n"
+                     "[clients]\nrate = 10000000\n"),
+            "s.toml:6: clients.rate: the run offers 36000000000 calls on average (the rate over duration_s, "
+            "3600 s): more than the 50000000 the simulator holds in memory; shorten duration_s or lower the rate");
+  // The rate profile counts, ramps and retries included.
+  const std::string ramp = "duration_s = 100\n[dependency]\nworkers = 4\nbase_latency_ms = 10\n"
+                           "[clients]\nrate = 0\nretries = 4\n[[clients.change]]\nat_s = 50\nramp_s = 50\n";
+  EXPECT_NO_THROW(parse_scenario(ramp + "rate = 400000\n", "s.toml"));  // 1e7 calls, 5e7 attempts
+  EXPECT_EQ(error_of(ramp + "rate = 400001\n"),
+            "s.toml:6: clients.rate: the run offers 10000025 calls on average (the rate over duration_s, 100 s), "
+            "50000125 attempts with the retries: more than the 50000000 the simulator holds in memory; "
+            "shorten duration_s or lower the rate");
+}
+
 TEST(SimScenario, EveryShippedScenarioParses) {
   int count = 0;
   for (const auto& entry : std::filesystem::directory_iterator(BULKHEAD_SOURCE_DIR "/scenarios")) {

@@ -30,6 +30,10 @@ TEST(SimPiecewise, StepsAndRamps) {
   EXPECT_EQ(p.at(15), 10);
   EXPECT_EQ(p.at(20), 15);
   EXPECT_EQ(p.at(99), 15);
+  EXPECT_EQ(p.integral(0), 0);
+  EXPECT_EQ(p.integral(10), 10);        // 1 for 10 s; the step adds nothing
+  EXPECT_EQ(p.integral(15), 10 + 37.5);  // half the ramp: 5 to 10 over 5 s
+  EXPECT_EQ(p.integral(30), 10 + 100 + 150);
 }
 
 TEST(SimTimeline, WorkerRampMovesOneWorkerAtATime) {

@@ -41,6 +41,20 @@ double Piecewise::at(double t_s) const {
   return a.value + (b.value - a.value) * (t_s - a.t_s) / (b.t_s - a.t_s);
 }
 
+double Piecewise::integral(double t_s) const {
+  double sum = knots_.front().value * std::min(knots_.front().t_s, t_s);  // constant before the first knot
+  for (std::size_t i = 0; i + 1 < knots_.size() && knots_[i].t_s < t_s; ++i) {
+    const Knot& a = knots_[i];
+    const Knot& b = knots_[i + 1];
+    if (b.t_s <= a.t_s) continue;  // a step
+    const double end = std::min(b.t_s, t_s);
+    const double at_end = a.value + (b.value - a.value) * (end - a.t_s) / (b.t_s - a.t_s);
+    sum += (a.value + at_end) / 2 * (end - a.t_s);
+  }
+  if (knots_.back().t_s < t_s) sum += knots_.back().value * (t_s - knots_.back().t_s);
+  return sum;
+}
+
 Timeline::Timeline(const Scenario& s)
     : duration_s_(s.duration_s), duration_ns_(to_ns(s.duration_s)) {
   // Workers: steps, ramps one worker at a time.

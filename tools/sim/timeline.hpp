@@ -32,6 +32,9 @@ class Piecewise {
   // when ramp_s is 0). After at least one add().
   void ramp_to(double t_s, double ramp_s, double value);
   double at(double t_s) const;
+  // The integral of at() from 0 to t_s (value x seconds), exact: the
+  // trapezoids of the linear pieces. After at least one add() at or after 0.
+  double integral(double t_s) const;
   const std::vector<Knot>& knots() const { return knots_; }
 
  private:
