@@ -260,6 +260,17 @@ TEST(SimScenario, ARunThatOffersMoreCallsThanFitInMemoryIsRefused) {
             "shorten duration_s or lower the rate");
 }
 
+// The policies act at the ticks only: a run without one would report every
+// policy at its initial limit.
+TEST(SimScenario, ARunShorterThanATickIsRefused) {
+  const std::string rest = "[dependency]\nworkers = 4\nbase_latency_ms = 10\n[clients]\nrate = 100\n";
+  EXPECT_EQ(error_of("duration_s = 0.05\n" + rest),
+            "s.toml:1: duration_s: must be at least one tick (tick_ms = 100, the default), got 0.05 s");
+  EXPECT_EQ(error_of("tick_ms = 1000\nduration_s = 0.999\n" + rest),
+            "s.toml:2: duration_s: must be at least one tick (tick_ms = 1000), got 0.999 s");
+  EXPECT_EQ(parse_scenario("duration_s = 0.1\n" + rest, "s.toml").duration_s, 0.1);
+}
+
 TEST(SimScenario, EveryShippedScenarioParses) {
   int count = 0;
   for (const auto& entry : std::filesystem::directory_iterator(BULKHEAD_SOURCE_DIR "/scenarios")) {

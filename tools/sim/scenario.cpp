@@ -337,6 +337,13 @@ void check_changes(const Reporter& report, const std::vector<Change>& changes,
 
 void check_whole(const Reporter& report, Scenario& s, const Raw& raw) {
   if (!raw.top.has("duration_s")) report.fail(0, "duration_s", "is required");
+  // The policies see the calls only at the ticks: a run without one would
+  // report every policy at its initial limit, as if it had been judged.
+  if (to_ns(s.duration_s) < std::uint64_t{s.tick_ms} * 1'000'000) {
+    report.fail(raw.top.of("duration_s"), "duration_s",
+                "must be at least one tick (tick_ms = " + std::to_string(s.tick_ms) +
+                    (raw.top.has("tick_ms") ? "" : ", the default") + "), got " + number(s.duration_s) + " s");
+  }
   if (!raw.dependency.has("workers")) report.fail(raw.dependency.table, "dependency.workers", "is required");
   if (!raw.dependency.has("base_latency_ms")) {
     report.fail(raw.dependency.table, "dependency.base_latency_ms", "is required");
