@@ -344,6 +344,23 @@ TEST(SimReport, JsonAndCsvShapes) {
   EXPECT_EQ(format_json({}), "{\n  \"scenarios\": []\n}\n");
 }
 
+// With nothing offered there is no share of it to print: "-", as for the
+// other values that do not exist, and null in the JSON.
+TEST(SimReport, NothingOfferedHasNoShareOfCapacity) {
+  RunOptions options;
+  options.policies = {"aimd"};
+  const ScenarioReport r = run_scenario(
+      parse_scenario("duration_s = 2\n[dependency]\nworkers = 4\nbase_latency_ms = 10\n[clients]\nrate = 0\n",
+                     "idle.toml"),
+      options);
+  const std::string table = format_table(r);
+  EXPECT_EQ(table.find("nan"), std::string::npos) << table;
+  EXPECT_NE(table.find("\naimd                   0.0      -       -       -        -      -         0"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(format_json({r}).find("\"goodput_pct\": null"), std::string::npos);
+}
+
 TEST(SimReport, JsonStringsEscapeQuotesBackslashesAndControlsOnly) {
   Scenario s = busy_scenario(9);
   s.description = "a \"quoted\" path\\to\tend";

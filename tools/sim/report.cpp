@@ -385,8 +385,10 @@ std::string format_table(const ScenarioReport& r) {
                        "policy", "goodput/s", "%cap", "p50 ms", "p99 ms", "p999 ms", "p99/nl", "rejected",
                        "timed out", "errors", "osc", settle_head.c_str());
   for (const Summary& m : r.summaries) {
-    out += printf_string("%-*s %9.1f %6.1f %7s %7s %8s %6s %9llu %9llu %7llu %6s  %s\n",
-                         static_cast<int>(width), m.label.c_str(), m.goodput_per_s, m.goodput_pct,
+    // %cap does not exist when nothing was offered (a rate of 0 all along).
+    const std::string pct = std::isnan(m.goodput_pct) ? "-" : printf_string("%.1f", m.goodput_pct);
+    out += printf_string("%-*s %9.1f %6s %7s %7s %8s %6s %9llu %9llu %7llu %6s  %s\n",
+                         static_cast<int>(width), m.label.c_str(), m.goodput_per_s, pct.c_str(),
                          fmt_ms(m.p50_ms).c_str(), fmt_ms(m.p99_ms).c_str(), fmt_ms(m.p999_ms).c_str(),
                          std::isnan(m.p99_vs_noload) ? "-" : printf_string("%.2f", m.p99_vs_noload).c_str(),
                          static_cast<unsigned long long>(m.rejected),
