@@ -371,6 +371,21 @@ TEST(SimReport, JsonStringsEscapeQuotesBackslashesAndControlsOnly) {
   EXPECT_NE(json.find("\"description\": \"a \\\"quoted\\\" path\\\\to\\u0009end\""), std::string::npos) << json;
 }
 
+// A file name may be any bytes, but JSON is UTF-8: what is not valid UTF-8
+// is replaced, what is passes through as it is.
+TEST(SimReport, JsonStringsAreUtf8WhateverTheFileName) {
+  Scenario s = busy_scenario(9);
+  s.source = "caf\xe9/\xc3\xa9t\xc3\xa9/\xed\xa0\x80/\xf0\x9f\x93\x88/\xe2\x82.toml";
+  RunOptions options;
+  options.policies = {"aimd"};
+  options.references = false;
+  const std::string json = format_json({run_scenario(s, options)});
+  EXPECT_NE(json.find("\"file\": \"caf\\ufffd/\xc3\xa9t\xc3\xa9/\\ufffd\\ufffd\\ufffd/\xf0\x9f\x93\x88/"
+                      "\\ufffd\\ufffd.toml\""),
+            std::string::npos)
+      << json;
+}
+
 // Without --policy, every registered policy but "fixed" (which the static
 // references are).
 TEST(SimReport, TheDefaultPoliciesAreEveryOneButFixed) {
