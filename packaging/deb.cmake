@@ -13,7 +13,12 @@
 set(CPACK_PACKAGE_NAME bulkhead)
 set(CPACK_PACKAGE_VENDOR "bulkhead")
 set(CPACK_PACKAGE_CONTACT "bulkhead maintainers <bulkhead@localhost>")
-set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "host-wide bulkheads and adaptive concurrency limits")
+# No CPACK_PACKAGE_DESCRIPTION_SUMMARY: CPackDeb would put that one line
+# before every package's description, making it the synopsis of all four
+# (dpkg -l and apt search could not tell them apart). Each component's
+# description below starts with its own synopsis; its other lines begin
+# without a space, since CPackDeb indents each by one (a line it finds
+# already indented gets two, which makes it a verbatim line in apt show).
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
@@ -36,9 +41,9 @@ set(deb ${CMAKE_CURRENT_SOURCE_DIR}/deb)
 set(CPACK_DEBIAN_DAEMON_PACKAGE_NAME bulkhead)
 set(CPACK_DEBIAN_DAEMON_PACKAGE_SECTION admin)
 set(CPACK_COMPONENT_DAEMON_DESCRIPTION "host-wide bulkheads and adaptive concurrency limits: the daemon
- bulkheadd learns a safe concurrency limit for every named dependency from
- the latencies that the host's processes observe, and publishes the limits
- in shared memory, where libbulkhead admits each call against them.")
+bulkheadd learns a safe concurrency limit for every named dependency from
+the latencies that the host's processes observe, and publishes the limits
+in shared memory, where libbulkhead admits each call against them.")
 set(CPACK_DEBIAN_DAEMON_PACKAGE_CONTROL_EXTRA "${deb}/conffiles;${deb}/postinst;${deb}/prerm;${deb}/postrm")
 
 set(CPACK_DEBIAN_LIB_PACKAGE_NAME libbulkhead${PROJECT_VERSION_MAJOR})
@@ -50,17 +55,17 @@ set(CPACK_DEBIAN_LIB_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
 set(CPACK_COMPONENT_LIB_DESCRIPTION "host-wide bulkheads and adaptive concurrency limits: the client library
- libbulkhead admits or rejects each outgoing call against the limit that
- bulkheadd publishes, lock-free in shared memory; without a daemon it
- admits against a static limit of its own.")
+libbulkhead admits or rejects each outgoing call against the limit that
+bulkheadd publishes, lock-free in shared memory; without a daemon it
+admits against a static limit of its own.")
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME bulkhead-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libbulkhead${PROJECT_VERSION_MAJOR} (= ${PROJECT_VERSION})")
 set(CPACK_COMPONENT_DEV_DESCRIPTION "host-wide bulkheads and adaptive concurrency limits: development files
- Headers (C: bulkhead/bulkhead.h, C++: bulkhead/client.hpp), the static
- library, the CMake package (find_package(bulkhead) gives bulkhead::client)
- and bulkhead.pc for pkg-config.")
+Headers (C: bulkhead/bulkhead.h, C++: bulkhead/client.hpp), the static
+library, the CMake package (find_package(bulkhead) gives bulkhead::client)
+and bulkhead.pc for pkg-config.")
 
 set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-bulkhead)
 set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
@@ -70,8 +75,8 @@ set(CPACK_DEBIAN_PYTHON_PACKAGE_ARCHITECTURE all)
 set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "python3, libbulkhead${PROJECT_VERSION_MAJOR} (>= ${PROJECT_VERSION})")
 set(CPACK_DEBIAN_PYTHON_PACKAGE_CONTROL_EXTRA "${deb}/python/postinst;${deb}/python/prerm")
 set(CPACK_COMPONENT_PYTHON_DESCRIPTION "host-wide bulkheads and adaptive concurrency limits: Python binding
- import bulkhead: permits as context managers, admitted against the limits
- bulkheadd publishes for every process on the host. Pure Python over
- libbulkhead's C ABI (ctypes).")
+import bulkhead: permits as context managers, admitted against the limits
+bulkheadd publishes for every process on the host. Pure Python over
+libbulkhead's C ABI (ctypes).")
 
 include(CPack)

@@ -72,6 +72,17 @@ for deb in "$daemon" "$lib" "$dev" "$python"; do
   dpkg-deb -f "$deb" Package Version Architecture Depends Section
 done
 [ "$(field "$daemon" Package)" = bulkhead ] || fail "the daemon's package is not named bulkhead"
+# Description: a synopsis of each package's own (dpkg -l and apt search show
+# it alone), then lines that begin with exactly one space (two make a
+# verbatim line, which apt show prints unwrapped).
+synopses=$(for deb in "$daemon" "$lib" "$dev" "$python"; do field "$deb" Description | head -n 1; done)
+[ "$(sort -u <<<"$synopses" | wc -l)" = 4 ] || fail "the packages share a synopsis:
+$synopses"
+for deb in "$daemon" "$lib" "$dev" "$python"; do
+  if field "$deb" Description | tail -n +2 | grep -v '^ [^ ]'; then
+    fail "$(basename "$deb"): lines of its Description above do not begin with exactly one space"
+  fi
+done
 [ "$(field "$dev" Depends)" = "libbulkhead$major (= $version)" ] ||
   fail "bulkhead-dev depends on '$(field "$dev" Depends)'"
 [ "$(field "$python" Architecture)" = all ] || fail "python3-bulkhead is not Architecture: all"
