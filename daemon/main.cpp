@@ -12,20 +12,25 @@
 // Without NOTIFY_SOCKET these are no-ops.
 #include <grp.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
 
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -87,6 +92,45 @@ Config load(const Options& options, const DaemonConfig* running = nullptr) {
     config.daemon.metrics_listen = *options.metrics_listen;
   }
   return config;
+}
+
+// Under systemd, standard error is a stream into the journal, which stores
+// every line at the unit's SyslogLevel= (info) unless the line starts with
+// a syslog priority, "<4>" (systemd.exec(5), SyslogLevelPrefix=): without
+// one, `journalctl -p warning` would show none of the daemon's warnings and
+// errors. systemd says so through JOURNAL_STREAM, "DEVICE:INODE" of that
+// stream; a redirected stderr (a test, a shell) keeps the plain lines.
+bool stderr_is_journal() {
+  const char* stream = std::getenv("JOURNAL_STREAM");
+  unsigned long long dev = 0, ino = 0;
+  struct stat st {};
+  return stream != nullptr && std::sscanf(stream, "%llu:%llu", &dev, &ino) == 2 &&
+         ::fstat(STDERR_FILENO, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+// "<N>", the syslog priority of the message's level (%* in the pattern).
+class SyslogPriority final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    // trace, debug, info, warn, err, critical, off
+    static constexpr char kPriority[] = {'7', '7', '6', '4', '3', '2', '6'};
+    const auto level = static_cast<std::size_t>(msg.level);
+    dest.push_back('<');
+    dest.push_back(level < sizeof kPriority ? kPriority[level] : '6');
+    dest.push_back('>');
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<SyslogPriority>(); }
+};
+
+void set_log_format() {
+  if (!stderr_is_journal()) {
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+    return;
+  }
+  // The journal adds its own timestamp.
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<SyslogPriority>('*').set_pattern("%*%l %v");
+  spdlog::set_formatter(std::move(formatter));
 }
 
 void set_log_level(const std::string& level) {
@@ -474,7 +518,7 @@ int main(int argc, char** argv) {
 
   auto logger = spdlog::stderr_color_mt("bulkheadd");
   spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  set_log_format();
 
   if (!options.check_path.empty()) {
     try {
