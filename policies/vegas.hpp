@@ -36,10 +36,14 @@
 //   WindowedLimit drives it: rtt is the window's mean latency of ok calls
 //   (WindowedLimit's default average window), inflight is the window's
 //   max_inflight, drop is window.dropped > 0. A dropped call's latency never
-//   enters the mean (Netflix's window averages it in: issue 176).
+//   enters the mean, as in WindowedLimit (addDroppedSample keeps only the
+//   drop flag and the in-flight count; issue 176 is about the per-sample
+//   form, where a drop arrives with its own fast rtt).
 // - A window with no samples holds the limit and changes no state. A window
 //   with drops but no ok call has no latency: it skips the probe count and
 //   the baseline and goes straight to the drop rule (L' = L - lg(L)).
+//   WindowedLimit never closes such a window (isWindowReady wants an ok
+//   call), so there the drops wait, limit unchanged, for the next ok call.
 // - The probe jitter U[0.5, 1) comes from a SplitMix64 sequence seeded by
 //   probe_seed, not from a random source, so that the policy is
 //   deterministic; the probe counts windows with ok calls. probe_multiplier
