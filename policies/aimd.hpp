@@ -14,14 +14,9 @@
 //   window.dropped > 0, rtt is the window's mean latency of ok calls (a
 //   dropped call's latency is never part of it), inflight is the window's
 //   max_inflight.
-//   The daemon's window is shorter than WindowedLimit's: it closes every
-//   tick (100 ms by default) once it holds window_min_samples (10) ok or
-//   dropped calls, where WindowedLimit's lasts at least 1 s (minWindowTime
-//   = maxWindowTime = 1 s) and needs more than 10 ok calls; WindowedLimit
-//   also ignores every call under 100 us (minRttThreshold), drops included.
-//   Under load a window here is a tenth of Netflix's, and so is the time
-//   that a count of updates spans: AIMD steps up to 10 times a second
-//   where behind a default WindowedLimit it steps once.
+//   The daemon's windows are a tenth of WindowedLimit's under load
+//   (window.hpp): AIMD steps up to 10 times a second where behind a
+//   default WindowedLimit it steps once.
 // - A window with no samples (ok + dropped == 0; only ignored completions,
 //   or none) holds the limit: it says nothing about the dependency. A
 //   window of drops only backs off, as a drop does per sample in Netflix;

@@ -29,15 +29,10 @@
 //   WindowedLimit drives it: rtt is the window's mean latency of ok calls
 //   (WindowedLimit's default average window), inflight is the window's
 //   max_inflight. A dropped call's latency never enters the mean.
-//   The daemon's window is shorter than WindowedLimit's: it closes every
-//   tick (100 ms by default) once it holds window_min_samples (10) ok or
-//   dropped calls, where WindowedLimit's lasts at least 1 s (minWindowTime
-//   = maxWindowTime = 1 s) and needs more than 10 ok calls; WindowedLimit
-//   also ignores every call under 100 us (minRttThreshold), drops included.
-//   Under load a window here is a tenth of Netflix's, and so is the time
-//   that a count of updates spans: long_window = 600 windows is a minute
-//   where behind a default WindowedLimit it is ten, so the long average
-//   follows a sustained overload (and the limit creeps up) ten times sooner.
+//   The daemon's windows are a tenth of WindowedLimit's under load
+//   (window.hpp): long_window = 600 windows is a minute where behind a
+//   default WindowedLimit it is ten, so the long average follows a
+//   sustained overload (and the limit creeps up) ten times sooner.
 // - A window with no ok calls holds the limit and does not feed the long
 //   average: it has no latency to learn from.
 // - A mean below 1 ns (a zero-latency window, only possible with a coarse or

@@ -39,14 +39,9 @@
 //   enters the mean, as in WindowedLimit (addDroppedSample keeps only the
 //   drop flag and the in-flight count; issue 176 is about the per-sample
 //   form, where a drop arrives with its own fast rtt).
-//   The daemon's window is shorter than WindowedLimit's: it closes every
-//   tick (100 ms by default) once it holds window_min_samples (10) ok or
-//   dropped calls, where WindowedLimit's lasts at least 1 s (minWindowTime
-//   = maxWindowTime = 1 s) and needs more than 10 ok calls; WindowedLimit
-//   also ignores every call under 100 us (minRttThreshold), drops included.
-//   Under load a window here is a tenth of Netflix's, and so is the time
-//   that a count of updates spans: the probe every 30 L U[0.5, 1)
-//   windows comes 10 times sooner, and a step of lg(L) 10 times as often.
+//   The daemon's windows are a tenth of WindowedLimit's under load
+//   (window.hpp): the probe every 30 L U[0.5, 1) windows comes 10 times
+//   sooner, and a step of lg(L) 10 times as often.
 // - A window with no samples holds the limit and changes no state. A window
 //   with drops but no ok call has no latency: it skips the probe count and
 //   the baseline and goes straight to the drop rule (L' = L - lg(L)).

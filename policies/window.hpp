@@ -4,6 +4,15 @@
 // updates: the deltas of the counters that every process adds to, plus a few
 // gauges. It is plain data: a policy sees only these numbers, never a clock,
 // so a policy is a deterministic function of the windows it is fed.
+//
+// Against Netflix's WindowedLimit, which drives the Netflix policies there
+// (aimd, vegas, gradient2): a window here closes every tick (100 ms by
+// default) once it holds window_min_samples (10) ok or dropped calls, where
+// WindowedLimit's lasts at least 1 s (minWindowTime = maxWindowTime = 1 s)
+// and needs more than 10 ok calls; WindowedLimit also ignores every call
+// under 100 us (minRttThreshold), drops included. Under load a window here
+// is a tenth of Netflix's, and so is the time a count of updates spans.
+// Every policy runs on the same windows, so that they are compared alike.
 #pragma once
 
 #include <cstdint>
