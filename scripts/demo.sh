@@ -4,7 +4,9 @@
 # The daemon uses its own segment (/dev/shm/bulkhead-demo) and an ephemeral
 # metrics port, so it does not disturb a bulkheadd already running here.
 # However it ends (done, Ctrl-C, SIGTERM, the daemon failing), it stops
-# what it started and removes the segment.
+# what it started and removes the segment. It fails, with the daemon's log,
+# if the daemon stops during the demo or does not exit 0 when stopped at
+# the end (a crash at shutdown, a sanitizer's report).
 #
 # Environment: BUILD_DIR (default build/), DEMO_SECONDS (30), DEMO_SEGMENT
 # (bulkhead-demo), DEMO_NO_BUILD=1 to run what BUILD_DIR holds without
@@ -25,6 +27,7 @@ fi
 # it) leaves the log of the one running alone.
 log="$build/$segment-bulkheadd.log"
 starting=$(mktemp "$build/$segment-bulkheadd.XXXXXX.log")
+daemon_log=$starting  # where the daemon's log is now
 daemon="" demo="" ours=""
 cleanup() {
   rm -f "$starting"
@@ -43,7 +46,7 @@ trap 'exit 143' TERM
 # The daemon's error, if it stopped, and this script's failure.
 daemon_failed() {
   echo "demo: $1; bulkheadd's log:" >&2
-  cat "$starting" >&2
+  cat "$daemon_log" >&2
   exit 1
 }
 
@@ -60,6 +63,7 @@ done
 grep -q " on /dev/shm/$segment:" "$starting" || daemon_failed "bulkheadd did not start within 10 s"
 ours=1
 mv -f "$starting" "$log"
+daemon_log=$log
 grep -h "metrics on" "$log" || true
 
 "$build/examples/bulkhead-demo" --segment "$segment" --seconds "$seconds" &
@@ -70,4 +74,12 @@ if ! wait "$demo"; then
   exit 1
 fi
 demo=""
+# The demo runs on when the daemon dies (its clients go on without it), so
+# its success says nothing of the daemon's.
+kill -0 "$daemon" 2>/dev/null || daemon_failed "bulkheadd stopped during the demo"
+kill "$daemon" 2>/dev/null || true
+status=0
+wait "$daemon" || status=$?
+daemon=""
+[ "$status" -eq 0 ] || daemon_failed "bulkheadd exited with status $status when stopped"
 echo "bulkheadd's log: $log"
