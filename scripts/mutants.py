@@ -10,13 +10,14 @@ the ninja TARGETs in the build directory and runs the TESTs (paths under
 it); a mutant is killed when a test fails, and survives when every test
 passes. A survivor is a rule no test can fail:
 it wants a test, or it is equivalent (no input tells the two apart). A
-mutant that does not build counts apart. The file is put back as it was
-however the run ends.
+mutant that does not build counts apart. The TARGETs must build and the
+TESTs pass on the unchanged file first, or the script stops before any
+mutant. The file is put back as it was however the run ends.
 
   scripts/mutants.py daemon/config.cpp --target config_test --test tests/daemon/config_test
   scripts/mutants.py tools/sim/model.cpp --list my_mutants.py --target sim_test --test tests/tools/sim_test
 
-It takes one build and test run per mutant (seconds to a minute each):
+It takes one build and test run per mutant, and one on the unchanged file (seconds to a minute each):
 a run over a whole file is minutes, so it is a tool to run by hand on the
 file a change is about, not part of scripts/test.sh. It uses the build
 directory scripts/build.sh made (--build to name another) and leaves it
@@ -109,6 +110,14 @@ def main():
     # An interrupt ends the loop through the finally below, which restores.
     signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # The tests must pass on the unchanged file first: a test that fails
+    # anyway (or a target that does not build) would "kill" every mutant.
+    if not build():
+        sys.exit(f"mutants: {' '.join(args.target)} does not build from the unchanged {args.file}")
+    for test in args.test:
+        status = run_test(os.path.join(args.build, test), args.timeout)
+        if status != 0:
+            sys.exit(f"mutants: {test} fails on the unchanged {args.file} (status {status}): no mutant could survive it")
     counts = {"killed": 0, "SURVIVED": 0, "skipped": 0, "does not build": 0}
     try:
         for i, (old, new) in numbered:
