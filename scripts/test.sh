@@ -9,9 +9,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 sanitizers=false
-case "${1:-}" in
-  "") ;;
-  --sanitizers) sanitizers=true ;;
+case "$#:${1:-}" in
+  0:) ;;
+  1:--sanitizers) sanitizers=true ;;
   *) echo "usage: $0 [--sanitizers]" >&2; exit 2 ;;
 esac
 
