@@ -87,8 +87,14 @@ def main():
                     help='print per seed the baseline at the end and the mean p50 after SECONDS instead')
     ap.add_argument('params', nargs='*', metavar='KEY=VALUE')
     a = ap.parse_args()
+    bad = [p for p in a.params if '=' not in p or p.startswith('=')]
+    if bad:
+        ap.error(f'not KEY=VALUE: {" ".join(bad)}')
     params = dict(p.split('=', 1) for p in a.params)
-    offsets = [int(s) for s in a.seeds.split(',')]
+    try:
+        offsets = [int(s) for s in a.seeds.split(',')]
+    except ValueError:
+        ap.error(f'--seeds {a.seeds}: not a comma-separated list of integers')
     scenarios = sorted(os.path.join(ROOT, 'scenarios', f) for f in os.listdir(os.path.join(ROOT, 'scenarios'))
                        if f.endswith('.toml'))
     if a.scenario:
