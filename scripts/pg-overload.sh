@@ -18,7 +18,8 @@
 #            default: the --out directory), --no-static, --replot (only the
 #            table and plots again, from the CSVs and summary in --out)
 #
-# The server, bulkheadd and the scratch directory are removed on exit.
+# The server, bulkheadd and the scratch directory are removed on exit, and
+# by guards once the script is gone if it was killed with SIGKILL.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -110,6 +111,14 @@ $1
 EOF
   "$bulkheadd" --config "$scratch/bulkhead.toml" 2>"$out/$mode-bulkheadd.log" &
   daemon=$!
+  # As pg_start's guard does for the server: once this shell is gone while
+  # the daemon still runs (killed with SIGKILL, as ctest does on a timeout,
+  # so that the trap could not stop it), stop the daemon and remove its
+  # segment. A daemon stopped first ends the guard.
+  setsid -f bash -c 'while kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do sleep 1; done
+    kill "$2" 2>/dev/null || exit 0
+    while kill -0 "$2" 2>/dev/null; do sleep 0.1; done
+    rm -f "/dev/shm/$3"' bulkheadd-guard "$$" "$daemon" "$segment" </dev/null >/dev/null 2>&1
   for _ in $(seq 200); do [ -e "/dev/shm/$segment" ] && return 0; sleep 0.05; done
   echo "pg-overload: bulkheadd did not create its segment:" >&2
   cat "$out/$mode-bulkheadd.log" >&2
