@@ -1,7 +1,9 @@
 // libbulkhead: the C ABI, and the admission hot path behind it.
 //
 // Hot path (bh_try_acquire + bh_release), per call:
-//   acquire  one load of the fast path's limit (admit_limit, on the
+//   acquire  one load of the fork flag (g_fork_pending: a forked child's
+//            first call claims its process slot), one load of the fast
+//            path's limit (admit_limit, on the
 //            daemon's partition line), a compare-and-swap loop
 //            on the admission word (the contended line), one add to this
 //            process's held count (its own row; a line shared with 7 other
@@ -173,6 +175,9 @@ struct bh_dep : DependencyLines {
   // Whether this process held permits of the dependency when it last forked
   // (read in the child only: see inherited).
   bool held_at_fork = false;
+  // What `held` points at in a forked child until it claims a slot of its
+  // own (claim_after_fork()): no permit of the child's is counted before.
+  std::atomic<std::uint64_t> held_before_claim{0};
 };
 
 struct bh_client {
@@ -181,6 +186,10 @@ struct bh_client {
   std::uint32_t static_limit = UINT32_MAX;
   bool require_segment = false;  // opened with BH_OPEN_REQUIRE_SEGMENT
   std::string status;
+  // In a forked child, until its first call claims a process slot
+  // (claim_after_fork()); `process` is then no claim of this process's.
+  // Guarded by g_clients_mutex.
+  bool fork_pending = false;
   std::mutex mutex;  // guards deps: cold path only
   std::map<std::string, std::unique_ptr<bh_dep>, std::less<>> deps;
   // Partition handles, by "dependency/partition".
@@ -273,11 +282,19 @@ std::string describe_local_limit(const bh_client& c) {
 // be counted against a slot of its own, or the daemon would give them back
 // when the parent dies (and miss them when the child does). Every open
 // client is re-registered in the child, or goes standalone there when the
-// process table is full (rebind_after_fork()).
+// process table is full: at the child's first call into the library
+// (claim_after_fork()), not at fork(), so that a child that only execs
+// another program (whose pid and start time stay the child's, so that the
+// daemon would take it for the client) takes no slot.
 // Never destroyed: a thread may open or close a client, or fork, while
 // exit() runs the static destructors.
 std::mutex& g_clients_mutex = *new std::mutex;
 std::vector<bh_client*>& g_clients = *new std::vector<bh_client*>;
+// True in a forked child from fork() until claim_after_fork() has given
+// every client its slot; every entry that admits or reads a dependency's
+// lines checks it first. Acquire on that side pairs with the release store
+// that ends the claim: a thread that reads false sees the lines rebound.
+std::atomic<bool> g_fork_pending{false};
 
 // Before fork, in the parent, with g_clients_mutex held: takes every
 // client's mutex, held across fork() (a thread in bh_dependency() or
@@ -327,6 +344,16 @@ void rebind_to_own_slot(bh_client* c) {
   }
 }
 
+// Partition handles take their dependency's lines, rebound; each keeps its
+// own fast-path limit (kNoFastPath).
+void copy_lines_to_partitions(bh_client* c) {
+  for (auto& [name, handle] : c->partitions) {
+    const std::atomic<std::uint32_t>* fast_path = handle->admit_limit;
+    static_cast<DependencyLines&>(*handle) = *handle->parent;
+    handle->admit_limit = fast_path;
+  }
+}
+
 void rebind_after_fork() {
   // The child has one thread: the one that forked, which holds
   // g_clients_mutex and every client's mutex (the prepare handler).
@@ -335,22 +362,49 @@ void rebind_after_fork() {
     // not give them back.
     for (auto& [name, dep] : c->deps) dep->inherited |= dep->held_at_fork ? 1u : 0u;
     if (c->segment) {
-      rebind_to_own_slot(c);
+      // No slot yet (claim_after_fork()), and nothing held: the parent's
+      // slot is not the child's to count in, nor to free.
+      c->fork_pending = true;
+      c->process = {};
+      for (auto& [name, dep] : c->deps) {
+        dep->held_before_claim.store(0, std::memory_order_relaxed);
+        dep->held = &dep->held_before_claim;
+      }
+      g_fork_pending.store(true, std::memory_order_relaxed);  // the child has one thread
     } else {
       // Standalone, the counts are the process's own: the child's start
       // from none (its parent's calls in flight are not its own), and its
       // releases of inherited permits give back nothing.
       for (auto& [name, dep] : c->deps) bind_local(dep.get(), local_limit(*c));
     }
-    for (auto& [name, handle] : c->partitions) {
-      // The dependency's lines, rebound above; the handle's own fast-path
-      // limit (kNoFastPath) stays.
-      const std::atomic<std::uint32_t>* fast_path = handle->admit_limit;
-      static_cast<DependencyLines&>(*handle) = *handle->parent;
-      handle->admit_limit = fast_path;
-    }
+    copy_lines_to_partitions(c);
   }
   unlock_after_fork();
+}
+
+// A forked child's first call into the library (any thread's): each client
+// the fork left without a slot claims one, or goes standalone. The lines
+// are rewritten while every other thread that would read them waits here
+// (they read g_fork_pending first), or holds only permits inherited from
+// the parent, whose release reads nothing else (take_inherited_held()).
+[[gnu::noinline]] void claim_after_fork() {
+  {
+    std::lock_guard all(g_clients_mutex);
+    for (bh_client* c : g_clients) {
+      if (!c->fork_pending) continue;
+      std::lock_guard lock(c->mutex);
+      rebind_to_own_slot(c);
+      copy_lines_to_partitions(c);
+      c->fork_pending = false;
+    }
+    g_fork_pending.store(false, std::memory_order_release);
+  }
+}
+
+// Relaxed on the way in would let a thread read lines still being
+// rewritten: acquire (a plain load on x86).
+inline void claim_if_forked() {
+  if (g_fork_pending.load(std::memory_order_acquire)) [[unlikely]] claim_after_fork();
 }
 
 void install_fork_handlers() {
@@ -509,6 +563,9 @@ void record(bh_dep* d, int outcome, std::uint64_t latency_ns) {
 // gives back more than it took. A compare-and-swap, so the count is never
 // below zero, even for an instant: the daemon may read it at any time.
 [[gnu::noinline]] bool take_inherited_held(bh_dep* d, std::uint64_t unit, std::uint32_t p) {
+  // Before the child's first call it holds nothing of its own, and `held`
+  // may be being rebound (claim_after_fork()): not read.
+  if (g_fork_pending.load(std::memory_order_acquire)) return false;
   std::uint64_t held = d->held->load(std::memory_order_relaxed);
   do {
     if (shm::partition_inflight(held, p) == 0) return false;
@@ -821,11 +878,13 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
 
 void bh_client_close(bh_client* c) {
   if (c == nullptr) return;
+  bool pending = false;  // a forked child's with no slot yet: nothing to free
   {
     std::lock_guard lock(g_clients_mutex);
     std::erase(g_clients, c);
+    pending = c->fork_pending;
   }
-  if (c->segment) {
+  if (c->segment && !pending) {
     bool holds = false;
     for (auto& [name, dep] : c->deps) holds |= dep->held->load(std::memory_order_relaxed) != 0;
     // A slot that still holds permits stays taken: the daemon gives them
@@ -837,11 +896,14 @@ void bh_client_close(bh_client* c) {
 
 int bh_client_mode(const bh_client* c) {
   if (c == nullptr) return fail(EINVAL, "bh_client_mode: client is NULL");
+  claim_if_forked();  // a forked child's goes standalone when it gets no slot
   return c->segment ? BH_MODE_SHARED : BH_MODE_STANDALONE;
 }
 
 const char* bh_client_status(const bh_client* c) {
-  return c == nullptr ? "no client" : c->status.c_str();
+  if (c == nullptr) return "no client";
+  claim_if_forked();
+  return c->status.c_str();
 }
 
 int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
@@ -852,6 +914,7 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
   if (const char* why = shm::check_dependency_name(name)) {
     return fail(EINVAL, std::string("dependency name '") + name + "' " + why);
   }
+  claim_if_forked();  // before the client's mutex, which the claim takes after g_clients_mutex
   std::lock_guard lock(c->mutex);
   if (auto it = c->deps.find(std::string_view(name)); it != c->deps.end()) {
     *out = it->second.get();
@@ -1086,6 +1149,7 @@ std::uint32_t resolve(bh_dep* h, std::uint64_t shape) {
 
 // bh_try_acquire() and, without the clock read, bh_try_acquire_untimed().
 inline int try_acquire(bh_dep* d, bh_permit* out, bool timed) {
+  claim_if_forked();
   std::uint64_t trial;
   int rc = pass_breaker(d, trial);
   bh_dep* dep = d;
@@ -1124,6 +1188,7 @@ int bh_try_acquire_untimed(bh_dep* d, bh_permit* out) {
 int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
   if (d == nullptr || out == nullptr) return fail_permit(out, "bh_acquire: NULL argument");
   out->dep_ = nullptr;
+  claim_if_forked();
   std::uint64_t now_ns = monotonic_ns();
   // A call whose budget is spent never reaches the dependency.
   if (now_ns >= deadline_ns) return reject_deadline(d);
@@ -1212,6 +1277,7 @@ int bh_partition(bh_dep* d, const char* name, bh_dep** out) {
   if (const char* why = shm::check_partition_name(name)) {
     return fail(EINVAL, std::string("partition name '") + name + "' " + why);
   }
+  claim_if_forked();
   // Standalone, or "default": the calls that name no partition are the
   // dependency's own.
   if (d->local != nullptr || name == shm::kDefaultPartition) {
@@ -1273,6 +1339,7 @@ int bh_partition(bh_dep* d, const char* name, bh_dep** out) {
 
 int bh_breaker_state(const bh_dep* d) {
   if (d == nullptr) return fail(EINVAL, "bh_breaker_state: NULL dependency");
+  claim_if_forked();
   const std::uint32_t state = d->control->breaker.load(std::memory_order_relaxed) & shm::kBreakerStateMask;
   return state == shm::kBreakerOpen ? BH_BREAKER_OPEN
          : state == shm::kBreakerHalfOpen ? BH_BREAKER_HALF_OPEN
@@ -1281,11 +1348,13 @@ int bh_breaker_state(const bh_dep* d) {
 
 long bh_limit(const bh_dep* d) {
   if (d == nullptr) return fail(EINVAL, "bh_limit: NULL dependency");
+  claim_if_forked();
   return static_cast<long>(d->control->limit.load(std::memory_order_relaxed));
 }
 
 long bh_inflight(const bh_dep* d) {
   if (d == nullptr) return fail(EINVAL, "bh_inflight: NULL dependency");
+  claim_if_forked();
   return static_cast<long>(shm::admission_inflight(d->admission->load(std::memory_order_relaxed)));
 }
 

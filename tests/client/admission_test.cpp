@@ -55,6 +55,15 @@ class AdmissionTest : public ::testing::Test {
     segment_->dependency(slot_of(dep)).control.limit.store(limit);
     segment_->dependency(slot_of(dep)).partitions.admit_limit.store(limit);  // no partitions
   }
+  // Process slots ready for `pid`.
+  std::uint32_t slots_of(pid_t pid) {
+    std::uint32_t n = 0;
+    for (std::uint32_t p = 0; p < segment_->header().max_processes; ++p) {
+      const shm::ProcessIdentity& id = segment_->process(p).identity;
+      n += id.state.load() == shm::kSlotReady && id.pid.load() == pid ? 1 : 0;
+    }
+    return n;
+  }
   std::uint64_t held_total(std::uint32_t dep) {
     std::uint64_t sum = 0;
     for (std::uint32_t p = 0; p < segment_->header().max_processes; ++p) sum += segment_->held(p, dep).load();
@@ -401,6 +410,107 @@ TEST_F(AdmissionTest, AForkedChildRecordsNoOutcomeForItsParentsPermit) {
   inherited.success();
   EXPECT_EQ(shm::read_counters(*segment_, slot).ok, 1u);
   EXPECT_EQ(dep.inflight(), 0);
+}
+
+// A forked child takes its process slot at its first call into the
+// library, not at fork(): a child that only execs another program takes
+// none. (Taken at fork(), the slot stayed until the program exited: exec
+// keeps the pid and the start time, so the daemon took it for the client.)
+TEST_F(AdmissionTest, AForkedChildThatExecsTakesNoProcessSlot) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  Permit mine = dep.try_acquire();  // held across the fork: the child's copy is the parent's
+  ASSERT_TRUE(mine);
+  int exec_seen[2];
+  ASSERT_EQ(::pipe2(exec_seen, O_CLOEXEC), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  ::close(exec_seen[1]);
+  char c = 0;
+  EXPECT_EQ(::read(exec_seen[0], &c, 1), 0);  // end of file: the child has exec'd (or died)
+  ::close(exec_seen[0]);
+  const std::uint32_t slots = slots_of(pid);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status)) << "the child did not exec /bin/sleep: status " << status;
+  EXPECT_EQ(slots, 0u);
+  EXPECT_EQ(slots_of(::getpid()), 1u);
+  EXPECT_EQ(held_total(slot_of("payments")), 1u);
+}
+
+// ... and one that calls takes it then, and counts its permits there.
+TEST_F(AdmissionTest, AForkedChildTakesItsProcessSlotAtItsFirstCall) {
+  Client client(name_.str());
+  Dependency dep = client.dependency("payments");
+  int forked[2], go[2], called[2];
+  ASSERT_EQ(::pipe(forked), 0);
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(called), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    char c = 'y';
+    (void)!::write(forked[1], &c, 1);  // past fork(), and its handlers
+    if (::read(go[0], &c, 1) != 1) std::_Exit(1);
+    Permit p = dep.try_acquire();
+    c = p ? 'y' : 'n';
+    (void)!::write(called[1], &c, 1);
+    ::pause();  // hold it until killed
+    std::_Exit(0);
+  }
+  ::close(forked[1]);
+  ::close(called[1]);
+  char c = 0;
+  ASSERT_EQ(::read(forked[0], &c, 1), 1);
+  const std::uint32_t slots_before_its_call = slots_of(pid);
+  (void)!::write(go[1], &c, 1);
+  const bool admitted = ::read(called[0], &c, 1) == 1 && c == 'y';
+  const std::uint32_t slots_after_its_call = slots_of(pid);
+  const std::uint64_t held = held_total(slot_of("payments"));
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  for (int fd : {forked[0], go[0], go[1], called[0]}) ::close(fd);
+  EXPECT_EQ(slots_before_its_call, 0u);
+  EXPECT_TRUE(admitted);
+  EXPECT_EQ(slots_after_its_call, 1u);
+  EXPECT_EQ(held, 1u);  // in the child's slot: the parent holds none
+  EXPECT_EQ(slots_of(::getpid()), 1u);
+}
+
+// Threads of the child making their first calls at once: one claims the
+// slot while the others wait for it (ThreadSanitizer in CI watches the
+// lines being rebound), and every permit counts in the child's slot.
+TEST_F(AdmissionTest, AForkedChildsThreadsClaimItsProcessSlotOnce) {
+  Client client(name_.str());
+  Dependency payments = client.dependency("payments");
+  Dependency orders = client.dependency("orders");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::atomic<int> admitted{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        while (!go.load()) std::this_thread::yield();
+        Permit p = (t % 2 == 0 ? payments : orders).try_acquire();
+        if (p) admitted.fetch_add(1);
+        p.success();
+      });
+    }
+    go.store(true);
+    for (std::thread& t : threads) t.join();
+    if (admitted.load() != 4) std::_Exit(1);
+    if (slots_of(::getpid()) != 1) std::_Exit(2);
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(shm::read_counters(*segment_, slot_of("payments")).ok, 2u);
+  EXPECT_EQ(shm::read_counters(*segment_, slot_of("orders")).ok, 2u);
 }
 
 // With the process table full at fork, a child has no slot to count its

@@ -23,9 +23,9 @@
  * number of threads at once. A bh_permit belongs to the thread that holds it;
  * one inherited through fork() is the parent's, and releasing it in the
  * child does nothing (it gives nothing back and records no outcome).
- * A forked child takes a process slot of its own at fork() and keeps it
- * until it exits, exec or not: spawn programs with posix_spawn(), which
- * takes none (docs/architecture.md).
+ * A forked child takes a process slot of its own at its first call into
+ * the library, and keeps it until it exits; one that only execs another
+ * program takes none (docs/architecture.md).
  */
 #ifndef BULKHEAD_BULKHEAD_H
 #define BULKHEAD_BULKHEAD_H
@@ -112,9 +112,10 @@ enum {
 enum {
   BH_OPEN_REQUIRE_SEGMENT = 1 /* fail with -ENOENT instead of standalone mode (and
                                  in a forked child that finds the process table
-                                 full, refuse every call: BH_REJECT_LIMIT, or from
-                                 bh_acquire BH_REJECT_QUEUE_FULL, as no queue is
-                                 there to wait in) */
+                                 full at its first call, refuse every call:
+                                 BH_REJECT_LIMIT, or from bh_acquire
+                                 BH_REJECT_QUEUE_FULL, as no queue is there to
+                                 wait in) */
 };
 
 typedef struct bh_options {
