@@ -126,7 +126,7 @@ struct alignas(kCacheLine) Header {
   // Line 1: the daemon's live state. Written by the daemon only.
   alignas(kCacheLine) std::atomic<std::int32_t> daemon_pid;
   std::atomic<std::uint32_t> flags;           // kHeader*
-  std::atomic<std::uint64_t> daemon_start_time;  // /proc/<pid>/stat starttime
+  std::atomic<std::uint64_t> daemon_start_time;  // /proc/<pid>/stat starttime, the host's (read_process_stat())
   std::atomic<std::uint64_t> heartbeat;       // ticks since the daemon started
   std::atomic<std::uint64_t> heartbeat_ns;    // CLOCK_MONOTONIC of the last tick
   std::atomic<std::uint64_t> config_generation;  // bumped on every (re)load
@@ -446,7 +446,7 @@ struct alignas(kCacheLine) HistogramCounts {
 struct alignas(kCacheLine) ProcessIdentity {
   std::atomic<std::uint32_t> state;        // SlotState
   std::atomic<std::int32_t> pid;
-  std::atomic<std::uint64_t> start_time;   // /proc/<pid>/stat starttime
+  std::atomic<std::uint64_t> start_time;   // /proc/<pid>/stat starttime, the host's (read_process_stat())
   // Claims of the slot so far (ABI 4.3): a claim adds one before it fills
   // pid and start time, so the daemon can tell the process it checked from
   // one that took the slot since (shm::take_process_slot()).

@@ -543,6 +543,26 @@ bool matches_pattern(const Segment& segment, std::string_view name) {
 
 namespace {
 
+// The boottime offset of /proc/self/timens_offsets ("boottime SECONDS
+// NANOSECONDS"), in clock ticks rounded down as the kernel rounds the start
+// times it shifts by it; 0 when the file or the line is missing.
+std::int64_t read_boottime_offset_ticks() {
+  std::FILE* f = std::fopen("/proc/self/timens_offsets", "re");
+  if (f == nullptr) return 0;
+  char line[128];
+  long long seconds = 0, nanoseconds = 0;
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f) != nullptr) {
+    found = std::sscanf(line, "boottime %lld %lld", &seconds, &nanoseconds) == 2;
+  }
+  std::fclose(f);
+  if (!found) return 0;
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  const long long ns = seconds * 1'000'000'000LL + nanoseconds;
+  const long long tick_ns = 1'000'000'000LL / (hz > 0 ? hz : 100);
+  return ns >= 0 ? ns / tick_ns : -((-ns + tick_ns - 1) / tick_ns);
+}
+
 std::optional<ProcessStat> read_stat_file(const char* path) {
   // open/read into a buffer on the stack, not an ifstream: the daemon reads
   // this for every attached process every tick, and at 256 processes the
@@ -579,7 +599,8 @@ std::optional<ProcessStat> read_stat_file(const char* path) {
       errno = 0;
       const unsigned long long v = std::strtoull(field, &end, 10);
       if (end != p || errno != 0) return std::nullopt;
-      out.start_time = v;
+      // As the host's time namespace shows it (boottime_offset_ticks()).
+      out.start_time = v - static_cast<std::uint64_t>(boottime_offset_ticks());
     }
   }
   return out;
@@ -591,6 +612,19 @@ std::optional<ProcessStat> read_process_stat(pid_t pid) {
   char path[32];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
   return read_stat_file(path);
+}
+
+std::int64_t boottime_offset_ticks() {
+  // Read once per process, not once: a child forked after its parent
+  // unshared a time namespace runs in it, its parent does not.
+  static std::atomic<pid_t> read_by{0};
+  static std::atomic<std::int64_t> offset{0};
+  const pid_t self = ::getpid();
+  if (read_by.load(std::memory_order_acquire) != self) {
+    offset.store(read_boottime_offset_ticks(), std::memory_order_relaxed);
+    read_by.store(self, std::memory_order_release);
+  }
+  return offset.load(std::memory_order_relaxed);
 }
 
 std::optional<std::uint64_t> own_start_time() {

@@ -191,7 +191,11 @@ bool matches_pattern(const Segment& segment, std::string_view name);
 
 // What /proc/<pid>/stat says of a process: its state letter (R, S, D, Z
 // for a zombie, ...), its thread count, and its start time in clock ticks
-// after boot, which with the pid names a process uniquely. nullopt when it
+// after boot, which with the pid names a process uniquely. The start time
+// is the host's: /proc shows it shifted by the reader's boottime offset
+// when the reader runs in a time namespace of its own (unshare --time, a
+// container CRIU restored), which is taken off (boottime_offset_ticks()),
+// so that processes on either side of one agree on it. nullopt when it
 // cannot be read (no such process, or a /proc that hides it). The state is
 // the main thread's: Z with more than one thread is a main thread that
 // called pthread_exit() while the others run on.
@@ -206,6 +210,11 @@ std::optional<std::uint64_t> process_start_time(pid_t pid);
 // The calling process's, from /proc/self: /proc/<getpid()> is another
 // process when /proc belongs to another pid namespace than the caller.
 std::optional<std::uint64_t> own_start_time();
+// The calling process's boottime offset in clock ticks: what /proc adds to
+// the start times it shows this process (/proc/self/timens_offsets; 0
+// outside a time namespace, or where the kernel has none). Read once per
+// process.
+std::int64_t boottime_offset_ticks();
 
 // Whether the process a slot names (pid and the start time recorded with
 // it, 0 if unknown) still runs. kDead: no such pid, a zombie, or the pid

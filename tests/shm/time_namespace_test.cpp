@@ -1,0 +1,98 @@
+// Start times across time namespaces (unshare --time, a container CRIU
+// restored): /proc shows a process's start time shifted by the reader's
+// boottime offset. read_process_stat() and own_start_time() take the
+// reader's offset off, so that a client in such a namespace and a daemon
+// outside it agree on the start time that, with the pid, names the client.
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+
+#include "shm/segment.hpp"
+
+namespace bulkhead::shm {
+namespace {
+
+constexpr long long kOffsetSeconds = 3600;
+
+// What a process in a time namespace of its own, its boottime clock an hour
+// ahead, reads of itself and of the test's process.
+struct SeenInside {
+  pid_t pid = 0;  // its pid, as the test's process sees it
+  std::uint64_t own_start = 0;
+  std::uint64_t test_process_start = 0;
+  std::int64_t offset_ticks = 0;
+};
+
+// Runs such a process and keeps it running until kill(pid, SIGKILL), reaped
+// by waiting for `*middle`; nullopt when no time namespace can be made here
+// (not root, or a kernel without them). unshare(CLONE_NEWTIME) puts the
+// caller's children in the new namespace, not the caller, and its offsets
+// are set before the first of them starts, as unshare(1) does.
+std::optional<SeenInside> run_in_time_namespace(pid_t* middle) {
+  int report[2];
+  if (::pipe(report) != 0) return std::nullopt;
+  const pid_t test_process = ::getpid();
+  *middle = ::fork();
+  if (*middle == 0) {
+    SeenInside seen;
+    std::FILE* offsets = nullptr;
+    if (::unshare(CLONE_NEWTIME) == 0 && (offsets = std::fopen("/proc/self/timens_offsets", "we")) != nullptr) {
+      const bool set = std::fprintf(offsets, "boottime %lld 0\n", kOffsetSeconds) > 0;
+      if (std::fclose(offsets) == 0 && set) {
+        const pid_t inner = ::fork();
+        if (inner == 0) {
+          seen.own_start = own_start_time().value_or(0);
+          seen.test_process_start = process_start_time(test_process).value_or(0);
+          seen.offset_ticks = boottime_offset_ticks();
+          seen.pid = ::getpid();
+          (void)!::write(report[1], &seen, sizeof seen);
+          ::pause();
+          std::_Exit(0);
+        }
+        ::waitpid(inner, nullptr, 0);
+        std::_Exit(0);
+      }
+    }
+    (void)!::write(report[1], &seen, sizeof seen);  // pid 0: no namespace
+    std::_Exit(0);
+  }
+  ::close(report[1]);
+  SeenInside seen;
+  const bool read = ::read(report[0], &seen, sizeof seen) == sizeof seen;
+  ::close(report[0]);
+  if (!read || seen.pid <= 0) {
+    ::waitpid(*middle, nullptr, 0);
+    return std::nullopt;
+  }
+  return seen;
+}
+
+TEST(TimeNamespace, StartTimesAgreeAcrossIt) {
+  pid_t middle = -1;
+  const std::optional<SeenInside> inside = run_in_time_namespace(&middle);
+  if (!inside) GTEST_SKIP() << "no time namespace here: needs root and a kernel with CONFIG_TIME_NS";
+  const std::optional<std::uint64_t> its_start_here = process_start_time(inside->pid);
+  const Liveness liveness = process_liveness(inside->pid, inside->own_start);
+  ::kill(inside->pid, SIGKILL);
+  ::waitpid(middle, nullptr, 0);
+
+  EXPECT_EQ(inside->offset_ticks, kOffsetSeconds * ::sysconf(_SC_CLK_TCK));
+  EXPECT_EQ(boottime_offset_ticks(), 0);
+  // The start time it records for itself (a client's, in its process slot)
+  // is the one the daemon reads of it here, so the daemon finds it alive.
+  ASSERT_TRUE(its_start_here.has_value());
+  EXPECT_EQ(inside->own_start, *its_start_here);
+  EXPECT_EQ(liveness, Liveness::kAlive);
+  // And the other way: a daemon outside, as a client inside reads it.
+  EXPECT_EQ(inside->test_process_start, own_start_time().value_or(1));
+}
+
+}  // namespace
+}  // namespace bulkhead::shm
