@@ -544,9 +544,8 @@ bool matches_pattern(const Segment& segment, std::string_view name) {
 namespace {
 
 // The boottime offset of /proc/self/timens_offsets ("boottime SECONDS
-// NANOSECONDS"), in clock ticks rounded down as the kernel rounds the start
-// times it shifts by it; 0 when the file or the line is missing.
-std::int64_t read_boottime_offset_ticks() {
+// NANOSECONDS"), in nanoseconds; 0 when the file or the line is missing.
+std::int64_t read_boottime_offset_ns() {
   std::FILE* f = std::fopen("/proc/self/timens_offsets", "re");
   if (f == nullptr) return 0;
   char line[128];
@@ -556,11 +555,52 @@ std::int64_t read_boottime_offset_ticks() {
     found = std::sscanf(line, "boottime %lld %lld", &seconds, &nanoseconds) == 2;
   }
   std::fclose(f);
-  if (!found) return 0;
+  return found ? seconds * 1'000'000'000LL + nanoseconds : 0;
+}
+
+// The calling process's boottime offset in nanoseconds, read once per
+// process, not once: a child forked after its parent unshared a time
+// namespace runs in it, its parent does not.
+std::int64_t boottime_offset_ns() {
+  static std::atomic<pid_t> read_by{0};
+  static std::atomic<std::int64_t> offset{0};
+  const pid_t self = ::getpid();
+  if (read_by.load(std::memory_order_acquire) != self) {
+    offset.store(read_boottime_offset_ns(), std::memory_order_relaxed);
+    read_by.store(self, std::memory_order_release);
+  }
+  return offset.load(std::memory_order_relaxed);
+}
+
+std::uint64_t tick_ns() {
   const long hz = ::sysconf(_SC_CLK_TCK);
-  const long long ns = seconds * 1'000'000'000LL + nanoseconds;
-  const long long tick_ns = 1'000'000'000LL / (hz > 0 ? hz : 100);
-  return ns >= 0 ? ns / tick_ns : -((-ns + tick_ns - 1) / tick_ns);
+  return 1'000'000'000ULL / static_cast<std::uint64_t>(hz > 0 ? hz : 100);
+}
+
+// `ns` in clock ticks, to the nearest.
+std::uint64_t nearest_ticks(std::uint64_t ns, std::uint64_t tick) {
+  return ns / tick + (ns % tick >= tick - tick / 2 ? 1 : 0);
+}
+
+// The host's start time of a process whose /proc/<pid>/stat shows `shown`
+// to this process. The kernel adds the reader's boottime offset to the start
+// in nanoseconds, modulo 2^64, then rounds down to ticks: with a negative
+// offset past the start (a process that started before the namespace's
+// boot: the host's daemon, seen from a container CRIU restored on a host
+// up longer than the one it left) the sum wraps, and the start shows some
+// 2^64 ns after boot. The offset (2^64 + offset, when it wrapped) comes off
+// rounded to the nearest tick: exact when it is a whole number of ticks,
+// else a tick off at times.
+std::uint64_t host_start_time(std::uint64_t shown) {
+  const std::int64_t offset = boottime_offset_ns();
+  if (offset == 0) return shown;
+  const std::uint64_t tick = tick_ns();
+  const auto added = static_cast<std::uint64_t>(offset);  // 2^64 + offset when negative
+  // Unwrapped, a start shows no later than the namespace's uptime; wrapped,
+  // no earlier than (2^64 + offset) / tick.
+  if (offset < 0 && shown >= added / tick) return shown - nearest_ticks(added, tick);
+  if (offset < 0) return shown + nearest_ticks(0 - added, tick);
+  return shown - nearest_ticks(added, tick);
 }
 
 std::optional<ProcessStat> read_stat_file(const char* path) {
@@ -599,8 +639,7 @@ std::optional<ProcessStat> read_stat_file(const char* path) {
       errno = 0;
       const unsigned long long v = std::strtoull(field, &end, 10);
       if (end != p || errno != 0) return std::nullopt;
-      // As the host's time namespace shows it (boottime_offset_ticks()).
-      out.start_time = v - static_cast<std::uint64_t>(boottime_offset_ticks());
+      out.start_time = host_start_time(v);  // as the host's time namespace shows it
     }
   }
   return out;
@@ -615,16 +654,10 @@ std::optional<ProcessStat> read_process_stat(pid_t pid) {
 }
 
 std::int64_t boottime_offset_ticks() {
-  // Read once per process, not once: a child forked after its parent
-  // unshared a time namespace runs in it, its parent does not.
-  static std::atomic<pid_t> read_by{0};
-  static std::atomic<std::int64_t> offset{0};
-  const pid_t self = ::getpid();
-  if (read_by.load(std::memory_order_acquire) != self) {
-    offset.store(read_boottime_offset_ticks(), std::memory_order_relaxed);
-    read_by.store(self, std::memory_order_release);
-  }
-  return offset.load(std::memory_order_relaxed);
+  const std::int64_t offset = boottime_offset_ns();
+  const std::uint64_t ticks = nearest_ticks(offset < 0 ? 0 - static_cast<std::uint64_t>(offset)
+                                                       : static_cast<std::uint64_t>(offset), tick_ns());
+  return offset < 0 ? -static_cast<std::int64_t>(ticks) : static_cast<std::int64_t>(ticks);
 }
 
 std::optional<std::uint64_t> own_start_time() {

@@ -210,10 +210,10 @@ std::optional<std::uint64_t> process_start_time(pid_t pid);
 // The calling process's, from /proc/self: /proc/<getpid()> is another
 // process when /proc belongs to another pid namespace than the caller.
 std::optional<std::uint64_t> own_start_time();
-// The calling process's boottime offset in clock ticks: what /proc adds to
-// the start times it shows this process (/proc/self/timens_offsets; 0
-// outside a time namespace, or where the kernel has none). Read once per
-// process.
+// The calling process's boottime offset in clock ticks, to the nearest:
+// what /proc adds to the start times it shows this process
+// (/proc/self/timens_offsets; 0 outside a time namespace, or where the
+// kernel has none). Read once per process.
 std::int64_t boottime_offset_ticks();
 
 // Whether the process a slot names (pid and the start time recorded with
