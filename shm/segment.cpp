@@ -558,20 +558,6 @@ std::int64_t read_boottime_offset_ns() {
   return found ? seconds * 1'000'000'000LL + nanoseconds : 0;
 }
 
-// The calling process's boottime offset in nanoseconds, read once per
-// process, not once: a child forked after its parent unshared a time
-// namespace runs in it, its parent does not.
-std::int64_t boottime_offset_ns() {
-  static std::atomic<pid_t> read_by{0};
-  static std::atomic<std::int64_t> offset{0};
-  const pid_t self = ::getpid();
-  if (read_by.load(std::memory_order_acquire) != self) {
-    offset.store(read_boottime_offset_ns(), std::memory_order_relaxed);
-    read_by.store(self, std::memory_order_release);
-  }
-  return offset.load(std::memory_order_relaxed);
-}
-
 std::uint64_t tick_ns() {
   const long hz = ::sysconf(_SC_CLK_TCK);
   return 1'000'000'000ULL / static_cast<std::uint64_t>(hz > 0 ? hz : 100);
@@ -651,6 +637,19 @@ std::optional<ProcessStat> read_process_stat(pid_t pid) {
   char path[32];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
   return read_stat_file(path);
+}
+
+std::int64_t boottime_offset_ns() {
+  // Read once per process, not once: a child forked after its parent
+  // unshared a time namespace runs in it, its parent does not.
+  static std::atomic<pid_t> read_by{0};
+  static std::atomic<std::int64_t> offset{0};
+  const pid_t self = ::getpid();
+  if (read_by.load(std::memory_order_acquire) != self) {
+    offset.store(read_boottime_offset_ns(), std::memory_order_relaxed);
+    read_by.store(self, std::memory_order_release);
+  }
+  return offset.load(std::memory_order_relaxed);
 }
 
 std::int64_t boottime_offset_ticks() {

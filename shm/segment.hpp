@@ -215,6 +215,9 @@ std::optional<std::uint64_t> own_start_time();
 // (/proc/self/timens_offsets; 0 outside a time namespace, or where the
 // kernel has none). Read once per process.
 std::int64_t boottime_offset_ticks();
+// The same in nanoseconds, as the file has it: what /proc/stat takes off
+// the boot time (btime) it shows this process.
+std::int64_t boottime_offset_ns();
 
 // Whether the process a slot names (pid and the start time recorded with
 // it, 0 if unknown) still runs. kDead: no such pid, a zombie, or the pid

@@ -6,6 +6,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <pty.h>
+#include <sched.h>
 #include <termios.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -752,6 +753,46 @@ TEST_F(CtlSegment, EverythingReadsWithoutWritingAByte) {
   processes_text(st.after);
   processes_json(st.after);
   EXPECT_TRUE(bytes_of(segment_) == before);
+}
+
+// bulkheadctl in a time namespace of its own (unshare --time): /proc/stat
+// shows it the boot time shifted by its boottime offset, while every start
+// time in the segment is the host's: it dates them as it does outside.
+TEST_F(CtlSegment, StartTimesAreDatedAsOutsideFromATimeNamespace) {
+  const std::uint64_t start = shm::own_start_time().value_or(0);
+  const std::string outside = start_time_utc(snapshot_at(kT0), start);
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t middle = ::fork();
+  ASSERT_GE(middle, 0);
+  if (middle == 0) {
+    char seen[64] = "";  // empty: no time namespace here
+    std::FILE* offsets = nullptr;
+    if (::unshare(CLONE_NEWTIME) == 0 && (offsets = std::fopen("/proc/self/timens_offsets", "we")) != nullptr) {
+      const bool set = std::fprintf(offsets, "boottime 86400 0\n") > 0;  // a day ahead
+      if (std::fclose(offsets) == 0 && set) {
+        const pid_t inner = ::fork();  // the first child of the caller's is in the namespace
+        if (inner == 0) {
+          std::snprintf(seen, sizeof seen, "%s", start_time_utc(snapshot_at(kT0), start).c_str());
+          (void)!::write(report[1], seen, sizeof seen);
+          std::_Exit(0);
+        }
+        ::waitpid(inner, nullptr, 0);
+        std::_Exit(0);
+      }
+    }
+    (void)!::write(report[1], seen, sizeof seen);
+    std::_Exit(0);
+  }
+  ::close(report[1]);
+  char seen[64] = "";
+  const bool read = ::read(report[0], seen, sizeof seen) == sizeof seen;
+  ::close(report[0]);
+  ::waitpid(middle, nullptr, 0);
+  ASSERT_TRUE(read);
+  if (seen[0] == '\0') GTEST_SKIP() << "no time namespace here: needs root and a kernel with CONFIG_TIME_NS";
+  EXPECT_NE(outside, "?");
+  EXPECT_EQ(std::string(seen), outside);
 }
 
 TEST_F(CtlSegment, AWriteThroughTheReadOnlyMappingFaults) {

@@ -34,15 +34,21 @@ std::string group_name(gid_t gid) {
   return g != nullptr ? g->gr_name : std::to_string(gid);
 }
 
-// Unix time of boot (btime in /proc/stat); 0 when unknown.
+// Unix time of the host's boot (btime in /proc/stat); 0 when unknown.
+// /proc/stat shows it shifted back by the reader's boottime offset (a time
+// namespace of its own), while every start time in the segment is the
+// host's (shm::read_process_stat()): the offset is added back, to the
+// nearest second.
 std::uint64_t boot_time_s() {
   std::ifstream in("/proc/stat");
   std::string key;
   while (in >> key) {
     if (key == "btime") {
-      std::uint64_t t = 0;
+      std::int64_t t = 0;
       in >> t;
-      return t;
+      const std::int64_t offset_ns = shm::boottime_offset_ns();
+      const std::int64_t offset_s = (offset_ns + (offset_ns < 0 ? -500'000'000 : 500'000'000)) / 1'000'000'000;
+      return t > 0 && t + offset_s > 0 ? static_cast<std::uint64_t>(t + offset_s) : 0;
     }
     in.ignore(1 << 20, '\n');
   }
