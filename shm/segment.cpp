@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -641,9 +642,15 @@ std::optional<ProcessStat> read_process_stat(pid_t pid) {
 
 std::int64_t boottime_offset_ns() {
   // Read once per process, not once: a child forked after its parent
-  // unshared a time namespace runs in it, its parent does not.
+  // unshared a time namespace runs in it, its parent does not. Forgotten at
+  // fork() (a child in new pid and time namespaces, pid 1 there, has the
+  // pid of a parent that is pid 1 of its own: a container's init), and
+  // when the pid changes (a child clone() made, which runs no fork handler).
   static std::atomic<pid_t> read_by{0};
   static std::atomic<std::int64_t> offset{0};
+  static const bool forgotten_at_fork =
+      ::pthread_atfork(nullptr, nullptr, [] { read_by.store(0, std::memory_order_relaxed); }) == 0;
+  (void)forgotten_at_fork;
   const pid_t self = ::getpid();
   if (read_by.load(std::memory_order_acquire) != self) {
     offset.store(read_boottime_offset_ns(), std::memory_order_relaxed);

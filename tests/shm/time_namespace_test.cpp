@@ -104,6 +104,53 @@ TEST(TimeNamespace, StartTimesAgreeAcrossIt) {
   EXPECT_EQ(inside->test_process_start, own_start_time().value_or(1));
 }
 
+// A container's init (pid 1 of its pid namespace) that forks a child into
+// new pid and time namespaces: the child is pid 1 too, and must read its
+// own offset, not the one its parent read.
+TEST(TimeNamespace, AChildWithItsParentsPidReadsItsOwnOffset) {
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t middle = ::fork();
+  ASSERT_GE(middle, 0);
+  if (middle == 0) {
+    std::int64_t seen = -1;  // -1: no namespaces here
+    if (::unshare(CLONE_NEWPID) == 0) {
+      const pid_t init = ::fork();
+      if (init == 0) {
+        std::FILE* offsets = nullptr;
+        if (::getpid() == 1 && boottime_offset_ticks() == 0 && ::unshare(CLONE_NEWPID | CLONE_NEWTIME) == 0 &&
+            (offsets = std::fopen("/proc/self/timens_offsets", "we")) != nullptr) {
+          const bool set = std::fprintf(offsets, "boottime %lld 0\n", kOffsetSeconds) > 0;
+          if (std::fclose(offsets) == 0 && set) {
+            const pid_t child = ::fork();
+            if (child == 0) {
+              seen = ::getpid() == 1 ? boottime_offset_ticks() : -1;
+              (void)!::write(report[1], &seen, sizeof seen);
+              std::_Exit(0);
+            }
+            ::waitpid(child, nullptr, 0);
+            std::_Exit(0);
+          }
+        }
+        (void)!::write(report[1], &seen, sizeof seen);
+        std::_Exit(0);
+      }
+      ::waitpid(init, nullptr, 0);
+      std::_Exit(0);
+    }
+    (void)!::write(report[1], &seen, sizeof seen);
+    std::_Exit(0);
+  }
+  ::close(report[1]);
+  std::int64_t seen = -1;
+  const bool read = ::read(report[0], &seen, sizeof seen) == sizeof seen;
+  ::close(report[0]);
+  ::waitpid(middle, nullptr, 0);
+  ASSERT_TRUE(read);
+  if (seen == -1) GTEST_SKIP() << "no pid or time namespace here: needs root and a kernel with CONFIG_TIME_NS";
+  EXPECT_EQ(seen, kOffsetSeconds * ::sysconf(_SC_CLK_TCK));
+}
+
 // A negative offset past a process's start (a container CRIU restored on a
 // host up longer than the one it was checkpointed on; the daemon started at
 // boot): the kernel adds the offset to the start modulo 2^64, so /proc in
