@@ -251,15 +251,16 @@ shm::Segment open_segment(const Config& config, bool recreate) {
     shm::Segment segment = shm::Segment::attach(name, shm::Access::kReadWrite);
     const shm::Header& h = segment.header();
     // The daemon it names, found in its pid namespace when that is
-    // another than this one's (a daemon in a container, or this one).
-    const shm::ProcessSnapshot before = shm::read_daemon(h);
+    // another than this one's (a daemon in a container, or this one), or
+    // in this one when an older daemon left another's namespace there.
+    shm::ProcessSnapshot before = shm::read_daemon(h);
     const std::int32_t pid = before.pid;
     const shm::PidNamespace own = shm::own_pid_namespace();
+    pid_t here = 0;
+    const shm::Liveness other = pid > 0 ? shm::daemon_liveness(before, own, &here) : shm::Liveness::kDead;
     const bool foreign = shm::foreign_pid_namespace(before.pid_ns, own);
     const std::string who = foreign ? std::to_string(pid) + " in pid:[" + std::to_string(before.pid_ns.inode) + "]"
                                     : std::to_string(pid);
-    pid_t here = 0;
-    const shm::Liveness other = pid > 0 ? shm::process_liveness(before, own, &here) : shm::Liveness::kDead;
     if (other == shm::Liveness::kAlive && here != ::getpid()) {
       throw std::runtime_error("segment /dev/shm/" + name + ": another bulkheadd (pid " + who +
                                (foreign ? ", " + std::to_string(here) + " here" : std::string()) +

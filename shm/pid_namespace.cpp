@@ -204,4 +204,17 @@ Liveness process_liveness(const ProcessSnapshot& seen, const PidNamespace& own, 
   return process_liveness(pid, seen.start_time);
 }
 
+Liveness daemon_liveness(ProcessSnapshot& seen, const PidNamespace& own, pid_t* pid_here) {
+  const Liveness named = process_liveness(seen, own, pid_here);
+  if (named != Liveness::kDead || !foreign_pid_namespace(seen.pid_ns, own) || seen.start_time == 0) return named;
+  // Both pid and start time (in clock ticks) of a process of the caller's
+  // namespace: not the one gone from the other namespace, whose pid here
+  // differs from its pid there, but one of ABI 4.3 or older that left the
+  // namespace of the daemon before it in place.
+  if (process_liveness(seen.pid, seen.start_time) != Liveness::kAlive) return named;
+  seen.pid_ns = own;
+  if (pid_here != nullptr) *pid_here = seen.pid;
+  return Liveness::kAlive;
+}
+
 }  // namespace bulkhead::shm

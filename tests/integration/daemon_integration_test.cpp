@@ -443,6 +443,43 @@ TEST_F(DaemonIntegration, ADaemonOfAnotherPidNamespaceKeepsItsSegment) {
       << third.log();
 }
 
+// A daemon of ABI 4.3 or older records its pid and start time but no pid
+// namespace: one that adopted the segment after a daemon in a container
+// was killed runs under that container's namespace. A daemon started then
+// used to look its pid up in that namespace, find it gone, and adopt the
+// segment under the running one: two daemons on one segment.
+TEST_F(DaemonIntegration, AnOlderDaemonUnderAnotherDaemonsNamespaceKeepsItsSegment) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
+  {
+    DaemonProcess first(BULKHEADD_PATH, dir_, config());
+    ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
+    first.signal(SIGTERM);
+    ASSERT_TRUE(first.wait_exit(10s));
+  }
+  shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadWrite);
+  shm::Header& h = segment.header();
+  {
+    // A daemon in a container, killed: its namespace stays in the header.
+    testing::ChildInPidNamespace contained([&] {
+      shm::publish_daemon(h);
+      return true;
+    });
+    ASSERT_TRUE(contained.ok());
+    contained.kill();
+  }
+  ASSERT_NE(h.daemon_pid_ns_inode.load(), 0u);
+  // The ABI 4.3 daemon that adopts it, here this test: pid and start time.
+  h.daemon_start_time.store(shm::own_start_time().value_or(0));
+  h.daemon_pid.store(::getpid());
+  DaemonProcess second(BULKHEADD_PATH, dir_, config());
+  ASSERT_TRUE(second.wait_exit(20s)) << second.log();
+  EXPECT_NE(second.exit_code(), 0);
+  EXPECT_NE(second.log().find("another bulkheadd (pid " + std::to_string(::getpid()) + ") is running on it"),
+            std::string::npos)
+      << second.log();
+  EXPECT_EQ(h.daemon_pid.load(), ::getpid());  // not taken over
+}
+
 // A daemon that adopts a segment an older minor made serves it at its own
 // minor (it reads what that minor added); and a fixed limit is the new
 // config's, not the one the segment kept.

@@ -662,6 +662,31 @@ TEST_F(CtlSegment, ADaemonOfAnotherPidNamespaceIsShownRunningWithItsPidHere) {
   }
 }
 
+// A daemon of ABI 4.3 or older that adopted the segment after a daemon in
+// a container was killed leaves that one's namespace in the header: it is
+// shown running, a process of this namespace, not gone from that one.
+TEST_F(CtlSegment, AnOlderDaemonUnderAnotherDaemonsNamespaceIsShownRunning) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
+  {
+    testing::ChildInPidNamespace daemon([&] {
+      shm::publish_daemon(segment_.header());
+      return true;
+    });
+    ASSERT_TRUE(daemon.ok());
+    daemon.kill();
+  }
+  ASSERT_NE(segment_.header().daemon_pid_ns_inode.load(), 0u);
+  segment_.header().daemon_start_time.store(shm::own_start_time().value_or(0));
+  segment_.header().daemon_pid.store(::getpid());
+  const Status st = standard_status(kSecond / 2);
+  EXPECT_EQ(st.daemon_state, DaemonState::kRunning);
+  EXPECT_NE(status_text(st).find("daemon: pid " + std::to_string(::getpid()) + ", running"), std::string::npos)
+      << status_text(st);
+  const Json j = JsonParser::parse(status_json(st));
+  EXPECT_TRUE(j["daemon"]["pid_namespace"].is_null());
+  EXPECT_EQ(j["daemon"]["host_pid"].number, ::getpid());
+}
+
 TEST_F(CtlSegment, ProcessesListPidStartStateAndPermits) {
   segment_.held(process_, payments_).store(2);
   segment_.held(process_, recs_).store(5);

@@ -156,8 +156,8 @@ shm::DependencyControl* control_of(shm::Segment& segment, const Options& o) {
 // When what bulkheadctl wrote takes effect: at the daemon's next tick, or
 // when a daemon next starts if none runs on the segment now.
 std::string when_applied(const shm::Segment& segment) {
-  const shm::ProcessSnapshot daemon = shm::read_daemon(segment.header());
-  if (daemon.pid > 0 && shm::process_liveness(daemon, shm::own_pid_namespace()) != shm::Liveness::kDead) {
+  shm::ProcessSnapshot daemon = shm::read_daemon(segment.header());
+  if (daemon.pid > 0 && shm::daemon_liveness(daemon, shm::own_pid_namespace()) != shm::Liveness::kDead) {
     return "bulkheadd applies it at its next tick";
   }
   return "no bulkheadd runs on /dev/shm/" + segment.name() + " now: the next one to start applies it";

@@ -139,11 +139,11 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
   // with their pid here too.
   const shm::PidNamespace own_ns = shm::own_pid_namespace();
   DaemonReading& d = s.daemon;
-  const shm::ProcessSnapshot daemon = shm::read_daemon(h);
+  shm::ProcessSnapshot daemon = shm::read_daemon(h);
   d.pid = daemon.pid;
   d.start_time = daemon.start_time;
+  d.liveness = d.pid > 0 ? shm::daemon_liveness(daemon, own_ns, &d.host_pid) : shm::Liveness::kDead;
   if (shm::foreign_pid_namespace(daemon.pid_ns, own_ns)) d.pid_namespace = daemon.pid_ns.inode;
-  d.liveness = d.pid > 0 ? shm::process_liveness(daemon, own_ns, &d.host_pid) : shm::Liveness::kDead;
   d.heartbeat = h.heartbeat.load(std::memory_order_relaxed);
   d.heartbeat_ns = h.heartbeat_ns.load(std::memory_order_relaxed);
   d.config_generation = h.config_generation.load(std::memory_order_relaxed);
