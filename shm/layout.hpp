@@ -88,7 +88,9 @@ inline constexpr std::uint16_t kAbiMajor = 4;
 // read of it and its check of the process). And ProcessIdentity::pid_ns_*,
 // the client's pid namespace: a client of minor 2 or less records none, and
 // its pid is taken as one in the daemon's namespace, so such a client in a
-// container (another pid namespace) is found dead while it runs.
+// container (another pid namespace) is found dead while it runs, or, when
+// it reads the host's /proc, taken for the host's process of its pid (its
+// permits never given back when it dies).
 // ABI 4.4: Header::daemon_pid_ns_*, the daemon's pid namespace, by which a
 // daemon or bulkheadctl of another namespace finds it. Of a daemon of minor
 // 3 or less, the pid is taken as one in the reader's namespace, and so is
