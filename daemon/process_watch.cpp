@@ -85,7 +85,7 @@ shm::Liveness ProcessWatch::check(const shm::ProcessSnapshot& seen) {
   }
   for (;;) {
     switch (lookup.found.result) {
-      case shm::PidLookup::Result::kGone: return shm::Liveness::kDead;
+      case shm::PidLookup::Result::kGone: return here_instead(seen, lookup);
       case shm::PidLookup::Result::kUnknown: return shm::Liveness::kUnknown;
       case shm::PidLookup::Result::kFound: break;
     }
@@ -98,6 +98,18 @@ shm::Liveness ProcessWatch::check(const shm::ProcessSnapshot& seen) {
     if (!look_up(seen, lookup)) return shm::Liveness::kUnknown;
     if (lookup.found.result == shm::PidLookup::Result::kFound && lookup.found.pid == before) return now;
   }
+}
+
+shm::Liveness ProcessWatch::here_instead(const shm::ProcessSnapshot& seen, Lookup& lookup) {
+  // As shm::liveness_here_too(): a client of ABI 4.2 or older writes no
+  // namespace, and one in a slot that names another (left by the slot's
+  // process before it) runs here, with the pid and start time it wrote.
+  // Found, it is watched here for the rest of this claim.
+  if (seen.start_time == 0 || check(seen.claim.index, seen.pid, seen.start_time) != shm::Liveness::kAlive) {
+    return shm::Liveness::kDead;
+  }
+  lookup.found = shm::PidLookup{shm::PidLookup::Result::kFound, seen.pid, true};
+  return shm::Liveness::kAlive;
 }
 
 bool ProcessWatch::look_up(const shm::ProcessSnapshot& seen, Lookup& lookup) {

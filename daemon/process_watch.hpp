@@ -91,6 +91,9 @@ class ProcessWatch {
              ns == seen.pid_ns;
     }
   };
+  // A process gone from the namespace it names, looked for in the
+  // daemon's by its pid and start time; found, `lookup` keeps it.
+  shm::Liveness here_instead(const shm::ProcessSnapshot& seen, Lookup& lookup);
   // A scan for `seen` into `lookup`, if the tick has one left.
   bool look_up(const shm::ProcessSnapshot& seen, Lookup& lookup);
   void unwatch(std::uint32_t slot);

@@ -95,7 +95,7 @@ inline constexpr std::uint16_t kAbiMajor = 4;
 // daemon or bulkheadctl of another namespace finds it. Of a daemon of minor
 // 3 or less, the pid is taken as one in the reader's namespace, and so is
 // one under another daemon's namespace that it does not name
-// (shm::daemon_liveness()).
+// (shm::liveness_here_too()).
 inline constexpr std::uint16_t kAbiMinor = 4;
 // The first minor of this major whose daemon reads DependencyControl::limit_pin.
 inline constexpr std::uint16_t kPinAbiMinor = 1;

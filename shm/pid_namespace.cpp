@@ -204,7 +204,7 @@ Liveness process_liveness(const ProcessSnapshot& seen, const PidNamespace& own, 
   return process_liveness(pid, seen.start_time);
 }
 
-Liveness daemon_liveness(ProcessSnapshot& seen, const PidNamespace& own, pid_t* pid_here) {
+Liveness liveness_here_too(ProcessSnapshot& seen, const PidNamespace& own, pid_t* pid_here) {
   const Liveness named = process_liveness(seen, own, pid_here);
   if (named != Liveness::kDead || !foreign_pid_namespace(seen.pid_ns, own) || seen.start_time == 0) return named;
   // Both pid and start time (in clock ticks) of a process of the caller's

@@ -67,14 +67,18 @@ PidLookup find_in_pid_namespace(const PidNamespace& ns, pid_t pid, std::uint64_t
 // (bulkheadctl); the daemon keeps the answer per claim.
 Liveness process_liveness(const ProcessSnapshot& seen, const PidNamespace& own, pid_t* pid_here = nullptr);
 
-// process_liveness() of the header's daemon (read_daemon()). A daemon of
+// process_liveness() of the header's daemon (read_daemon()), or of a
+// slot's process, for a namespace it may not have written. A daemon of
 // ABI 4.3 or older records its pid and start time but no namespace: one
 // that adopted the segment after a daemon of another namespace was killed
 // (a clean stop clears the namespace) runs under that namespace, where it
-// is not found. So a daemon gone from the namespace it names is looked for
-// in the caller's too, by pid and start time; found there, `seen` takes
-// the caller's namespace, and the daemon is alive. Otherwise as
+// is not found. Likewise a client of ABI 4.2 or older in a process slot
+// whose last process was of another namespace, freed by a daemon of ABI
+// 4.2 or older (which leaves the namespace there), or abandoned mid-claim.
+// So a process gone from the namespace it names is looked for in the
+// caller's too, by pid and start time; found there, `seen` takes the
+// caller's namespace, and the process is alive. Otherwise as
 // process_liveness().
-Liveness daemon_liveness(ProcessSnapshot& seen, const PidNamespace& own, pid_t* pid_here = nullptr);
+Liveness liveness_here_too(ProcessSnapshot& seen, const PidNamespace& own, pid_t* pid_here = nullptr);
 
 }  // namespace bulkhead::shm

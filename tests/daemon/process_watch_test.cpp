@@ -148,6 +148,44 @@ TEST(ProcessWatchNamespaces, AProcessItsNamespaceNoLongerHasIsDead) {
   EXPECT_EQ(watch.check(slot_of(child, 2, 1)), shm::Liveness::kAlive);
 }
 
+// A client of ABI 4.2 or older writes no namespace: in a slot whose last
+// process was of a container, freed by a daemon of ABI 4.2 or older (which
+// leaves the namespace there), it runs here under that gone namespace. It
+// is found here by pid and start time, alive, and dead once it exits; it
+// used to be dead at once, its permits given back while it held them.
+TEST(ProcessWatchNamespaces, AnOlderClientUnderAGoneNamespaceIsFoundHere) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
+  shm::PidNamespace gone;
+  {
+    testing::ChildInPidNamespace contained{[] { return true; }};
+    ASSERT_TRUE(contained.ok());
+    gone = slot_of(contained, 0, 1).pid_ns;
+  }
+  ASSERT_TRUE(gone.known());
+  testing::PausedChild client{[] { return true; }};
+  ASSERT_TRUE(client.ok());
+  shm::ProcessSnapshot seen;
+  seen.claim = {0, 1};  // such a client counts no claim
+  seen.pid = client.pid();
+  seen.start_time = shm::process_start_time(client.pid()).value_or(0);
+  seen.pid_ns = gone;
+  ProcessWatch watch{4};
+  for (int tick = 0; tick < 3; ++tick) {
+    watch.poll();
+    EXPECT_EQ(watch.check(seen), shm::Liveness::kAlive);
+  }
+  EXPECT_EQ(watch.lookups(), 1u);
+  EXPECT_EQ(watch.pid_here(0, seen.pid), client.pid());
+  client.kill();
+  watch.poll();
+  EXPECT_EQ(watch.check(seen), shm::Liveness::kDead);
+  // Another process of this namespace with its pid, or none: dead too.
+  shm::ProcessSnapshot other = seen;
+  other.claim.claims = 2;
+  other.start_time += 1;
+  EXPECT_EQ(watch.check(other), shm::Liveness::kDead);
+}
+
 // A scan costs a read of every process's /proc entry: a tick makes a few at
 // most, and a slot waiting for its scan counts as alive meanwhile.
 TEST(ProcessWatchNamespaces, ATickScansForAFewSlotsAndTheOthersWaitAlive) {

@@ -687,6 +687,29 @@ TEST_F(CtlSegment, AnOlderDaemonUnderAnotherDaemonsNamespaceIsShownRunning) {
   EXPECT_EQ(j["daemon"]["host_pid"].number, ::getpid());
 }
 
+// A client of ABI 4.2 or older in a slot that names a gone namespace (its
+// last process's, left by a daemon of ABI 4.2 or older): alive, here.
+TEST_F(CtlSegment, AnOlderClientUnderAGoneNamespaceIsShownAliveHere) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
+  shm::PidNamespace gone;
+  {
+    testing::ChildInPidNamespace contained([] { return true; });
+    ASSERT_TRUE(contained.ok());
+    struct stat ns {};
+    ASSERT_EQ(::stat(("/proc/" + std::to_string(contained.pid()) + "/ns/pid").c_str(), &ns), 0);
+    gone = {ns.st_dev, ns.st_ino};
+  }
+  shm::ProcessIdentity& id = segment_.process(process_).identity;
+  id.pid_ns_device.store(gone.device);
+  id.pid_ns_inode.store(gone.inode);
+  const Snapshot s = snapshot_at(kT0);
+  const Json j = JsonParser::parse(processes_json(s));
+  ASSERT_GE(j["processes"].array.size(), 1u);
+  EXPECT_EQ(j["processes"][0]["state"].string, "alive");
+  EXPECT_TRUE(j["processes"][0]["pid_namespace"].is_null());
+  EXPECT_EQ(j["processes"][0]["host_pid"].number, ::getpid());
+}
+
 TEST_F(CtlSegment, ProcessesListPidStartStateAndPermits) {
   segment_.held(process_, payments_).store(2);
   segment_.held(process_, recs_).store(5);

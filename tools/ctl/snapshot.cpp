@@ -142,7 +142,7 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
   shm::ProcessSnapshot daemon = shm::read_daemon(h);
   d.pid = daemon.pid;
   d.start_time = daemon.start_time;
-  d.liveness = d.pid > 0 ? shm::daemon_liveness(daemon, own_ns, &d.host_pid) : shm::Liveness::kDead;
+  d.liveness = d.pid > 0 ? shm::liveness_here_too(daemon, own_ns, &d.host_pid) : shm::Liveness::kDead;
   if (shm::foreign_pid_namespace(daemon.pid_ns, own_ns)) d.pid_namespace = daemon.pid_ns.inode;
   d.heartbeat = h.heartbeat.load(std::memory_order_relaxed);
   d.heartbeat_ns = h.heartbeat_ns.load(std::memory_order_relaxed);
@@ -238,8 +238,8 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
     seen.pid = r.pid;
     seen.start_time = r.start_time;
     seen.pid_ns = {id.pid_ns_device.load(std::memory_order_relaxed), id.pid_ns_inode.load(std::memory_order_relaxed)};
+    r.liveness = shm::liveness_here_too(seen, own_ns, &r.host_pid);
     if (shm::foreign_pid_namespace(seen.pid_ns, own_ns)) r.pid_namespace = seen.pid_ns.inode;
-    r.liveness = shm::process_liveness(seen, own_ns, &r.host_pid);
     for (std::uint32_t i = 0; i < dependencies; ++i) {
       // The total of the held word (partitions' counts in its high half).
       const std::uint32_t held = shm::admission_inflight(segment.held(p, i).load(std::memory_order_relaxed));
