@@ -257,7 +257,7 @@ shm::Segment open_segment(const Config& config, bool recreate) {
     const std::int32_t pid = before.pid;
     const shm::PidNamespace own = shm::own_pid_namespace();
     pid_t here = 0;
-    const shm::Liveness other = pid > 0 ? shm::liveness_here_too(before, own, &here) : shm::Liveness::kDead;
+    const shm::Liveness other = pid > 0 ? shm::daemon_liveness(before, own, &here) : shm::Liveness::kDead;
     const bool foreign = shm::foreign_pid_namespace(before.pid_ns, own);
     const std::string who = foreign ? std::to_string(pid) + " in pid:[" + std::to_string(before.pid_ns.inode) + "]"
                                     : std::to_string(pid);

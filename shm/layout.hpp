@@ -93,9 +93,9 @@ inline constexpr std::uint16_t kAbiMajor = 4;
 // permits never given back when it dies).
 // ABI 4.4: Header::daemon_pid_ns_*, the daemon's pid namespace, by which a
 // daemon or bulkheadctl of another namespace finds it. Of a daemon of minor
-// 3 or less, the pid is taken as one in the reader's namespace, and so is
-// one under another daemon's namespace that it does not name
-// (shm::liveness_here_too()).
+// 3 or less, the pid is taken as one in the reader's namespace; one under
+// another daemon's namespace, not its own, is looked for in the reader's
+// and then in any (shm::daemon_liveness()).
 inline constexpr std::uint16_t kAbiMinor = 4;
 // The first minor of this major whose daemon reads DependencyControl::limit_pin.
 inline constexpr std::uint16_t kPinAbiMinor = 1;

@@ -204,6 +204,33 @@ Liveness process_liveness(const ProcessSnapshot& seen, const PidNamespace& own, 
   return process_liveness(pid, seen.start_time);
 }
 
+Liveness daemon_liveness(ProcessSnapshot& seen, const PidNamespace& own, pid_t* pid_here) {
+  const Liveness named = liveness_here_too(seen, own, pid_here);
+  if (named != Liveness::kDead || seen.pid <= 0 || seen.start_time == 0) return named;
+  // Any namespace's process that has the pid, innermost, and the start
+  // time: an older daemon in a container under the namespace of the one
+  // before it.
+  DIR* dir = ::opendir("/proc");
+  if (dir == nullptr) return named;
+  while (const dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    const long n = std::strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || n <= 0) continue;
+    const auto here = static_cast<pid_t>(n);
+    NsPid nspid;
+    if (read_nspid(here, nspid) != Read::kOk || nspid.levels == 0 || nspid.innermost != seen.pid) continue;
+    const auto stat = read_process_stat(here);
+    if (!stat || stat->start_time != seen.start_time || exited(*stat)) continue;
+    ::closedir(dir);
+    PidNamespace its;
+    if (read_namespace(here, its) == Read::kOk) seen.pid_ns = its;
+    if (pid_here != nullptr) *pid_here = here;
+    return Liveness::kAlive;
+  }
+  ::closedir(dir);
+  return named;
+}
+
 Liveness liveness_here_too(ProcessSnapshot& seen, const PidNamespace& own, pid_t* pid_here) {
   const Liveness named = process_liveness(seen, own, pid_here);
   if (named != Liveness::kDead || !foreign_pid_namespace(seen.pid_ns, own) || seen.start_time == 0) return named;

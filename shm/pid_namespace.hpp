@@ -81,4 +81,14 @@ Liveness process_liveness(const ProcessSnapshot& seen, const PidNamespace& own, 
 // process_liveness().
 Liveness liveness_here_too(ProcessSnapshot& seen, const PidNamespace& own, pid_t* pid_here = nullptr);
 
+// liveness_here_too() of the header's daemon (read_daemon()), and, gone
+// from both namespaces, looked for in every namespace the caller's /proc
+// shows: a daemon of ABI 4.3 or older in a container, under the namespace
+// of a daemon before it that was killed (the host's, say), records its
+// pid there and no namespace. A process whose pid in its own namespace
+// and start time are the recorded ones is that daemon: `seen` takes its
+// namespace. One scan of /proc: for a daemon about to adopt the segment,
+// and bulkheadctl.
+Liveness daemon_liveness(ProcessSnapshot& seen, const PidNamespace& own, pid_t* pid_here = nullptr);
+
 }  // namespace bulkhead::shm

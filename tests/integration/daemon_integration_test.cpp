@@ -480,6 +480,38 @@ TEST_F(DaemonIntegration, AnOlderDaemonUnderAnotherDaemonsNamespaceKeepsItsSegme
   EXPECT_EQ(h.daemon_pid.load(), ::getpid());  // not taken over
 }
 
+// The other way round: a daemon of this namespace killed, and one of ABI
+// 4.3 or older in a container adopts the segment, its pid there under this
+// namespace's (pid 1, this namespace's init, started long before). A
+// daemon started here used to find pid 1 here with another start time and
+// adopt the segment under the running one.
+TEST_F(DaemonIntegration, AnOlderContainedDaemonUnderThisNamespaceKeepsItsSegment) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
+  {
+    DaemonProcess first(BULKHEADD_PATH, dir_, config());
+    ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
+    first.signal(SIGKILL);
+    ASSERT_TRUE(first.wait_exit(10s));
+  }
+  shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadWrite);
+  shm::Header& h = segment.header();
+  ASSERT_EQ(h.daemon_pid_ns_inode.load(), shm::own_pid_namespace().inode);
+  // As a 4.3 daemon records itself: pid and start time, no namespace.
+  testing::ChildInPidNamespace contained([&] {
+    h.daemon_start_time.store(shm::own_start_time().value_or(0));
+    h.daemon_pid.store(::getpid());
+    return true;
+  });
+  ASSERT_TRUE(contained.ok());
+  ASSERT_EQ(h.daemon_pid.load(), 1);
+  DaemonProcess second(BULKHEADD_PATH, dir_, config());
+  ASSERT_TRUE(second.wait_exit(20s)) << second.log();
+  EXPECT_NE(second.exit_code(), 0);
+  EXPECT_NE(second.log().find(", " + std::to_string(contained.pid()) + " here) is running on it"), std::string::npos)
+      << second.log();
+  EXPECT_EQ(h.daemon_pid.load(), 1);  // not taken over
+}
+
 // A daemon that adopts a segment an older minor made serves it at its own
 // minor (it reads what that minor added); and a fixed limit is the new
 // config's, not the one the segment kept.

@@ -157,7 +157,7 @@ shm::DependencyControl* control_of(shm::Segment& segment, const Options& o) {
 // when a daemon next starts if none runs on the segment now.
 std::string when_applied(const shm::Segment& segment) {
   shm::ProcessSnapshot daemon = shm::read_daemon(segment.header());
-  if (daemon.pid > 0 && shm::liveness_here_too(daemon, shm::own_pid_namespace()) != shm::Liveness::kDead) {
+  if (daemon.pid > 0 && shm::daemon_liveness(daemon, shm::own_pid_namespace()) != shm::Liveness::kDead) {
     return "bulkheadd applies it at its next tick";
   }
   return "no bulkheadd runs on /dev/shm/" + segment.name() + " now: the next one to start applies it";

@@ -142,7 +142,7 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
   shm::ProcessSnapshot daemon = shm::read_daemon(h);
   d.pid = daemon.pid;
   d.start_time = daemon.start_time;
-  d.liveness = d.pid > 0 ? shm::liveness_here_too(daemon, own_ns, &d.host_pid) : shm::Liveness::kDead;
+  d.liveness = d.pid > 0 ? shm::daemon_liveness(daemon, own_ns, &d.host_pid) : shm::Liveness::kDead;
   if (shm::foreign_pid_namespace(daemon.pid_ns, own_ns)) d.pid_namespace = daemon.pid_ns.inode;
   d.heartbeat = h.heartbeat.load(std::memory_order_relaxed);
   d.heartbeat_ns = h.heartbeat_ns.load(std::memory_order_relaxed);
