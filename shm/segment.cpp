@@ -58,8 +58,10 @@ int native_error(const bip::interprocess_exception& e) {
 }
 
 // What a segment under its name with no magic yet is: create() makes one
-// whole before it gives it the name.
-constexpr std::string_view kMadeByAnOlderDaemon = "a bulkheadd older than ABI 4.4 is making it, or died doing so";
+// whole before it gives it the name. Daemons of ABI 4.4 made before that
+// (451bf96) made it in place too: the ABI does not tell them apart.
+constexpr std::string_view kMadeByAnOlderDaemon =
+    "a bulkheadd older than this build is making it in place, or died doing so";
 
 // Segment::create() makes a segment under a name of its own, NAME@making-
 // PID-N, and links it to NAME once whole. '@' is in no segment's name.
