@@ -236,8 +236,9 @@ Liveness liveness_here_too(ProcessSnapshot& seen, const PidNamespace& own, pid_t
   if (named != Liveness::kDead || !foreign_pid_namespace(seen.pid_ns, own) || seen.start_time == 0) return named;
   // Both pid and start time (in clock ticks) of a process of the caller's
   // namespace: not the one gone from the other namespace, whose pid here
-  // differs from its pid there, but one of ABI 4.3 or older that left the
-  // namespace of the daemon before it in place.
+  // differs from its pid there, but one that wrote no namespace over the
+  // one of the process before it (a daemon of ABI 4.3 or older, a client
+  // of 4.2 or older).
   if (process_liveness(seen.pid, seen.start_time) != Liveness::kAlive) return named;
   seen.pid_ns = own;
   if (pid_here != nullptr) *pid_here = seen.pid;
