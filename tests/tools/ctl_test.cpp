@@ -949,8 +949,8 @@ TEST(CtlErrors, ASegmentTheDaemonIsStillCreatingSaysToTryAgain) {
   ASSERT_GE(fd, 0);  // created, not yet sized: what a reader sees for an instant
   ::close(fd);
   expect_refused(name, EAGAIN,
-                 "refused: empty (a bulkheadd older than this build is making it in place, or died doing so) (try again "
-                 "in a moment; if it stays so, bulkheadd --recreate-segment replaces it)");
+                 "refused: empty (a bulkheadd older than this build is making it in place, or died doing so) "
+                 "(try again in a moment; if it stays so, bulkheadd --recreate-segment replaces it)");
 }
 
 TEST(CtlErrors, WrongMagicIsRefused) {
