@@ -44,6 +44,23 @@ class DaemonIntegration : public ::testing::Test {
            "min_limit = 2\nmax_limit = 200\ninitial_limit = 20\n" + extra;
   }
 
+  // A daemon made ready on the test's segment, then stopped with `sig`:
+  // the segment stays, with the header as that daemon left it.
+  void run_a_daemon_and_stop_it(int sig) {
+    DaemonProcess first(BULKHEADD_PATH, dir_, config());
+    ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
+    first.signal(sig);
+    ASSERT_TRUE(first.wait_exit(10s));
+  }
+  // A daemon started now (its config and log in `dir`) refuses the
+  // segment, its log saying `why`.
+  void expect_a_daemon_refused(const std::string& why, const std::string& dir) {
+    DaemonProcess second(BULKHEADD_PATH, dir, config());
+    ASSERT_TRUE(second.wait_exit(20s)) << second.log();
+    EXPECT_NE(second.exit_code(), 0);
+    EXPECT_NE(second.log().find(why), std::string::npos) << second.log();
+  }
+
   TempSegmentName segment_{"it"};
   testing::TempDir temp_dir_;
   std::string dir_ = temp_dir_.path();
@@ -394,13 +411,9 @@ TEST_F(DaemonIntegration, ARestartedDaemonAdoptsTheSegmentAndItsLimits) {
 TEST_F(DaemonIntegration, ASecondDaemonOnTheSegmentRefusesIt) {
   DaemonProcess first(BULKHEADD_PATH, dir_, config());
   ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
-  testing::TempDir other_dir;
-  DaemonProcess second(BULKHEADD_PATH, other_dir.path(), config());
-  ASSERT_TRUE(second.wait_exit(20s)) << second.log();
-  EXPECT_NE(second.exit_code(), 0);
-  EXPECT_NE(second.log().find("another bulkheadd (pid " + std::to_string(first.pid()) + ") is running on it"),
-            std::string::npos)
-      << second.log();
+  testing::TempDir other_dir;  // first's log stays its own
+  ASSERT_NO_FATAL_FAILURE(expect_a_daemon_refused(
+      "another bulkheadd (pid " + std::to_string(first.pid()) + ") is running on it", other_dir.path()));
   EXPECT_EQ(shm::Segment::attach(segment_.str(), shm::Access::kReadOnly).header().daemon_pid.load(), first.pid());
 }
 
@@ -411,12 +424,7 @@ TEST_F(DaemonIntegration, ASecondDaemonOnTheSegmentRefusesIt) {
 // of its own, recorded in the header as a daemon there records itself.
 TEST_F(DaemonIntegration, ADaemonOfAnotherPidNamespaceKeepsItsSegment) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
-  {
-    DaemonProcess first(BULKHEADD_PATH, dir_, config());
-    ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
-    first.signal(SIGTERM);
-    ASSERT_TRUE(first.wait_exit(10s));
-  }
+  ASSERT_NO_FATAL_FAILURE(run_a_daemon_and_stop_it(SIGTERM));
   shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadWrite);
   shm::Header& h = segment.header();
   testing::ChildInPidNamespace contained([&] {
@@ -425,14 +433,10 @@ TEST_F(DaemonIntegration, ADaemonOfAnotherPidNamespaceKeepsItsSegment) {
   });
   ASSERT_TRUE(contained.ok());
   ASSERT_EQ(h.daemon_pid.load(), 1);
-  DaemonProcess second(BULKHEADD_PATH, dir_, config());
-  ASSERT_TRUE(second.wait_exit(20s)) << second.log();
-  EXPECT_NE(second.exit_code(), 0);
   const std::string ns = std::to_string(h.daemon_pid_ns_inode.load());
-  EXPECT_NE(second.log().find("another bulkheadd (pid 1 in pid:[" + ns + "], " + std::to_string(contained.pid()) +
-                              " here) is running on it"),
-            std::string::npos)
-      << second.log();
+  ASSERT_NO_FATAL_FAILURE(expect_a_daemon_refused(
+      "another bulkheadd (pid 1 in pid:[" + ns + "], " + std::to_string(contained.pid()) + " here) is running on it",
+      dir_));
   EXPECT_EQ(h.daemon_pid.load(), 1);  // not taken over
   // Gone, the next daemon adopts the segment.
   contained.kill();
@@ -450,12 +454,7 @@ TEST_F(DaemonIntegration, ADaemonOfAnotherPidNamespaceKeepsItsSegment) {
 // segment under the running one: two daemons on one segment.
 TEST_F(DaemonIntegration, AnOlderDaemonUnderAnotherDaemonsNamespaceKeepsItsSegment) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
-  {
-    DaemonProcess first(BULKHEADD_PATH, dir_, config());
-    ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
-    first.signal(SIGTERM);
-    ASSERT_TRUE(first.wait_exit(10s));
-  }
+  ASSERT_NO_FATAL_FAILURE(run_a_daemon_and_stop_it(SIGTERM));
   shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadWrite);
   shm::Header& h = segment.header();
   {
@@ -471,12 +470,8 @@ TEST_F(DaemonIntegration, AnOlderDaemonUnderAnotherDaemonsNamespaceKeepsItsSegme
   // The ABI 4.3 daemon that adopts it, here this test: pid and start time.
   h.daemon_start_time.store(shm::own_start_time().value_or(0));
   h.daemon_pid.store(::getpid());
-  DaemonProcess second(BULKHEADD_PATH, dir_, config());
-  ASSERT_TRUE(second.wait_exit(20s)) << second.log();
-  EXPECT_NE(second.exit_code(), 0);
-  EXPECT_NE(second.log().find("another bulkheadd (pid " + std::to_string(::getpid()) + ") is running on it"),
-            std::string::npos)
-      << second.log();
+  ASSERT_NO_FATAL_FAILURE(expect_a_daemon_refused(
+      "another bulkheadd (pid " + std::to_string(::getpid()) + ") is running on it", dir_));
   EXPECT_EQ(h.daemon_pid.load(), ::getpid());  // not taken over
 }
 
@@ -487,12 +482,7 @@ TEST_F(DaemonIntegration, AnOlderDaemonUnderAnotherDaemonsNamespaceKeepsItsSegme
 // adopt the segment under the running one.
 TEST_F(DaemonIntegration, AnOlderContainedDaemonUnderThisNamespaceKeepsItsSegment) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace";
-  {
-    DaemonProcess first(BULKHEADD_PATH, dir_, config());
-    ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
-    first.signal(SIGKILL);
-    ASSERT_TRUE(first.wait_exit(10s));
-  }
+  ASSERT_NO_FATAL_FAILURE(run_a_daemon_and_stop_it(SIGKILL));
   shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadWrite);
   shm::Header& h = segment.header();
   ASSERT_EQ(h.daemon_pid_ns_inode.load(), shm::own_pid_namespace().inode);
@@ -504,11 +494,8 @@ TEST_F(DaemonIntegration, AnOlderContainedDaemonUnderThisNamespaceKeepsItsSegmen
   });
   ASSERT_TRUE(contained.ok());
   ASSERT_EQ(h.daemon_pid.load(), 1);
-  DaemonProcess second(BULKHEADD_PATH, dir_, config());
-  ASSERT_TRUE(second.wait_exit(20s)) << second.log();
-  EXPECT_NE(second.exit_code(), 0);
-  EXPECT_NE(second.log().find(", " + std::to_string(contained.pid()) + " here) is running on it"), std::string::npos)
-      << second.log();
+  ASSERT_NO_FATAL_FAILURE(
+      expect_a_daemon_refused(", " + std::to_string(contained.pid()) + " here) is running on it", dir_));
   EXPECT_EQ(h.daemon_pid.load(), 1);  // not taken over
 }
 
