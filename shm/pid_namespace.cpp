@@ -123,6 +123,22 @@ bool proc_hides_processes() {
 
 bool exited(const ProcessStat& stat) { return (stat.state == 'Z' || stat.state == 'X') && stat.threads <= 1; }
 
+// Calls visit(pid) for every process /proc lists, until it returns false.
+// False when /proc cannot be read.
+template <typename Visit>
+bool for_each_process(Visit&& visit) {
+  DIR* dir = ::opendir("/proc");
+  if (dir == nullptr) return false;
+  while (const dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    const long n = std::strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || n <= 0) continue;
+    if (!visit(static_cast<pid_t>(n))) break;
+  }
+  ::closedir(dir);
+  return true;
+}
+
 }  // namespace
 
 bool foreign_pid_namespace(const PidNamespace& ns, const PidNamespace& own) {
@@ -131,59 +147,53 @@ bool foreign_pid_namespace(const PidNamespace& ns, const PidNamespace& own) {
 
 PidLookup find_in_pid_namespace(const PidNamespace& ns, pid_t pid, std::uint64_t start_time) {
   if (pid <= 0) return {PidLookup::Result::kGone};
-  DIR* dir = ::opendir("/proc");
-  if (dir == nullptr) return {};
   bool hidden = false;
   bool saw_namespace = false;
   std::optional<pid_t> live, any;  // unconfirmed matches
-  while (const dirent* entry = ::readdir(dir)) {
-    char* end = nullptr;
-    const long n = std::strtol(entry->d_name, &end, 10);
-    if (*end != '\0' || n <= 0) continue;
-    const auto here = static_cast<pid_t>(n);
+  std::optional<PidLookup> decided;
+  const bool listed = for_each_process([&](pid_t here) {
     PidNamespace its;
     // A zombie's pid namespace is still there (it is its pid's, kept
     // until the zombie is reaped; not its nsproxy's, which exit drops).
     const Read ns_read = read_namespace(here, its);
-    if (ns_read == Read::kGone) continue;
+    if (ns_read == Read::kGone) return true;
     if (ns_read == Read::kOk) {
-      if (its != ns) continue;
+      if (its != ns) return true;
       saw_namespace = true;
     }
     NsPid nspid;
     const Read status = read_nspid(here, nspid);
-    if (status == Read::kGone) continue;
+    if (status == Read::kGone) return true;
     // No NSpid line: no entry can be matched, the process may be any.
     if (status == Read::kHidden || nspid.levels == 0) {
       hidden = true;
-      continue;
+      return true;
     }
     // A process in the namespace /proc belongs to (one level) is in no
     // namespace below it; the caller's, for a /proc of its own.
-    if (nspid.innermost != pid || (ns_read != Read::kOk && nspid.levels < 2)) continue;
+    if (nspid.innermost != pid || (ns_read != Read::kOk && nspid.levels < 2)) return true;
     const auto stat = read_process_stat(here);
     if (!stat) {
       // Exited since its status was read, or hidden after all.
       if (::kill(here, 0) == 0 || errno != ESRCH) hidden = true;
-      continue;
+      return true;
     }
     if (start_time != 0 && stat->start_time != start_time) {
       // Another process of that very namespace has the pid now: the
       // recorded one has exited, whatever else /proc hides.
-      if (ns_read == Read::kOk) {
-        ::closedir(dir);
-        return {PidLookup::Result::kGone};
-      }
-      continue;
+      if (ns_read == Read::kOk) decided = PidLookup{PidLookup::Result::kGone};
+      return !decided;
     }
     if (ns_read == Read::kOk) {
-      ::closedir(dir);
-      return {PidLookup::Result::kFound, here, true};
+      decided = PidLookup{PidLookup::Result::kFound, here, true};
+      return false;
     }
     if (!any) any = here;
     if (!live && !exited(*stat)) live = here;
-  }
-  ::closedir(dir);
+    return true;
+  });
+  if (!listed) return {};
+  if (decided) return *decided;
   if (live || any) return {PidLookup::Result::kFound, live ? *live : *any, false};
   const bool sees_namespace = saw_namespace || own_pid_namespace().inode == kInitialPidNamespaceInode;
   if (hidden || !sees_namespace || proc_hides_processes()) return {};
@@ -210,25 +220,20 @@ Liveness daemon_liveness(ProcessSnapshot& seen, const PidNamespace& own, pid_t* 
   // Any namespace's process that has the pid, innermost, and the start
   // time: an older daemon in a container under the namespace of the one
   // before it.
-  DIR* dir = ::opendir("/proc");
-  if (dir == nullptr) return named;
-  while (const dirent* entry = ::readdir(dir)) {
-    char* end = nullptr;
-    const long n = std::strtol(entry->d_name, &end, 10);
-    if (*end != '\0' || n <= 0) continue;
-    const auto here = static_cast<pid_t>(n);
+  pid_t found = 0;
+  for_each_process([&](pid_t here) {
     NsPid nspid;
-    if (read_nspid(here, nspid) != Read::kOk || nspid.levels == 0 || nspid.innermost != seen.pid) continue;
+    if (read_nspid(here, nspid) != Read::kOk || nspid.levels == 0 || nspid.innermost != seen.pid) return true;
     const auto stat = read_process_stat(here);
-    if (!stat || stat->start_time != seen.start_time || exited(*stat)) continue;
-    ::closedir(dir);
-    PidNamespace its;
-    if (read_namespace(here, its) == Read::kOk) seen.pid_ns = its;
-    if (pid_here != nullptr) *pid_here = here;
-    return Liveness::kAlive;
-  }
-  ::closedir(dir);
-  return named;
+    if (!stat || stat->start_time != seen.start_time || exited(*stat)) return true;
+    found = here;
+    return false;
+  });
+  if (found == 0) return named;
+  PidNamespace its;
+  if (read_namespace(found, its) == Read::kOk) seen.pid_ns = its;
+  if (pid_here != nullptr) *pid_here = found;
+  return Liveness::kAlive;
 }
 
 Liveness liveness_here_too(ProcessSnapshot& seen, const PidNamespace& own, pid_t* pid_here) {
