@@ -661,13 +661,6 @@ std::int64_t boottime_offset_ns() {
   return offset.load(std::memory_order_relaxed);
 }
 
-std::int64_t boottime_offset_ticks() {
-  const std::int64_t offset = boottime_offset_ns();
-  const std::uint64_t ticks = nearest_ticks(offset < 0 ? 0 - static_cast<std::uint64_t>(offset)
-                                                       : static_cast<std::uint64_t>(offset), tick_ns());
-  return offset < 0 ? -static_cast<std::int64_t>(ticks) : static_cast<std::int64_t>(ticks);
-}
-
 std::optional<std::uint64_t> own_start_time() {
   const auto stat = read_stat_file("/proc/self/stat");
   if (!stat) return std::nullopt;

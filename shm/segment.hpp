@@ -194,7 +194,7 @@ bool matches_pattern(const Segment& segment, std::string_view name);
 // after boot, which with the pid names a process uniquely. The start time
 // is the host's: /proc shows it shifted by the reader's boottime offset
 // when the reader runs in a time namespace of its own (unshare --time, a
-// container CRIU restored), which is taken off (boottime_offset_ticks()),
+// container CRIU restored), which is taken off (boottime_offset_ns()),
 // so that processes on either side of one agree on it. nullopt when it
 // cannot be read (no such process, or a /proc that hides it). The state is
 // the main thread's: Z with more than one thread is a main thread that
@@ -210,13 +210,10 @@ std::optional<std::uint64_t> process_start_time(pid_t pid);
 // The calling process's, from /proc/self: /proc/<getpid()> is another
 // process when /proc belongs to another pid namespace than the caller.
 std::optional<std::uint64_t> own_start_time();
-// The calling process's boottime offset in clock ticks, to the nearest:
-// what /proc adds to the start times it shows this process
-// (/proc/self/timens_offsets; 0 outside a time namespace, or where the
-// kernel has none). Read once per process.
-std::int64_t boottime_offset_ticks();
-// The same in nanoseconds, as the file has it: what /proc/stat takes off
-// the boot time (btime) it shows this process.
+// The calling process's boottime offset in nanoseconds: what /proc adds to
+// the start times it shows this process, and takes off the boot time
+// (btime of /proc/stat) (/proc/self/timens_offsets; 0 outside a time
+// namespace, or where the kernel has none). Read once per process.
 std::int64_t boottime_offset_ns();
 
 // Whether the process a slot names (pid and the start time recorded with

@@ -28,7 +28,7 @@ struct SeenInside {
   pid_t pid = 0;  // its pid, as the test's process sees it
   std::uint64_t own_start = 0;
   std::uint64_t test_process_start = 0;
-  std::int64_t offset_ticks = 0;
+  std::int64_t offset_ns = 0;
   Liveness test_process_liveness = Liveness::kUnknown;  // of the test's process, with its start read outside
 };
 
@@ -59,7 +59,7 @@ std::optional<SeenInside> run_in_time_namespace(pid_t* middle,
         if (inner == 0) {
           seen.own_start = own_start_time().value_or(0);
           seen.test_process_start = process_start_time(test_process).value_or(0);
-          seen.offset_ticks = boottime_offset_ticks();
+          seen.offset_ns = boottime_offset_ns();
           seen.test_process_liveness = process_liveness(test_process, test_process_start);
           seen.pid = ::getpid();
           (void)!::write(report[1], &seen, sizeof seen);
@@ -93,8 +93,8 @@ TEST(TimeNamespace, StartTimesAgreeAcrossIt) {
   ::kill(inside->pid, SIGKILL);
   ::waitpid(middle, nullptr, 0);
 
-  EXPECT_EQ(inside->offset_ticks, kOffsetSeconds * ::sysconf(_SC_CLK_TCK));
-  EXPECT_EQ(boottime_offset_ticks(), 0);
+  EXPECT_EQ(inside->offset_ns, kOffsetSeconds * 1'000'000'000LL);
+  EXPECT_EQ(boottime_offset_ns(), 0);
   // The start time it records for itself (a client's, in its process slot)
   // is the one the daemon reads of it here, so the daemon finds it alive.
   ASSERT_TRUE(its_start_here.has_value());
@@ -118,13 +118,13 @@ TEST(TimeNamespace, AChildWithItsParentsPidReadsItsOwnOffset) {
       const pid_t init = ::fork();
       if (init == 0) {
         std::FILE* offsets = nullptr;
-        if (::getpid() == 1 && boottime_offset_ticks() == 0 && ::unshare(CLONE_NEWPID | CLONE_NEWTIME) == 0 &&
+        if (::getpid() == 1 && boottime_offset_ns() == 0 && ::unshare(CLONE_NEWPID | CLONE_NEWTIME) == 0 &&
             (offsets = std::fopen("/proc/self/timens_offsets", "we")) != nullptr) {
           const bool set = std::fprintf(offsets, "boottime %lld 0\n", kOffsetSeconds) > 0;
           if (std::fclose(offsets) == 0 && set) {
             const pid_t child = ::fork();
             if (child == 0) {
-              seen = ::getpid() == 1 ? boottime_offset_ticks() : -1;
+              seen = ::getpid() == 1 ? boottime_offset_ns() : -1;
               (void)!::write(report[1], &seen, sizeof seen);
               std::_Exit(0);
             }
@@ -148,7 +148,7 @@ TEST(TimeNamespace, AChildWithItsParentsPidReadsItsOwnOffset) {
   ::waitpid(middle, nullptr, 0);
   ASSERT_TRUE(read);
   if (seen == -1) GTEST_SKIP() << "no pid or time namespace here: needs root and a kernel with CONFIG_TIME_NS";
-  EXPECT_EQ(seen, kOffsetSeconds * ::sysconf(_SC_CLK_TCK));
+  EXPECT_EQ(seen, kOffsetSeconds * 1'000'000'000LL);
 }
 
 // A negative offset past a process's start (a container CRIU restored on a
