@@ -139,6 +139,10 @@ TEST(SimReplay, BadBoundsAreNamedByTheirFlags) {
   EXPECT_EQ(message({10, 5, 10}), "--max-limit 5: must be >= --min-limit (10)");
   EXPECT_EQ(message({0, 5, 1}), "--min-limit 0: must be >= 1");
   EXPECT_EQ(message({1, 5, 7.5}), "--initial-limit 7.5: must be in [--min-limit, --max-limit] = [1, 5]");
+  // Past 2^32 the limit a window carries would not fit its 32-bit field.
+  EXPECT_EQ(message({1e10, 1e10, 1e10}), "--max-limit 1e+10: must be <= 1000000, as bulkheadd's max_limit");
+  EXPECT_EQ(message({1, 1000001, 20}), "--max-limit 1000001: must be <= 1000000, as bulkheadd's max_limit");
+  EXPECT_EQ(message({1, 1000000, 1000000}), "no error");
 }
 
 }  // namespace

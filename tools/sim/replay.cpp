@@ -12,6 +12,7 @@
 
 #include "policies/params.hpp"
 #include "policies/window.hpp"
+#include "shm/layout.hpp"
 
 namespace bulkhead::sim {
 namespace {
@@ -30,12 +31,18 @@ void parse_field(std::string_view field, const char* name, T& out, const std::st
 }
 
 // The bounds checked in the words of the command line, where replay's come
-// from: "--max-limit 5: must be >= --min-limit (10)".
+// from: "--max-limit 5: must be >= --min-limit (10)". A limit is at most
+// bulkheadd's max_limit ceiling, which also keeps it within the window's
+// 32-bit limit field.
 void check_bounds(const policies::Bounds& bounds) {
   try {
     policies::validate_bounds(bounds, {"--min-limit", "--max-limit", "--initial-limit", " "});
   } catch (const policies::ParamError& e) {
     throw ReplayError(e.what());
+  }
+  if (bounds.max > shm::kMaxLimit) {
+    throw ReplayError("--max-limit " + policies::format_number(bounds.max) + ": must be <= " +
+                      std::to_string(shm::kMaxLimit) + ", as bulkheadd's max_limit");
   }
 }
 

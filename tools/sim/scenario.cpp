@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "policies/params.hpp"
+#include "shm/layout.hpp"
 #include "tomlread/reader.hpp"
 #include "tools/sim/timeline.hpp"
 
@@ -37,7 +38,7 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMaxDurationS = 3600;
-constexpr std::int64_t kMaxLimit = 1'000'000;  // calls, as bulkheadd's config
+constexpr std::int64_t kMaxLimit = shm::kMaxLimit;  // calls, as bulkheadd's config
 // The most attempts a run may offer on average (calls x (1 + retries)).
 // Every call is kept in memory (the workload, then each run's calls): 2e7
 // calls took 1.7 GB and 1.5 s a run, so this bound keeps a scenario within
