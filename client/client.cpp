@@ -1256,6 +1256,11 @@ void bh_release(bh_permit* p, int outcome) {
 
 void bh_release_latency(bh_permit* p, int outcome, std::uint64_t latency_ns) {
   if (p == nullptr || p->dep_ == nullptr) return;
+  // 2^63 ns (292 years) or more is a negative difference that the caller's
+  // unsigned arithmetic wrapped (an end read before its start): 0, as the
+  // C++ and Python wrappers take a negative latency, rather than a sample
+  // that would swamp every latency sum it joins.
+  if (latency_ns > static_cast<std::uint64_t>(INT64_MAX)) latency_ns = 0;
   bh_dep* d = permit_dep(p);
   const std::uint32_t partition = permit_partition(p);
   p->dep_ = nullptr;

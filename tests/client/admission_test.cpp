@@ -208,6 +208,30 @@ TEST_F(AdmissionTest, OutcomesReachTheStatisticsButOnlySuccessesCarryLatency) {
   EXPECT_EQ(e.max_inflight, 1u);
 }
 
+TEST_F(AdmissionTest, ALatencyThatWrappedBelowZeroCountsAsZero) {
+  bh_client* c = nullptr;
+  ASSERT_EQ(bh_client_open(name_.c_str(), &c), 0);
+  bh_dep* d = nullptr;
+  ASSERT_EQ(bh_dependency(c, "payments", &d), 0);
+  bh_permit p;
+  ASSERT_EQ(bh_try_acquire_untimed(d, &p), 0);
+  bh_release_latency(&p, BH_SUCCESS, 4'000'000);
+  const std::uint64_t start = 5'000'000, end = 4'000'000;  // an end read before its start
+  ASSERT_EQ(bh_try_acquire_untimed(d, &p), 0);
+  bh_release_latency(&p, BH_SUCCESS, end - start);
+  {
+    Client client(name_.str());
+    client.dependency("payments").try_acquire_untimed().release(Outcome::kSuccess, std::chrono::nanoseconds(-7));
+  }
+  const shm::DependencyCounters counters = shm::read_counters(*segment_, slot_of("payments"));
+  EXPECT_EQ(counters.ok, 3u);
+  EXPECT_EQ(counters.rtt_sum_ns, 4'000'000u);  // not 4 ms less 1 ms, wrapped
+  const shm::WindowExtremes e = shm::take_window_extremes(*segment_, slot_of("payments"));
+  EXPECT_EQ(e.rtt_min_ns, 0u);
+  EXPECT_EQ(e.rtt_max_ns, 4'000'000u);
+  bh_client_close(c);
+}
+
 TEST_F(AdmissionTest, LatencyIsMeasuredFromAcquireToRelease) {
   Client client(name_.str());
   Dependency dep = client.dependency("payments");

@@ -159,7 +159,9 @@ BH_API int bh_try_acquire(bh_dep *d, bh_permit *out);
 /* Gives the permit back with the call's outcome; its latency is the time
  * since admission. Releasing an empty permit (or twice) does nothing. */
 BH_API void bh_release(bh_permit *p, int outcome);
-/* The same with a latency the caller measured itself, in nanoseconds. */
+/* The same with a latency the caller measured itself, in nanoseconds. One
+ * of 2^63 or more, a negative difference wrapped by unsigned arithmetic,
+ * counts as 0. */
 BH_API void bh_release_latency(bh_permit *p, int outcome, uint64_t latency_ns);
 /* bh_try_acquire() without its clock read, for callers that time the call
  * themselves and give the latency to bh_release_latency(): a clock read is

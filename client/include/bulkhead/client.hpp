@@ -122,8 +122,8 @@ class Permit {
   void release(Outcome outcome) { bh_release(&permit_, static_cast<int>(outcome)); }
   // For callers that time their calls already: saves two clock reads.
   void release(Outcome outcome, std::chrono::nanoseconds latency) {
-    bh_release_latency(&permit_, static_cast<int>(outcome),
-                       static_cast<std::uint64_t>(latency.count() < 0 ? 0 : latency.count()));
+    // A negative latency wraps to 2^63 or more, which bh_release_latency() counts as 0.
+    bh_release_latency(&permit_, static_cast<int>(outcome), static_cast<std::uint64_t>(latency.count()));
   }
 
  private:
