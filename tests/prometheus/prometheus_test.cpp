@@ -22,6 +22,7 @@
 #include <boost/property_tree/ptree.hpp>
 #include <chrono>
 #include <functional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -117,6 +118,30 @@ std::string replace_all(std::string text, const std::string& from, const std::st
     text.replace(at, from.size(), to);
   }
   return text;
+}
+
+// The PromQL queries of the shipped Grafana dashboard, and its variables.
+struct Dashboard {
+  std::vector<std::string> exprs;
+  ptree variables;
+};
+
+Dashboard read_dashboard() {
+  const auto json = parse_json(testing::read_file(SOURCE_DIR "/docs/grafana/bulkhead.json"));
+  if (!json) {
+    ADD_FAILURE() << "docs/grafana/bulkhead.json is not JSON";
+    return {};
+  }
+  Dashboard dashboard;
+  std::function<void(const ptree&)> collect = [&](const ptree& node) {
+    for (const auto& [key, child] : node) {
+      if (key == "expr") dashboard.exprs.push_back(child.data());
+      collect(child);
+    }
+  };
+  collect(*json);
+  dashboard.variables = json->get_child("templating.list", ptree());
+  return dashboard;
 }
 
 // Closed-loop callers of one dependency over its limit, reporting every
@@ -227,6 +252,32 @@ class PrometheusCheck : public ::testing::Test {
   std::optional<Traffic> search_traffic_;
 };
 
+// bulkheadd runs one per host, and every host names the same dependencies:
+// a panel that summed or drew every host's series at once would mix their
+// limits and latencies. Each series the dashboard reads is of the host its
+// `instance` variable picks, and so are the dependencies offered.
+TEST(GrafanaDashboard, EverySeriesIsOfTheHostChosen) {
+  const Dashboard dashboard = read_dashboard();
+  ASSERT_GE(dashboard.exprs.size(), 8u);
+  const std::regex series(R"(\b(bulkhead_[a-z_]+|up)\b(?![a-z_:(]))");
+  const std::string host = R"({instance=~"$instance")";
+  for (const std::string& expr : dashboard.exprs) {
+    for (std::sregex_iterator it(expr.begin(), expr.end(), series), end; it != end; ++it) {
+      const auto at = static_cast<std::size_t>(it->position() + it->length());
+      EXPECT_EQ(expr.compare(at, host.size(), host), 0)
+          << it->str() << " without the host's selector in: " << expr;
+    }
+  }
+  std::vector<std::string> names;
+  std::string dependencies;
+  for (const auto& [_, variable] : dashboard.variables) {
+    names.push_back(variable.get<std::string>("name", ""));
+    if (names.back() == "dependency") dependencies = variable.get<std::string>("definition", "");
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"instance", "dependency"}));
+  EXPECT_NE(dependencies.find(host), std::string::npos) << dependencies;
+}
+
 TEST_F(PrometheusCheck, PromtoolAcceptsARealScrapeWithEverySeries) {
   start_daemon_with_traffic();
   if (HasFatalFailure()) return;
@@ -292,19 +343,11 @@ TEST_F(PrometheusCheck, PrometheusScrapesTheDaemonEvaluatesTheRulesAndAnswersThe
 
   // Every query of the Grafana dashboard parses and shows data, with the
   // dashboard's variables as Grafana would fill them in.
-  const auto dashboard = parse_json(testing::read_file(SOURCE_DIR "/docs/grafana/bulkhead.json"));
-  ASSERT_TRUE(dashboard) << "docs/grafana/bulkhead.json is not JSON";
-  std::vector<std::string> exprs;
-  std::function<void(const ptree&)> collect = [&](const ptree& node) {
-    for (const auto& [key, child] : node) {
-      if (key == "expr") exprs.push_back(child.data());
-      collect(child);
-    }
-  };
-  collect(*dashboard);
+  const std::vector<std::string> exprs = read_dashboard().exprs;
   ASSERT_GE(exprs.size(), 8u);
   for (std::string expr : exprs) {
     expr = replace_all(replace_all(expr, "$__rate_interval", "5s"), "$dependency", ".*");
+    expr = replace_all(expr, "$instance", ".*");
     std::optional<ptree> result;
     EXPECT_TRUE(eventually([&] { return (result = query(expr)) && !result->empty(); }, 20s))
         << "dashboard query " << (result ? "shows no data" : "fails") << ": " << expr;
