@@ -25,7 +25,10 @@
  * child does nothing (it gives nothing back and records no outcome).
  * A forked child takes a process slot of its own at its first call into
  * the library, and keeps it until it exits; one that only execs another
- * program takes none (docs/architecture.md).
+ * program takes none (docs/architecture.md). Do not call the library from a
+ * pthread_atfork() handler: the library's own handlers hold its locks from
+ * before fork() until the child's handler ends, in an order that depends
+ * on which registered first, so such a call can deadlock.
  */
 #ifndef BULKHEAD_BULKHEAD_H
 #define BULKHEAD_BULKHEAD_H
