@@ -646,6 +646,66 @@ DependencyConfig Config::effective(std::string_view name) const {
   return dep;
 }
 
+namespace {
+
+// The tokens of a checked pattern (shm::check_pattern()): a character, `?`,
+// `*`, or a bracket `[...]` whole.
+std::vector<std::string_view> pattern_tokens(std::string_view pattern) {
+  std::vector<std::string_view> tokens;
+  for (std::size_t i = 0; i < pattern.size();) {
+    std::size_t end = i + 1;
+    if (pattern[i] == '[') {
+      end = pattern.find(']', i + (i + 1 < pattern.size() && pattern[i + 1] == '!' ? 3 : 2));
+      end = end == std::string_view::npos ? pattern.size() : end + 1;
+    }
+    tokens.push_back(pattern.substr(i, end - i));
+    i = end;
+  }
+  return tokens;
+}
+
+// True when every name `later` matches, `earlier` matches too, as far as
+// can be told for sure: `earlier` of characters and `*` only (`db-*`,
+// `*-cache`, `*`), each of its characters against the same character of
+// `later`, each `*` over any run of `later`'s tokens. False otherwise, even
+// where `earlier` does cover `later` (`db-[ab]*` before `db-a*`).
+bool covers(std::string_view earlier, std::string_view later) {
+  if (earlier.find_first_of("?[") != std::string_view::npos) return false;
+  const std::vector<std::string_view> tokens = pattern_tokens(later);
+  // match[j]: earlier's first i characters match later's first j tokens.
+  std::vector<char> match(tokens.size() + 1, 0);
+  match[0] = 1;
+  for (const char c : earlier) {
+    std::vector<char> next(tokens.size() + 1, 0);
+    for (std::size_t j = 0; j <= tokens.size(); ++j) {
+      if (c == '*') {
+        next[j] = match[j] || (j > 0 && next[j - 1]);
+      } else {
+        next[j] = j > 0 && match[j - 1] && tokens[j - 1].size() == 1 && tokens[j - 1][0] == c;
+      }
+    }
+    match = std::move(next);
+  }
+  return match[tokens.size()] != 0;
+}
+
+// A warning for each pattern table that an earlier one shadows: the first
+// pattern that matches a name gives it its settings.
+void warn_of_shadowed_patterns(Config& config, const std::vector<RawTable>& patterns) {
+  for (std::size_t later = 0; later < patterns.size(); ++later) {
+    for (std::size_t earlier = 0; earlier < later; ++earlier) {
+      if (!covers(patterns[earlier].name, patterns[later].name)) continue;
+      config.warnings.push_back(config.source + ":" + std::to_string(patterns[later].line) + ": " +
+                                patterns[later].path + ": never applies: every name it matches takes " +
+                                "[" + patterns[earlier].path + "] (line " + std::to_string(patterns[earlier].line) +
+                                "), the first pattern in the file that matches it");
+      break;
+    }
+  }
+}
+
+}  // namespace
+
 Config parse_config(std::string_view text, std::string_view source, const DaemonConfig* running) {
   // A reload's file must also start a daemon: the next restart (a reboot,
   // an upgrade) reads it with its own capacities, and a file it refuses
@@ -716,6 +776,7 @@ Config parse_config(std::string_view text, std::string_view source, const Daemon
   for (const RawTable& raw : raw_patterns) {
     config.patterns.push_back(resolve(report, config.defaults, raw, capacities, "from [defaults]"));
   }
+  warn_of_shadowed_patterns(config, raw_patterns);
   return config;
 }
 

@@ -74,6 +74,11 @@ struct Config {
   // `name` is the pattern. They claim no slot: they give their settings to
   // the names clients claim that match them.
   std::vector<DependencyConfig> patterns;
+  // What is valid but most likely not what was meant, "FILE:LINE: KEY:
+  // WHY" as errors are: a pattern table no name can reach, since an earlier
+  // one matches every name it does. The daemon logs them at start and at
+  // each reload; --check-config prints them.
+  std::vector<std::string> warnings;
 
   // The configured dependency of that name, or nullptr.
   const DependencyConfig* find(std::string_view name) const;

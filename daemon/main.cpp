@@ -422,6 +422,7 @@ int run(const Options& options) {
   spdlog::info("bulkheadd {} on /dev/shm/{}: {} configured dependencies, {} patterns, tick {} ms", BULKHEAD_VERSION,
                config.daemon.segment, config.dependencies.size(), config.patterns.size(), config.daemon.tick.count());
   warn_if_watchdog_too_short(config);
+  for (const std::string& warning : config.warnings) spdlog::warn("{}", warning);
 
   bool ready = false;
   std::string reload_problem;  // the last rejected reload's reason, until one applies
@@ -450,6 +451,7 @@ int run(const Options& options) {
         loop.apply(next);
         config = std::move(next);
         set_log_level(config.daemon.log_level);
+        for (const std::string& warning : config.warnings) spdlog::warn("{}", warning);
         if (metrics) metrics->count_reload(true);
         reload_problem.clear();
         spdlog::info("reloaded {} (generation {})", config.source,
@@ -528,6 +530,7 @@ int main(int argc, char** argv) {
       const auto count = [](std::size_t n, const char* one, const char* many) {
         return std::to_string(n) + " " + (n == 1 ? one : many);
       };
+      for (const std::string& warning : c.warnings) std::cerr << "warning: " << warning << "\n";
       std::cout << c.source << ": ok (" << count(c.dependencies.size(), "dependency", "dependencies")
                 << (c.patterns.empty() ? "" : ", " + count(c.patterns.size(), "pattern", "patterns")) << ")\n";
       return 0;

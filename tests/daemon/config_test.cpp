@@ -414,6 +414,53 @@ TEST(ParseConfig, APatternTableSetsTheNamesItMatches) {
   EXPECT_EQ(config.effective("payments").bounds.max, 100);
 }
 
+// A pattern that an earlier one covers never gives any name its settings:
+// valid, but a mistake (a catch-all put first), so it is warned of, at the
+// later pattern's line, naming the earlier one.
+TEST(ParseConfig, APatternAnEarlierOneShadowsIsWarnedOf) {
+  const Config config = parse_config(
+      "[dependency.\"db-*\"]\n"           // 1
+      "[dependency.\"db-shard-*\"]\n"     // 2: every db-shard-... is a db-...
+      "[dependency.\"cache-?\"]\n"        // 3
+      "[dependency.\"*\"]\n"              // 4
+      "[dependency.\"queue-[ab]*\"]\n"    // 5: under *
+      "[dependency.\"*-cache\"]\n",       // 6: under *, and db-*'s names are not all *-cache
+      "p.toml");
+  EXPECT_EQ(config.patterns.size(), 6u);  // still applied as written
+  EXPECT_EQ(config.warnings,
+            (std::vector<std::string>{
+                "p.toml:2: dependency.\"db-shard-*\": never applies: every name it matches takes "
+                "[dependency.\"db-*\"] (line 1), the first pattern in the file that matches it",
+                "p.toml:5: dependency.\"queue-[ab]*\": never applies: every name it matches takes "
+                "[dependency.\"*\"] (line 4), the first pattern in the file that matches it",
+                "p.toml:6: dependency.\"*-cache\": never applies: every name it matches takes "
+                "[dependency.\"*\"] (line 4), the first pattern in the file that matches it"}));
+  EXPECT_EQ(config.table_for("db-shard-1"), &config.patterns[0]);
+}
+
+// Only a pattern every name of which an earlier one matches is warned of:
+// the specific before the general, patterns that overlap in part, and a
+// name's own table (which wins over any pattern) are all as meant.
+TEST(ParseConfig, PatternsThatOverlapOnlyInPartAreNotWarnedOf) {
+  const Config config = parse_config(
+      "[dependency.\"db-shard-*\"]\n"
+      "[dependency.\"db-*\"]\n"
+      "[dependency.\"db-shard-?\"]\n"   // db-shard-* covers it, but warned of once only
+      "[dependency.\"*-db\"]\n"         // overlaps db-* (db-x-db) but also matches other-db
+      "[dependency.\"db-?\"]\n"         // db-* covers it
+      "[dependency.\"cache-a?\"]\n"
+      "[dependency.\"cache-[ab]?\"]\n"  // cache-b1 is not cache-a?
+      "[dependency.\"q?\"]\n"
+      "[dependency.\"qa\"]\n"           // a name's own table: no pattern
+      "[dependency.\"*x*\"]\n"
+      "[dependency.\"[x]\"]\n",         // covered by *x*, but not provably by a bracket
+      "p.toml");
+  ASSERT_EQ(config.warnings.size(), 2u);
+  EXPECT_EQ(config.warnings[0].substr(0, 33), "p.toml:3: dependency.\"db-shard-?\"");
+  EXPECT_NE(config.warnings[0].find("takes [dependency.\"db-shard-*\"] (line 1)"), std::string::npos);
+  EXPECT_EQ(config.warnings[1].substr(0, 27), "p.toml:5: dependency.\"db-?\"");
+}
+
 // A ] right after [ or [! is one of the bracket's characters, as fnmatch(3)
 // reads it: the pattern checks and the matching agree.
 TEST(ParseConfig, APatternBracketMayStartWithItsCloseBracket) {

@@ -694,6 +694,15 @@ TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
   const auto ok = testing::run_command({BULKHEADD_PATH, "--check-config", good}, dir_);
   EXPECT_EQ(ok.exit_code, 0) << ok.output();
   EXPECT_NE(ok.output().find("good.toml: ok (1 dependency, 1 pattern)\n"), std::string::npos) << ok.output();
+  // A shadowed pattern is valid: warned of, and the check passes.
+  const std::string shadowed = dir_ + "/shadowed.toml";
+  testing::write_file(shadowed, config() + "\n[dependency.\"*\"]\n[dependency.\"db-*\"]\n");
+  const auto warned = testing::run_command({BULKHEADD_PATH, "--check-config", shadowed}, dir_);
+  EXPECT_EQ(warned.exit_code, 0) << warned.output();
+  EXPECT_NE(warned.output().find("warning: " + shadowed + ":"), std::string::npos) << warned.output();
+  EXPECT_NE(warned.output().find(": dependency.\"db-*\": never applies"), std::string::npos) << warned.output();
+  EXPECT_NE(warned.output().find("shadowed.toml: ok (0 dependencies, 2 patterns)\n"), std::string::npos)
+      << warned.output();
   const auto fail = testing::run_command({BULKHEADD_PATH, "--check-config", bad}, dir_);
   EXPECT_EQ(fail.exit_code, 78);
   EXPECT_NE(fail.output().find("bad.toml:2: daemon.tick_ms"), std::string::npos) << fail.output();
