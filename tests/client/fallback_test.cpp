@@ -204,5 +204,47 @@ TEST_F(FallbackTest, WithoutAGuardEachDependencyHasItsOwnDefaultBound) {
   for (auto& t : threads) t.join();
 }
 
+// A fallback that runs while the process exits (in a static's destructor,
+// or on a thread still serving) finds its dependency's default guard as it
+// was: the guards are never destroyed. Run in a process of its own
+// (threadsafe death test: this test alone, from the start), so that the
+// guards are first needed after the static below is made, and would be
+// destroyed before it. Before the fix the late fallback used a destroyed
+// map and guard: AddressSanitizer reports it (scripts/test.sh --sanitizers);
+// a plain build sees a fresh guard and exits 1, or by chance passes.
+TEST_F(FallbackTest, TheDefaultGuardsOutliveTheStaticsOfTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  set_limit(0);
+  struct ExecuteAtExit {
+    Dependency dep;
+    ~ExecuteAtExit() {
+      try {
+        execute(dep, [] { return 1; }, [](const FallbackContext&) { return 2; });
+        std::_Exit(1);  // the guard forgot the fallbacks that still run
+      } catch (const FallbackRefused&) {
+        std::_Exit(0);
+      }
+    }
+  };
+  EXPECT_EXIT(
+      {
+        static ExecuteAtExit at_exit{*dep_};
+        // Fallbacks that never end fill the guard, and still run at exit.
+        auto* inside = new std::atomic<std::size_t>{0};  // never destroyed
+        for (std::size_t i = 0; i < kDefaultMaxConcurrentFallbacks; ++i) {
+          std::thread([this, inside] {
+            execute(*dep_, [] { return 1; }, [inside](const FallbackContext&) -> int {
+              ++*inside;
+              for (;;) std::this_thread::sleep_for(1h);
+            });
+          }).detach();
+        }
+        while (inside->load() < kDefaultMaxConcurrentFallbacks) std::this_thread::sleep_for(1ms);
+        shm::Segment::remove(name_);  // this process's, which std::exit() does not tidy
+        std::exit(3);  // the statics' destructors run; at_exit's ends the process
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 }  // namespace
 }  // namespace bulkhead

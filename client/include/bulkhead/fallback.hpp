@@ -35,7 +35,8 @@
 // execute(dep, call, fallback) without a guard uses one per dependency
 // handle, created on first use with kDefaultMaxConcurrentFallbacks (looked
 // up under a mutex, on the fallback path only: the admitted path takes no
-// lock).
+// lock). These guards are never destroyed, so that fallbacks running while
+// the process exits still find theirs; a handle's outlives its client.
 //
 // Thread safety: execute() and a FallbackGuard may be used from any number
 // of threads at once.
@@ -196,12 +197,15 @@ struct call_result<Call, false> {
 template <typename Call>
 using call_result_t = typename call_result<std::remove_reference_t<Call>>::type;
 
-// The guard of a dependency handle for execute() without one.
+// The guard of a dependency handle for execute() without one. Never
+// destroyed (nor the map and its mutex): a fallback may run while the
+// process exits, on a thread still serving or in a static's destructor,
+// after the statics made later than this map are gone.
 inline FallbackGuard& default_guard(bh_dep* handle) {
-  static std::mutex mutex;
-  static std::map<bh_dep*, std::unique_ptr<FallbackGuard>> guards;
-  std::lock_guard lock(mutex);
-  auto& guard = guards[handle];
+  static auto* const mutex = new std::mutex;
+  static auto* const guards = new std::map<bh_dep*, std::unique_ptr<FallbackGuard>>;
+  std::lock_guard lock(*mutex);
+  auto& guard = (*guards)[handle];
   if (!guard) guard = std::make_unique<FallbackGuard>();
   return *guard;
 }
