@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <future>
+#include <limits>
 #include <stdexcept>
 #include <thread>
 
@@ -156,6 +157,23 @@ TEST_F(ExecutorTest, WithNoQueueEachIdleWorkerTakesATask) {
   second.open();
   EXPECT_EQ(a.future().get(), 1);
   EXPECT_EQ(b.future().get(), 1);
+}
+
+// A queue with no bound of its own (SIZE_MAX) refuses nothing: the idle
+// workers' places are not added to the capacity, where they would wrap.
+TEST_F(ExecutorTest, AnUnboundedQueueRefusesNothing) {
+  Executor pool(*dep_, {.threads = 1, .queue_capacity = std::numeric_limits<std::size_t>::max()});
+  auto idle = pool.submit([] { return 1; });  // the idle worker's
+  ASSERT_TRUE(idle) << idle.reason();
+  EXPECT_EQ(idle.future().get(), 1);
+  Gate gate;
+  std::future<int> running = occupy_worker(pool, gate);
+  auto queued = pool.submit([] { return 2; });
+  ASSERT_TRUE(queued) << queued.reason();
+  EXPECT_EQ(pool.queued(), 1u);
+  gate.open();
+  EXPECT_EQ(running.get(), 1);
+  EXPECT_EQ(queued.future().get(), 2);
 }
 
 TEST_F(ExecutorTest, ADeadlinePassedAtSubmitIsRefusedAtOnce) {

@@ -103,7 +103,7 @@ struct ExecutorOptions {
   unsigned threads = 4;             // worker threads: calls this executor makes at once, at most
   // Tasks waiting for a worker, at most. A task an idle worker takes at
   // once waits for none: with 0, a task runs if a worker is idle, and is
-  // refused (BH_REJECT_QUEUE_FULL) otherwise.
+  // refused (BH_REJECT_QUEUE_FULL) otherwise. SIZE_MAX: no bound.
   std::size_t queue_capacity = 64;
 };
 
@@ -149,7 +149,9 @@ class Executor {
       std::lock_guard lock(mutex_);
       if (stopping_) return Submission<R>(kExecutorStopped);
       // The first idle_ tasks in the queue are the idle workers' already.
-      if (queue_.size() >= capacity_ + idle_) return Submission<R>(BH_REJECT_QUEUE_FULL);
+      // Counted off the queue, not added to the capacity, which may be
+      // SIZE_MAX (no bound) and would wrap.
+      if (queue_.size() >= idle_ && queue_.size() - idle_ >= capacity_) return Submission<R>(BH_REJECT_QUEUE_FULL);
       queue_.push_back(std::move(queued));
     }
     ready_.notify_one();
