@@ -111,6 +111,16 @@ TEST_F(ExecutorTest, RunsATaskUnderAPermitAndReturnsItsValue) {
   EXPECT_EQ(dep_->inflight(), 0);
 }
 
+// A task may return a reference, as with std::async: the future gives back
+// the very object.
+TEST_F(ExecutorTest, ATaskMayReturnAReference) {
+  Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
+  int value = 7;
+  auto s = pool.submit([&]() -> int& { return value; });
+  ASSERT_TRUE(s);
+  EXPECT_EQ(&s.future().get(), &value);
+}
+
 TEST_F(ExecutorTest, ATaskCanReadItsRemainingBudget) {
   Executor pool(*dep_, {.threads = 1, .queue_capacity = 4});
   auto s = pool.submit([](const Permit& p) { return p.remaining(); }, 60s);

@@ -236,7 +236,7 @@ class Executor {
         } else {
           R result = call(permit);
           permit.success();
-          promise.set_value(std::move(result));
+          promise.set_value(std::forward<R>(result));  // moved, or a reference passed on
         }
       } catch (const CallDropped&) {
         permit.dropped();
