@@ -8,8 +8,10 @@
 #include <atomic>
 #include <future>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "shm/segment.hpp"
 #include "shm/stats.hpp"
@@ -292,6 +294,31 @@ TEST_F(ExecutorTest, ShutdownRefusesATaskStillWaitingForItsPermit) {
   EXPECT_EQ(reason_of(waits.future()), kExecutorStopped);
   EXPECT_FALSE(ran.load());
   EXPECT_EQ(counters().ok, 1u);  // `elsewhere` only
+}
+
+// A task that submits while its executor is destroyed (it retries, or
+// chains another) is refused as after shutdown(), and what it queued
+// before is refused too; the destructor waits for the task to end.
+TEST_F(ExecutorTest, ATaskMaySubmitWhileItsExecutorIsDestroyed) {
+  auto pool = std::make_unique<Executor>(*dep_, ExecutorOptions{.threads = 1, .queue_capacity = 4});
+  Executor* const raw = pool.get();
+  std::atomic<bool> started{false};
+  std::vector<std::future<void>> chained;  // the task's only
+  auto s = pool->submit([&] {
+    for (;;) {  // the queue's places: its one worker runs this task
+      auto next = raw->submit([] {});
+      if (!next) break;
+      chained.push_back(std::move(next.future()));
+    }
+    started = true;
+    while (raw->submit([] {}).reason() != kExecutorStopped) std::this_thread::yield();
+  });
+  ASSERT_TRUE(s);
+  while (!started.load()) std::this_thread::yield();
+  pool.reset();
+  EXPECT_EQ(reason_of(s.future()), 0);
+  EXPECT_EQ(chained.size(), 4u);
+  for (auto& f : chained) EXPECT_EQ(reason_of(f), kExecutorStopped);
 }
 
 TEST(ExecutorRejected, NamesEveryReason) {

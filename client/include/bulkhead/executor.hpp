@@ -27,7 +27,8 @@
 // bulkhead::execute().
 //
 // Thread safety: submit(), queued() and shutdown() may be called from any
-// thread; the destructor must not run while another thread submits. Under
+// thread; the destructor must not run while a thread other than its
+// workers submits (its tasks may: see ~Executor()). Under
 // ThreadSanitizer with Debian's (uninstrumented) libstdc++, reading a
 // Rejected from a future may be reported as a race in
 // std::exception_ptr::_M_release; tests/tsan.supp says why and suppresses it.
@@ -130,7 +131,15 @@ class Executor {
   }
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
-  // Stops (see shutdown()) and waits for the tasks that run.
+  // Stops (see shutdown()) and waits for the workers: for the tasks that
+  // run, and for a worker that waits for its task's permit until the
+  // permit comes or the task's deadline passes. So give tasks deadlines
+  // when the executor must stop promptly: one without keeps it waiting as
+  // long as the dependency stays at its limit, for ever if that permit is
+  // held by the thread that destroys the executor, or by a task that waits
+  // for this one. Its own tasks may submit meanwhile (refused:
+  // kExecutorStopped); none may destroy it (a thread cannot join itself:
+  // std::terminate).
   ~Executor() {
     shutdown();
     for (std::thread& t : workers_) t.join();
