@@ -185,15 +185,26 @@ class Executor {
   // comes (it is given back unused); the tasks that run finish. Does not
   // wait for them (the destructor does, and for a worker waiting for a
   // permit, until the permit comes or the task's deadline passes).
-  void shutdown() {
-    std::deque<std::unique_ptr<TaskBase>> dropped;
+  // Never throws: out of memory, a refused task's future holds
+  // std::bad_alloc rather than Rejected.
+  void shutdown() noexcept {
     {
       std::lock_guard lock(mutex_);
-      stopping_ = true;
-      dropped.swap(queue_);
+      stopping_ = true;  // the workers take no more tasks
     }
     ready_.notify_all();
-    for (auto& task : dropped) task->reject(kExecutorStopped);
+    // One at a time, outside the lock: a deque to take them all at once
+    // would allocate, even empty.
+    for (;;) {
+      std::unique_ptr<TaskBase> task;
+      {
+        std::lock_guard lock(mutex_);
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task->reject(kExecutorStopped);
+    }
   }
 
  private:
@@ -204,7 +215,7 @@ class Executor {
   struct TaskBase {
     virtual ~TaskBase() = default;
     virtual void run(Dependency& dependency, const std::atomic<bool>& stopping) = 0;
-    virtual void reject(int reason) = 0;
+    virtual void reject(int reason) noexcept = 0;
   };
 
   template <typename F, typename R>
@@ -255,7 +266,15 @@ class Executor {
         promise.set_exception(std::current_exception());
       }
     }
-    void reject(int reason) override { promise.set_exception(std::make_exception_ptr(Rejected(reason))); }
+    // Rejected(reason), or the std::bad_alloc of making it: never throws,
+    // since a worker or shutdown() has no one to throw to.
+    void reject(int reason) noexcept override {
+      try {
+        promise.set_exception(std::make_exception_ptr(Rejected(reason)));
+      } catch (...) {
+        promise.set_exception(std::current_exception());
+      }
+    }
 
     R call(const Permit& permit) {
       if constexpr (std::is_invocable_v<F&, const Permit&>) {
@@ -279,7 +298,7 @@ class Executor {
         idle_changed_.notify_all();
         ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
         --idle_;
-        if (queue_.empty()) return;  // stopping, nothing left
+        if (stopping_) return;  // shutdown() refuses what is queued
         task = std::move(queue_.front());
         queue_.pop_front();
       }
