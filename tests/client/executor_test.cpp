@@ -225,6 +225,37 @@ TEST_F(ExecutorTest, ATaskWhoseDeadlinePassedWhileQueuedIsNotRun) {
   EXPECT_EQ(counters().ok, 1u);  // only the blocker called the dependency
 }
 
+// A task whose deadline passed in the queue holds no place there: a
+// submit() that finds the queue full refuses it (BH_REJECT_DEADLINE, in
+// its future at once) and takes its place, rather than refusing a live
+// task while every worker is busy.
+TEST_F(ExecutorTest, ATaskPastItsDeadlineGivesUpItsPlaceInAFullQueue) {
+  Executor pool(*dep_, {.threads = 1, .queue_capacity = 1});
+  Gate gate;
+  std::future<int> running = occupy_worker(pool, gate);
+  std::atomic<bool> ran{false};
+  auto budget = 1ms;  // doubled until submit() queues it, as above
+  auto deadline = Clock::now() + budget;
+  auto late = pool.submit([&] { ran = true; }, deadline);
+  while (!late && late.reason() == BH_REJECT_DEADLINE && budget < 10s) {
+    budget *= 2;
+    deadline = Clock::now() + budget;
+    late = pool.submit([&] { ran = true; }, deadline);
+  }
+  ASSERT_TRUE(late);
+  while (Clock::now() <= deadline) std::this_thread::yield();  // it expires in the queue
+  auto fresh = pool.submit([] { return 2; });
+  ASSERT_TRUE(fresh) << fresh.reason();
+  EXPECT_EQ(pool.queued(), 1u);
+  // Refused already, while the worker is still busy.
+  EXPECT_EQ(late.future().wait_for(0s), std::future_status::ready);
+  EXPECT_EQ(reason_of(late.future()), BH_REJECT_DEADLINE);
+  gate.open();
+  EXPECT_EQ(running.get(), 1);
+  EXPECT_EQ(fresh.future().get(), 2);
+  EXPECT_FALSE(ran.load());
+}
+
 TEST_F(ExecutorTest, HostWidePermitsAdmitTheTasks) {
   control().limit.store(1);
   segment_->dependency(slot_).partitions.admit_limit.store(1);  // no partitions

@@ -12,7 +12,11 @@
 // the executor is stopped (kExecutorStopped). A fixed set of worker threads
 // takes tasks in order. A worker first drops a task whose deadline passed
 // while it was queued (the future gets Rejected(BH_REJECT_DEADLINE); the
-// task never runs), then admits it through the dependency's host-wide
+// task never runs); such a task holds no place either: a submit() that
+// finds the queue full drops them first. (So its future is refused when a
+// worker or a submit() comes to it, not at the deadline itself: a caller
+// that must not wait past the deadline waits with wait_until().) Then the
+// worker admits the task through the dependency's host-wide
 // permits with Dependency::acquire(deadline), which waits in the
 // dependency's wait queue when the daemon configures one, and refuses
 // (Rejected with the reason) otherwise. So an executor bounds what this
@@ -34,6 +38,7 @@
 // std::exception_ptr::_M_release; tests/tsan.supp says why and suppresses it.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -154,15 +159,23 @@ class Executor {
     if (deadline != Clock::time_point::max() && Clock::now() >= deadline) {
       return Submission<R>(BH_REJECT_DEADLINE);
     }
+    // Tasks whose deadline passed in the queue hold no place: a full queue
+    // gives them up, refused (outside the lock, as they are destroyed)
+    // now rather than when a worker reaches them.
+    std::vector<std::unique_ptr<TaskBase>> expired;
+    int reason = 0;
     {
       std::lock_guard lock(mutex_);
       if (stopping_) return Submission<R>(kExecutorStopped);
-      // The first idle_ tasks in the queue are the idle workers' already.
-      // Counted off the queue, not added to the capacity, which may be
-      // SIZE_MAX (no bound) and would wrap.
-      if (queue_.size() >= idle_ && queue_.size() - idle_ >= capacity_) return Submission<R>(BH_REJECT_QUEUE_FULL);
-      queue_.push_back(std::move(queued));
+      if (full()) take_expired(expired);
+      if (full()) {
+        reason = BH_REJECT_QUEUE_FULL;
+      } else {
+        queue_.push_back(std::move(queued));
+      }
     }
+    for (auto& task : expired) task->reject(BH_REJECT_DEADLINE);
+    if (reason != 0) return Submission<R>(reason);
     ready_.notify_one();
     return Submission<R>(std::move(future));
   }
@@ -213,15 +226,17 @@ class Executor {
                                              std::invoke_result<F&, const Permit&>, std::invoke_result<F&>>::type;
 
   struct TaskBase {
+    explicit TaskBase(Clock::time_point until) : deadline(until) {}
     virtual ~TaskBase() = default;
     virtual void run(Dependency& dependency, const std::atomic<bool>& stopping) = 0;
     virtual void reject(int reason) noexcept = 0;
+    const Clock::time_point deadline;
   };
 
   template <typename F, typename R>
   struct Task final : TaskBase {
-    Task(F&& f, Clock::time_point until) : fn(std::move(f)), deadline(until) {}
-    Task(const F& f, Clock::time_point until) : fn(f), deadline(until) {}
+    Task(F&& f, Clock::time_point until) : TaskBase(until), fn(std::move(f)) {}
+    Task(const F& f, Clock::time_point until) : TaskBase(until), fn(f) {}
 
     void run(Dependency& dependency, const std::atomic<bool>& stopping) override {
       // A task whose deadline passed in the queue is not run.
@@ -285,9 +300,32 @@ class Executor {
     }
 
     F fn;
-    Clock::time_point deadline;
     std::promise<R> promise;
   };
+
+  // Under mutex_. The first idle_ tasks in the queue are the idle workers'
+  // already. Counted off the queue, not added to the capacity, which may be
+  // SIZE_MAX (no bound) and would wrap.
+  bool full() const { return queue_.size() >= idle_ && queue_.size() - idle_ >= capacity_; }
+  // Under mutex_: moves the queued tasks whose deadline has passed to
+  // `out` (std::bad_alloc, before any is moved, is submit()'s to throw).
+  void take_expired(std::vector<std::unique_ptr<TaskBase>>& out) {
+    const Clock::time_point now = Clock::now();
+    const auto passed = [now](const std::unique_ptr<TaskBase>& task) {
+      return task->deadline != Clock::time_point::max() && now >= task->deadline;
+    };
+    out.reserve(static_cast<std::size_t>(std::count_if(queue_.begin(), queue_.end(), passed)));
+    auto kept = queue_.begin();
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      if (passed(*it)) {
+        out.push_back(std::move(*it));
+      } else {
+        if (kept != it) *kept = std::move(*it);
+        ++kept;
+      }
+    }
+    queue_.erase(kept, queue_.end());
+  }
 
   void work() {
     for (;;) {
