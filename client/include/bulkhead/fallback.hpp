@@ -36,7 +36,11 @@
 // handle, created on first use with kDefaultMaxConcurrentFallbacks (looked
 // up under a mutex, on the fallback path only: the admitted path takes no
 // lock). These guards are never destroyed, so that fallbacks running while
-// the process exits still find theirs; a handle's outlives its client.
+// the process exits still find theirs. They are found by the handle's
+// address, and a handle's outlives its client: a later client's handle
+// that gets the same address (any dependency) finds it, with the
+// fallbacks of the closed client's handle that still run. Close a client
+// once its fallbacks have ended, or give execute() guards of your own.
 //
 // Thread safety: execute() and a FallbackGuard may be used from any number
 // of threads at once.
