@@ -1221,7 +1221,14 @@ int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
       fill_permit(out, d, deadline_ns);
       return 0;
     }
+    // Waiting again from now: a budget spent meanwhile never reaches the
+    // dependency, as at the call's start (and the expected wait is
+    // measured against what is left of it).
     now_ns = monotonic_ns();
+    if (now_ns >= deadline_ns) {
+      rc = reject_deadline(d);
+      break;
+    }
   }
   if (rc == kDivert) {
     // Partitions: no wait queue. One partitioned admission, or its reason
