@@ -106,7 +106,7 @@ class Submission {
 };
 
 struct ExecutorOptions {
-  unsigned threads = 4;             // worker threads: calls this executor makes at once, at most
+  unsigned threads = 4;             // worker threads: calls this executor makes at once, at most (0: 1)
   // Tasks waiting for a worker, at most. A task an idle worker takes at
   // once waits for none: with 0, a task runs if a worker is idle, and is
   // refused (BH_REJECT_QUEUE_FULL) otherwise. SIZE_MAX: no bound.
