@@ -73,6 +73,20 @@ TEST(PartitionRule, AHardCapNeverLetsAPartitionPastItsShare) {
   EXPECT_EQ(partition_verdict(word_of(0, 0, 0), partition_rule(4, 0, 2, 0), batch_capped, 2), V::kCapped);
 }
 
+TEST(PartitionRule, DefaultWithoutAShareGetsNothingWhenTheOtherSharesSumToOne) {
+  // README's warning: shares 0.7 and 0.3 of a limit of 20 are guarantees 14
+  // and 6, which reserve all of it, so a call naming no partition is refused
+  // with the whole limit idle, and still with critical using its own.
+  const std::uint64_t rule = partition_rule(20, 0, guaranteed_count(700'000, 20), guaranteed_count(300'000, 20));
+  EXPECT_EQ(partition_verdict(word_of(0, 0, 0), rule, 0, 0), V::kReserved);
+  EXPECT_EQ(partition_verdict(word_of(0, 14, 0), rule, 0, 0), V::kReserved);
+  EXPECT_EQ(unnamed_admit_limit(rule, 0), 0u);
+  // At 21 flooring leaves one call over, which it may borrow.
+  const std::uint64_t odd = partition_rule(21, 0, guaranteed_count(700'000, 21), guaranteed_count(300'000, 21));
+  EXPECT_EQ(partition_verdict(word_of(0, 0, 0), odd, 0, 0), V::kAdmit);
+  EXPECT_EQ(partition_verdict(word_of(1, 0, 0), odd, 0, 0), V::kReserved);
+}
+
 TEST(PartitionRule, TheLimitHoldsEvenForAGuarantee) {
   // The limit fell to 10 with 10 in flight (batch borrowed before): critical
   // waits for the total to come under it.
