@@ -121,6 +121,19 @@ if ldd "$work/c-only/build/consumer-c-static" | grep -q libbulkhead; then
 fi
 run "$work/c-only/build/consumer-c-static"
 
+echo "== a C++14 CMake project: bulkhead::client raises it to the C++17 the headers need"
+mkdir -p "$work/cxx14"
+printf '%s\n' "cmake_minimum_required(VERSION 3.16)" "project(bulkhead-cxx14 LANGUAGES CXX)" \
+  "set(CMAKE_CXX_STANDARD 14)" "set(CMAKE_CXX_EXTENSIONS OFF)" "find_package(bulkhead CONFIG REQUIRED)" \
+  "add_executable(consumer-cxx14 \"$src/examples/consumer/consumer.cpp\")" \
+  "target_link_libraries(consumer-cxx14 PRIVATE bulkhead::client)" >"$work/cxx14/CMakeLists.txt"
+cmake -S "$work/cxx14" -B "$work/cxx14/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
+  >"$work/cxx14.log" && cmake --build "$work/cxx14/build" -j 1 >>"$work/cxx14.log" ||
+  { cat "$work/cxx14.log"; fail "a C++14 project cannot build with bulkhead::client's headers"; }
+check_uses_install "$work/cxx14/build/consumer-cxx14"
+run "$work/cxx14/build/consumer-cxx14"
+
 echo "== examples/consumer with pkg-config"
 export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
 [ "$(pkg-config --modversion bulkhead)" = "$version" ] || fail "pkg-config --modversion bulkhead is not $version"

@@ -6,6 +6,9 @@
 //   if (!s) return shed(s.reason());          // refused at once: BH_REJECT_QUEUE_FULL, ...
 //   Reply reply = s.future().get();           // or bulkhead::Rejected with its reason
 //
+// (Designated initializers are C++20; this header, like the others, needs
+// only C++17, where the ExecutorOptions' fields are set one by one.)
+//
 // Algorithm: submit() puts the task in a bounded queue of this executor and
 // returns its future, or refuses at once: the queue is full
 // (BH_REJECT_QUEUE_FULL), the deadline has passed (BH_REJECT_DEADLINE), or
