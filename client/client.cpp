@@ -839,10 +839,12 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
   const bh_options defaults{};
   if (options == nullptr) options = &defaults;
   std::string name;
+  std::string from;  // where a name the caller did not give came from, for its errors
   if (options->segment != nullptr) {
     name = options->segment;
   } else if (const char* env = std::getenv("BULKHEAD_SEGMENT"); env != nullptr && *env != '\0') {
     name = env;
+    from = " (the name from $BULKHEAD_SEGMENT)";
   } else {
     name = "bulkhead";
   }
@@ -860,7 +862,7 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
                      std::to_string(client->segment->header().daemon_pid.load(std::memory_order_relaxed)) + ")";
   } catch (const shm::SegmentError& e) {
     if (e.code() != ENOENT || (options->flags & BH_OPEN_REQUIRE_SEGMENT) != 0) {
-      return fail(e.code(), e.what());
+      return fail(e.code(), e.what() + from);
     }
     client->segment.reset();
     client->status = "standalone: no segment /dev/shm/" + name + ", " + describe_local_limit(*client);
@@ -912,7 +914,7 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
   }
   *out = nullptr;
   if (const char* why = shm::check_dependency_name(name)) {
-    return fail(EINVAL, std::string("dependency name '") + name + "' " + why);
+    return fail(EINVAL, shm::name_error("dependency name", name, why));
   }
   claim_if_forked();  // before the client's mutex, which the claim takes after g_clients_mutex
   std::lock_guard lock(c->mutex);
@@ -1287,7 +1289,7 @@ int bh_partition(bh_dep* d, const char* name, bh_dep** out) {
   *out = nullptr;
   if (d->parent != nullptr) return fail(EINVAL, "bh_partition: the handle is a partition's already");
   if (const char* why = shm::check_partition_name(name)) {
-    return fail(EINVAL, std::string("partition name '") + name + "' " + why);
+    return fail(EINVAL, shm::name_error("partition name", name, why));
   }
   claim_if_forked();
   // Standalone, or "default": the calls that name no partition are the

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace bulkhead::shm {
@@ -69,6 +70,42 @@ constexpr const char* check_segment_name(std::string_view name) {
   if (const char* why = check_dependency_name(name)) return why;
   if (name == "." || name == "..") return "names a directory";
   return nullptr;
+}
+
+// The message for a name that check_dependency_name(), check_segment_name()
+// or check_partition_name() refused with `why`: "WHAT 'NAME' WHY", the name
+// with every byte but printable ASCII written \xNN (a newline or an escape
+// in it must not garble the line), and which byte was refused and where, or
+// how long the name is: "dependency name 'pay\x0aments' has a character
+// other than A-Z a-z 0-9 . _ -: '\x0a' at byte 3".
+inline std::string name_error(std::string_view what, std::string_view name, const char* why) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const auto quoted = [](std::string_view text) {
+    std::string out = "'";
+    for (const char c : text) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (byte >= 0x20 && byte < 0x7f) {
+        out += c;
+      } else {
+        out += "\\x";
+        out += kHex[byte >> 4];
+        out += kHex[byte & 0xf];
+      }
+    }
+    return out + "'";
+  };
+  std::string out = std::string(what) + " " + quoted(name) + " " + why;
+  if (std::string_view(why).starts_with("has a character")) {
+    for (std::size_t i = 0; i < name.size(); ++i) {
+      if (check_dependency_name(name.substr(i, 1)) != nullptr) {
+        out += ": " + quoted(name.substr(i, 1)) + " at byte " + std::to_string(i);
+        break;
+      }
+    }
+  } else if (std::string_view(why).starts_with("is longer")) {
+    out += ": it has " + std::to_string(name.size());
+  }
+  return out;
 }
 
 }  // namespace bulkhead::shm

@@ -85,7 +85,7 @@ void remove_abandoned_makings(const std::string& name) {
 }
 
 void check_name(const std::string& name) {
-  if (const char* why = check_segment_name(name)) throw SegmentError(EINVAL, "segment name '" + name + "' " + why);
+  if (const char* why = check_segment_name(name)) throw SegmentError(EINVAL, name_error("segment name", name, why));
 }
 
 // The file's mode (past the umask) and, when given, its group. Only what
@@ -503,7 +503,7 @@ ClaimResult find_or_claim_dependency(Segment& segment, std::string_view name,
                                      std::uint32_t initial_limit, std::uint32_t flags,
                                      std::chrono::milliseconds patience) {
   if (const char* why = check_dependency_name(name)) {
-    throw SegmentError(EINVAL, "dependency name '" + std::string(name) + "' " + why);
+    throw SegmentError(EINVAL, name_error("dependency name", name, why));
   }
   return find_or_claim(segment, name, initial_limit, flags, patience);
 }

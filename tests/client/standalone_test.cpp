@@ -113,6 +113,38 @@ TEST(Standalone, SegmentNameFromTheEnvironment) {
   EXPECT_EQ(client.mode(), Client::Mode::kShared);
 }
 
+TEST(Standalone, ABadNameIsRefusedNamingTheByteAndWhereTheNameCameFrom) {
+  TempSegmentName name{"none"};
+  bh_client* c = nullptr;
+  ASSERT_EQ(bh_client_open(name.c_str(), &c), 0);
+  bh_dep* d = nullptr;
+  EXPECT_EQ(bh_dependency(c, "pay\nments", &d), -EINVAL);
+  EXPECT_EQ(std::string(bh_last_error()),
+            "dependency name 'pay\\x0aments' has a character other than A-Z a-z 0-9 . _ -: '\\x0a' at byte 3");
+  EXPECT_EQ(bh_dependency(c, "payments db", &d), -EINVAL);
+  EXPECT_EQ(std::string(bh_last_error()),
+            "dependency name 'payments db' has a character other than A-Z a-z 0-9 . _ -: ' ' at byte 8");
+  const std::string long_name(48, 'a');
+  EXPECT_EQ(bh_dependency(c, long_name.c_str(), &d), -EINVAL);
+  EXPECT_EQ(std::string(bh_last_error()), "dependency name '" + long_name + "' is longer than 47 bytes: it has 48");
+  ASSERT_EQ(bh_dependency(c, "payments", &d), 0);
+  bh_dep* p = nullptr;
+  EXPECT_EQ(bh_partition(d, "bätch", &p), -EINVAL);
+  EXPECT_EQ(std::string(bh_last_error()),
+            "partition name 'b\\xc3\\xa4tch' has a character other than A-Z a-z 0-9 . _ -: '\\xc3' at byte 1");
+  bh_client_close(c);
+
+  ::setenv("BULKHEAD_SEGMENT", "bulk/head", 1);
+  EXPECT_EQ(bh_client_open(nullptr, &c), -EINVAL);
+  ::unsetenv("BULKHEAD_SEGMENT");
+  EXPECT_EQ(std::string(bh_last_error()),
+            "segment name 'bulk/head' has a character other than A-Z a-z 0-9 . _ -: '/' at byte 4 "
+            "(the name from $BULKHEAD_SEGMENT)");
+  EXPECT_EQ(bh_client_open("bulk/head", &c), -EINVAL);  // given: no word of the environment
+  EXPECT_EQ(std::string(bh_last_error()),
+            "segment name 'bulk/head' has a character other than A-Z a-z 0-9 . _ -: '/' at byte 4");
+}
+
 TEST(Standalone, RequiringTheSegmentFailsWithoutIt) {
   TempSegmentName name{"none"};
   bh_options o{};
