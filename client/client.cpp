@@ -37,7 +37,10 @@
 // an open or half-open breaker goes further: an open one refuses without
 // touching the admission line; a half-open one takes a trial permit from the
 // daemon's line with one compare-and-swap before the limit's.
+#include <grp.h>
 #include <pthread.h>
+#include <pwd.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <algorithm>
@@ -276,6 +279,34 @@ std::uint32_t local_limit(const bh_client& c) { return c.require_segment ? 0 : c
 std::string describe_local_limit(const bh_client& c) {
   if (c.require_segment) return "refusing every call: the client requires the segment";
   return "static limit " + (c.static_limit == UINT32_MAX ? std::string("none") : std::to_string(c.static_limit));
+}
+
+// What would let this process open segment `name`, which it was refused
+// (EACCES): its mode, owner and group, and that a client, which reads and
+// writes it, runs in that group, or needs a mode that lets the group do both.
+// Empty when the file cannot be looked at.
+std::string access_hint(const std::string& name) {
+  struct stat st {};
+  if (::stat(("/dev/shm/" + name).c_str(), &st) != 0) return "";
+  char buffer[4096];
+  std::string owner = std::to_string(st.st_uid), group = std::to_string(st.st_gid);
+  struct passwd user_entry {};
+  struct passwd* user = nullptr;
+  if (::getpwuid_r(st.st_uid, &user_entry, buffer, sizeof buffer, &user) == 0 && user != nullptr) {
+    owner = user->pw_name;
+  }
+  struct group group_entry {};
+  struct group* found = nullptr;
+  if (::getgrgid_r(st.st_gid, &group_entry, buffer, sizeof buffer, &found) == 0 && found != nullptr) {
+    group = found->gr_name;
+  }
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return std::string(" (mode ") + mode + ", owner " + owner + ", group " + group + ": " +
+         ((st.st_mode & 0060) == 0060 ? "a client reads and writes it: run as a member of group " + group
+                                      : "group " + group + " may not read and write it, as a client does; "
+                                        "daemon.segment_mode = 0o660 lets it") +
+         ")";
 }
 
 // A forked child inherits its parent's process slot; permits it takes must
@@ -862,7 +893,7 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
                      std::to_string(client->segment->header().daemon_pid.load(std::memory_order_relaxed)) + ")";
   } catch (const shm::SegmentError& e) {
     if (e.code() != ENOENT || (options->flags & BH_OPEN_REQUIRE_SEGMENT) != 0) {
-      return fail(e.code(), e.what() + from);
+      return fail(e.code(), e.what() + (e.code() == EACCES ? access_hint(name) : std::string()) + from);
     }
     client->segment.reset();
     client->status = "standalone: no segment /dev/shm/" + name + ", " + describe_local_limit(*client);

@@ -1,6 +1,7 @@
 // Admission against a real segment: the limit holds under threads and
 // processes, counts return to zero, outcomes reach the statistics.
 #include <fcntl.h>
+#include <grp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/rseq.h>
@@ -772,6 +773,45 @@ TEST_F(AdmissionTest, WrongMagicSizesOrLengthAreRefusedWithTheReason) {
   ASSERT_EQ(::ftruncate(fd, 4096), 0);
   ::close(fd);
   refused("the header says");  // truncated: shorter than its header says
+}
+
+// A process outside the segment's group is told what would let it in:
+// joining the group when the group may read and write the segment, else a
+// mode that lets it. Run as nobody, in a child: root opens anything.
+TEST_F(AdmissionTest, ARefusedOpenNamesTheSegmentsModeAndGroup) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a child as a user outside the segment's group";
+  const std::string path = "/dev/shm/" + name_.str();
+  const auto refusal = [&](mode_t mode) {
+    EXPECT_EQ(::chmod(path.c_str(), mode), 0);
+    int fds[2];
+    EXPECT_EQ(::pipe(fds), 0);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) std::_Exit(99);
+      bh_client* c = nullptr;
+      const int rc = bh_client_open(name_.c_str(), &c);
+      const std::string why = bh_last_error();
+      (void)!::write(fds[1], why.data(), why.size());
+      std::_Exit(rc == -EACCES ? 0 : 1);
+    }
+    ::close(fds[1]);
+    char buffer[1024];
+    const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    const std::string why(buffer, n > 0 ? static_cast<std::size_t>(n) : 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << ": " << why;
+    return why;
+  };
+  const std::string group_may = refusal(0660);
+  EXPECT_EQ(group_may, "segment " + path + ": cannot open: Permission denied (mode 0660, owner root, group root: "
+                       "a client reads and writes it: run as a member of group root)");
+  const std::string group_reads = refusal(0640);
+  EXPECT_NE(group_reads.find("(mode 0640, owner root, group root: group root may not read and write it, as a "
+                             "client does; daemon.segment_mode = 0o660 lets it)"),
+            std::string::npos)
+      << group_reads;
 }
 
 }  // namespace
