@@ -103,6 +103,7 @@ class StandaloneTest(unittest.TestCase):
                 self.dep.acquire()
             self.assertEqual(caught.exception.reason, 1)
             self.assertEqual(caught.exception.dependency, "payments")
+            self.assertEqual(str(caught.exception), "payments: not admitted (REJECT_LIMIT, at its limit)")
             self.assertIsNone(self.dep.try_acquire())
         self.assertEqual(self.dep.inflight, 0)
         permit = self.dep.try_acquire()

@@ -74,8 +74,13 @@ class Rejected(Exception):
     wait already) or REJECT_DEADLINE (the timeout passed, or the expected
     wait exceeds it) in place of REJECT_LIMIT."""
 
+    _WHY = {1: "REJECT_LIMIT, at its limit", 2: "REJECT_QUEUE_FULL, its wait queue is full or it has none",
+            3: "REJECT_DEADLINE, the timeout passed or the expected wait exceeds it",
+            4: "REJECT_OPEN_CIRCUIT, its circuit breaker is open",
+            5: "REJECT_PARTITION, the partition's share is reserved by others or at its hard cap"}
+
     def __init__(self, dependency, reason):
-        super().__init__(f"{dependency}: not admitted (reason {reason})")
+        super().__init__(f"{dependency}: not admitted ({self._WHY.get(reason, f'reason {reason}')})")
         self.dependency = dependency
         self.reason = reason
 
