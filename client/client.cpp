@@ -309,6 +309,20 @@ std::string access_hint(const std::string& name) {
          ")";
 }
 
+// The segment's daemon, for a shared client's status: its pid, or that none
+// runs (a clean stop leaves pid 0; a daemon of this pid namespace that is
+// gone was killed), whose limits hold until the next one adopts the segment.
+std::string describe_daemon(const shm::Header& header) {
+  const shm::ProcessSnapshot daemon = shm::read_daemon(header);
+  const std::string last_limits = ": the limits are the last it published, until bulkheadd runs again";
+  if (daemon.pid <= 0) return "no daemon, the last one stopped" + last_limits;
+  if (daemon.pid_ns.known() && daemon.pid_ns == shm::own_pid_namespace() &&
+      shm::process_liveness(daemon.pid, daemon.start_time) == shm::Liveness::kDead) {
+    return "daemon pid " + std::to_string(daemon.pid) + " is gone" + last_limits;
+  }
+  return "daemon pid " + std::to_string(daemon.pid);
+}
+
 // A forked child inherits its parent's process slot; permits it takes must
 // be counted against a slot of its own, or the daemon would give them back
 // when the parent dies (and miss them when the child does). Every open
@@ -889,8 +903,7 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
   try {
     client->segment = shm::Segment::attach(name, shm::Access::kReadWrite);
     client->process = shm::claim_process_slot(*client->segment);
-    client->status = "shared: attached to /dev/shm/" + name + " (daemon pid " +
-                     std::to_string(client->segment->header().daemon_pid.load(std::memory_order_relaxed)) + ")";
+    client->status = "shared: attached to /dev/shm/" + name + " (" + describe_daemon(client->segment->header()) + ")";
   } catch (const shm::SegmentError& e) {
     if (e.code() != ENOENT || (options->flags & BH_OPEN_REQUIRE_SEGMENT) != 0) {
       return fail(e.code(), e.what() + (e.code() == EACCES ? access_hint(name) : std::string()) + from);

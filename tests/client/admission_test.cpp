@@ -98,6 +98,25 @@ TEST_F(AdmissionTest, OpensSharedAndLooksUpANewNameWithTheDefaultLimit) {
   EXPECT_EQ(client.dependency("payments").handle(), dep.handle());
 }
 
+// The status tells a running daemon from none: stopped (pid 0), or killed
+// (its pid gone), when the limits stay those it last published.
+TEST_F(AdmissionTest, TheStatusSaysWhetherADaemonRuns) {
+  const auto status = [&] { return std::string(Client(name_.str()).status()); };
+  shm::publish_daemon(segment_->header());  // this process: alive
+  const std::string attached = "shared: attached to /dev/shm/" + name_.str();
+  EXPECT_EQ(status(), attached + " (daemon pid " + std::to_string(::getpid()) + ")");
+  shm::withdraw_daemon(segment_->header());
+  EXPECT_EQ(status(), attached + " (no daemon, the last one stopped: the limits are the last it published, until "
+                                 "bulkheadd runs again)");
+  shm::publish_daemon(segment_->header());
+  const pid_t gone = ::fork();
+  if (gone == 0) std::_Exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  segment_->header().daemon_pid.store(gone);
+  EXPECT_EQ(status(), attached + " (daemon pid " + std::to_string(gone) +
+                          " is gone: the limits are the last it published, until bulkheadd runs again)");
+}
+
 TEST_F(AdmissionTest, RejectsAtTheLimitWithoutTouchingTheCount) {
   Client client(name_.str());
   Dependency dep = client.dependency("payments");

@@ -141,7 +141,9 @@ BH_API int bh_client_open_opts(const bh_options *options, bh_client **out);
 BH_API void bh_client_close(bh_client *c);
 /* BH_MODE_SHARED or BH_MODE_STANDALONE; -EINVAL for NULL. */
 BH_API int bh_client_mode(const bh_client *c);
-/* A one-line description of the client's state, e.g. why it is standalone. */
+/* A one-line description of the client's state, e.g. why it is standalone,
+ * or, as the client found it at open, the daemon's pid or that no daemon
+ * runs (the limits are then the last it published). */
 BH_API const char *bh_client_status(const bh_client *c);
 
 /* The handle of a dependency, valid until bh_client_close(). A name the
