@@ -140,11 +140,13 @@ export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
 pc_libdir=$(realpath "$(pkg-config --variable=libdir bulkhead)")
 [ "$pc_libdir" = "$(realpath "$prefix/$libdir")" ] || fail "bulkhead.pc says libdir $pc_libdir"
 mkdir -p "$work/pkg-config"
+# The public headers compile clean under the warnings a strict project turns on.
+strict="-Wall -Wextra -Wpedantic -Wconversion -Wshadow -Werror"
 # shellcheck disable=SC2046,SC2086  # pkg-config's flags are words
-cc -std=c11 -Wall -Werror $flags "$src/examples/consumer/consumer.c" -o "$work/pkg-config/consumer-c" \
+cc -std=c99 $strict $flags "$src/examples/consumer/consumer.c" -o "$work/pkg-config/consumer-c" \
   $(pkg-config --cflags --libs bulkhead)
 # shellcheck disable=SC2046,SC2086
-c++ -std=c++17 -Wall -Werror $flags "$src/examples/consumer/consumer.cpp" -o "$work/pkg-config/consumer-cxx" \
+c++ -std=c++17 $strict $flags "$src/examples/consumer/consumer.cpp" -o "$work/pkg-config/consumer-cxx" \
   $(pkg-config --cflags --libs bulkhead)
 for p in consumer-c consumer-cxx; do
   LD_LIBRARY_PATH=$pc_libdir check_uses_install "$work/pkg-config/$p"
