@@ -953,8 +953,11 @@ const char* bh_client_status(const bh_client* c) {
 }
 
 int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
-  if (c == nullptr || name == nullptr || out == nullptr) {
-    return fail(EINVAL, "bh_dependency: NULL argument");
+  if (c == nullptr) {
+    return fail(EINVAL, "bh_dependency: the client is NULL (a bulkhead::Client moved from has none)");
+  }
+  if (name == nullptr || out == nullptr) {
+    return fail(EINVAL, std::string("bh_dependency: ") + (name == nullptr ? "the name" : "out") + " is NULL");
   }
   *out = nullptr;
   if (const char* why = shm::check_dependency_name(name)) {

@@ -145,6 +145,24 @@ TEST(Standalone, ABadNameIsRefusedNamingTheByteAndWhereTheNameCameFrom) {
             "segment name 'bulk/head' has a character other than A-Z a-z 0-9 . _ -: '/' at byte 4");
 }
 
+TEST(Standalone, AMovedFromClientSaysSo) {
+  TempSegmentName name{"none"};
+  Client client(name.str());
+  Client moved(std::move(client));
+  try {
+    client.dependency("payments");  // moved from: what this test is about
+    ADD_FAILURE() << "a moved-from client gave a dependency";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code().value(), EINVAL);
+    EXPECT_EQ(std::string(e.what()),
+              "bh_dependency: the client is NULL (a bulkhead::Client moved from has none): Invalid argument");
+  }
+  bh_dep* d = nullptr;
+  EXPECT_EQ(bh_dependency(moved.handle(), nullptr, &d), -EINVAL);
+  EXPECT_STREQ(bh_last_error(), "bh_dependency: the name is NULL");
+  EXPECT_TRUE(moved.dependency("payments").try_acquire());
+}
+
 TEST(Standalone, RequiringTheSegmentFailsWithoutIt) {
   TempSegmentName name{"none"};
   bh_options o{};
