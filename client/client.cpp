@@ -906,7 +906,10 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
     client->status = "shared: attached to /dev/shm/" + name + " (" + describe_daemon(client->segment->header()) + ")";
   } catch (const shm::SegmentError& e) {
     if (e.code() != ENOENT || (options->flags & BH_OPEN_REQUIRE_SEGMENT) != 0) {
-      return fail(e.code(), e.what() + (e.code() == EACCES ? access_hint(name) : std::string()) + from);
+      std::string hint;
+      if (e.code() == EACCES) hint = access_hint(name);
+      if (e.code() == ENOENT) hint = " (bulkheadd makes it: is bulkheadd running, on this segment name?)";
+      return fail(e.code(), e.what() + hint + from);
     }
     client->segment.reset();
     client->status = "standalone: no segment /dev/shm/" + name + ", " + describe_local_limit(*client);

@@ -170,7 +170,9 @@ TEST(Standalone, RequiringTheSegmentFailsWithoutIt) {
   o.flags = BH_OPEN_REQUIRE_SEGMENT;
   bh_client* c = nullptr;
   EXPECT_EQ(bh_client_open_opts(&o, &c), -ENOENT);
-  EXPECT_NE(std::string(bh_last_error()).find(name.str()), std::string::npos);
+  EXPECT_EQ(std::string(bh_last_error()), "segment /dev/shm/" + name.str() +
+                                              ": cannot open: No such file or directory (bulkheadd makes it: is "
+                                              "bulkheadd running, on this segment name?)");
   try {
     Client client(o);
     FAIL();
