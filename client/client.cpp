@@ -909,7 +909,10 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
       std::string hint;
       if (e.code() == EACCES) hint = access_hint(name);
       if (e.code() == ENOENT) hint = " (bulkheadd makes it: is bulkheadd running, on this segment name?)";
-      return fail(e.code(), e.what() + hint + from);
+      // The process table's refusal names no segment; the others do.
+      const std::string what = e.what();
+      const std::string where = what.starts_with("segment ") ? "" : "segment /dev/shm/" + name + ": ";
+      return fail(e.code(), where + what + hint + from);
     }
     client->segment.reset();
     client->status = "standalone: no segment /dev/shm/" + name + ", " + describe_local_limit(*client);

@@ -758,7 +758,9 @@ TEST_F(AdmissionTest, AFullProcessTableOrAnUnfinishedSegmentIsRefused) {
     testing::FullProcessTable full(*segment_);
     EXPECT_EQ(bh_client_open(name_.c_str(), &c), -ENOSPC);
     EXPECT_EQ(c, nullptr);
-    EXPECT_NE(std::string(bh_last_error()).find("process table full"), std::string::npos) << bh_last_error();
+    EXPECT_EQ(std::string(bh_last_error()), "segment /dev/shm/" + name_.str() + ": process table full (" +
+                                                std::to_string(segment_->header().max_processes) +
+                                                " slots, daemon.max_processes)");
   }
   segment_->header().magic.store(0);  // what a daemon still making it leaves
   EXPECT_EQ(bh_client_open(name_.c_str(), &c), -EAGAIN);
