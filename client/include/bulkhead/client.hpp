@@ -4,7 +4,7 @@
 //   bulkhead::Dependency payments = client.dependency("payments");  // once
 //   if (bulkhead::Permit permit = payments.try_acquire()) {
 //     ...call payments...
-//     permit.success();                             // or dropped() / ignore()
+//     permit.success();                             // or failed() / dropped() / ignore()
 //   } else {
 //     ...shed the call: permit.reason() == BH_REJECT_LIMIT, or
 //     BH_REJECT_OPEN_CIRCUIT when the dependency's circuit breaker is open...
