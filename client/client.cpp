@@ -1015,7 +1015,8 @@ int bh_dependency(bh_client* c, const char* name, bh_dep** out) {
     }
     dep->client = c;
   } catch (const shm::SegmentError& e) {
-    return fail(e.code(), e.what());
+    // A full table, or a claim another process left unfinished: whose.
+    return fail(e.code(), (c->segment ? "segment /dev/shm/" + c->segment->name() + ": " : std::string()) + e.what());
   } catch (const std::exception& e) {
     return fail(ENOMEM, e.what());
   }

@@ -743,7 +743,9 @@ TEST_F(AdmissionTest, AFullDependencyTableIsENOSPCAndTheNamesTakenStillWork) {
   bh_dep* d = first;
   EXPECT_EQ(bh_dependency(c, "one-more", &d), -ENOSPC);
   EXPECT_EQ(d, nullptr);
-  EXPECT_NE(std::string(bh_last_error()).find("dependency table full"), std::string::npos) << bh_last_error();
+  EXPECT_EQ(std::string(bh_last_error()), "segment /dev/shm/" + name_.str() + ": dependency table full (" +
+                                              std::to_string(segment_->header().max_dependencies) +
+                                              " slots, daemon.max_dependencies): cannot add 'one-more'");
   EXPECT_EQ(bh_dependency(c, "first", &d), 0);
   EXPECT_EQ(d, first);
   bh_permit p;
