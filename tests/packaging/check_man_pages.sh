@@ -52,7 +52,7 @@ check() {
   grep -qE "^$name $version +" < <(tail -n1 <<<"$text") ||
     fail "$page's footer does not name $name $version (a page of another version?): $(tail -n1 <<<"$text")"
   # What lintian asks of the NAME section: whatis can parse it.
-  lexgrog "$page" | grep -q "\"$name - " || fail "whatis cannot parse $page's NAME: $(lexgrog "$page" 2>&1)"
+  grep -q "\"$name - " <<<"$(lexgrog "$page")" || fail "whatis cannot parse $page's NAME: $(lexgrog "$page" 2>&1)"
   for heading in NAME SYNOPSIS DESCRIPTION OPTIONS "SEE ALSO"; do
     grep -qx "$heading" <<<"$text" || fail "$page has no $heading section"
   done

@@ -75,7 +75,9 @@ done
 # Description: a synopsis of each package's own (dpkg -l and apt search show
 # it alone), then lines that begin with exactly one space (two make a
 # verbatim line, which apt show prints unwrapped).
-synopses=$(for deb in "$daemon" "$lib" "$dev" "$python"; do field "$deb" Description | head -n 1; done)
+# sed reads to the end where head would stop early: under pipefail, dpkg-deb
+# killed by SIGPIPE while still writing would end the script here, silently.
+synopses=$(for deb in "$daemon" "$lib" "$dev" "$python"; do field "$deb" Description | sed -n 1p; done)
 [ "$(sort -u <<<"$synopses" | wc -l)" = 4 ] || fail "the packages share a synopsis:
 $synopses"
 for deb in "$daemon" "$lib" "$dev" "$python"; do
@@ -90,11 +92,14 @@ done
   fail "python3-bulkhead depends on '$(field "$python" Depends)'"
 # dpkg-shlibdeps computed these from the ELF files: the C library, C++, and
 # the daemon's own libraries.
+# (Read whole first: grep -q at the end of a pipe may SIGPIPE its writer.)
+daemon_depends=$(field "$daemon" Depends)
+lib_depends=$(field "$lib" Depends)
 for want in libc6 libstdc++6 libsystemd0 libspdlog libtomlplusplus libprometheus-cpp; do
-  field "$daemon" Depends | grep -q "$want" || fail "bulkhead does not depend on $want: $(field "$daemon" Depends)"
+  grep -q "$want" <<<"$daemon_depends" || fail "bulkhead does not depend on $want: $daemon_depends"
 done
 for want in libc6 libstdc++6; do
-  field "$lib" Depends | grep -q "$want" || fail "libbulkhead$major does not depend on $want"
+  grep -q "$want" <<<"$lib_depends" || fail "libbulkhead$major does not depend on $want"
 done
 mkdir -p "$work/control"
 dpkg-deb -e "$daemon" "$work/control/daemon"
@@ -196,7 +201,7 @@ grep -qx "User=$sysusers_user" "$unit" || fail "the unit's User= is not the sysu
 bash "$src/tests/packaging/check_man_pages.sh" "$version" "$root/usr/share/man/man8/bulkheadd.8.gz" \
   "$root/usr/bin/bulkheadd" "$root/usr/share/man/man1/bulkheadctl.1.gz" "$root/usr/bin/bulkheadctl" ||
   fail "the packaged man pages do not document the packaged programs"
-readelf -d "$root/usr/lib/libbulkhead.so.$version" | grep -q "Library soname: \[libbulkhead.so.$major\]" ||
+grep -q "Library soname: \[libbulkhead.so.$major\]" <<<"$(readelf -d "$root/usr/lib/libbulkhead.so.$version")" ||
   fail "the packaged library has no soname libbulkhead.so.$major"
 [ "$(readlink "$root/usr/lib/libbulkhead.so")" = "libbulkhead.so.$major" ] ||
   fail "libbulkhead.so does not point at libbulkhead.so.$major"

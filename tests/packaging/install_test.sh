@@ -60,7 +60,7 @@ grep -qF '[`docs/operations.md`](docs/operations.md)' "$docdir/README.md" ||
 [ -x "$prefix/bin/bulkheadd" ] || fail "bin/bulkheadd is not executable"
 cmp -s "$src/daemon/default_config.toml" "$prefix/etc/bulkhead/bulkhead.toml" ||
   fail "etc/bulkhead/bulkhead.toml is not daemon/default_config.toml"
-readelf -d "$prefix/$libdir/libbulkhead.so.$version" | grep -q "Library soname: \[libbulkhead.so.$major\]" ||
+grep -q "Library soname: \[libbulkhead.so.$major\]" <<<"$(readelf -d "$prefix/$libdir/libbulkhead.so.$version")" ||
   fail "the installed libbulkhead has no soname libbulkhead.so.$major"
 # The installed daemon accepts the installed config.
 "$prefix/bin/bulkheadd" --check-config "$prefix/etc/bulkhead/bulkhead.toml" ||
