@@ -147,11 +147,14 @@ class StandaloneTest(unittest.TestCase):
         # "" is a name the library refuses, not the default "bulkhead".
         with self.assertRaises(ValueError) as caught:
             bulkhead.Client(segment="")
-        self.assertTrue(str(caught.exception).startswith("segment : "), str(caught.exception))
+        self.assertEqual(str(caught.exception), "segment name '' is empty")
 
     def test_require_segment_raises_file_not_found(self):
-        with self.assertRaises(FileNotFoundError):
+        with self.assertRaises(FileNotFoundError) as caught:
             bulkhead.Client(segment=ABSENT, require_segment=True)
+        # Named once: libbulkhead's reason says which segment.
+        self.assertTrue(caught.exception.strerror.startswith(f"segment /dev/shm/{ABSENT}: cannot open: "),
+                        caught.exception.strerror)
 
     def test_a_closed_client_is_refused_not_crashed(self):
         permit = self.dep.try_acquire()

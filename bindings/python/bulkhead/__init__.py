@@ -169,9 +169,12 @@ def _c_string(text, what):
     return data
 
 
-def _raise(rc, what):
-    """Raises the Python exception for a negative errno from the C ABI."""
-    why = f"{what}: {_c().bh_last_error().decode(errors='replace')}"
+def _raise(rc, what, named=None):
+    """Raises the Python exception for a negative errno from the C ABI,
+    naming `what` unless libbulkhead's reason starts with `named` (it names
+    it already)."""
+    reason = _c().bh_last_error().decode(errors='replace')
+    why = reason if named is not None and reason.startswith(named) else f"{what}: {reason}"
     if rc == -errno.EINVAL:
         raise ValueError(why)
     raise OSError(-rc, why)  # FileNotFoundError, PermissionError, ... by errno
@@ -372,7 +375,8 @@ class Client:
         handle = ctypes.c_void_p()
         rc = _c().bh_client_open_opts(ctypes.byref(options), ctypes.byref(handle))
         if rc < 0:
-            _raise(rc, f"segment {segment if segment is not None else os.environ.get('BULKHEAD_SEGMENT') or 'bulkhead'}")
+            _raise(rc, f"segment {segment if segment is not None else os.environ.get('BULKHEAD_SEGMENT') or 'bulkhead'}",
+                   named="segment ")
         self._handle = handle
         self._dependencies = {}
         # Held across each call into libbulkhead (ctypes lets other threads
