@@ -177,7 +177,7 @@ class Executor {
         queue_.push_back(std::move(queued));
       }
     }
-    for (auto& task : expired) task->reject(BH_REJECT_DEADLINE);
+    for (auto& late : expired) late->reject(BH_REJECT_DEADLINE);
     if (reason != 0) return Submission<R>(reason);
     ready_.notify_one();
     return Submission<R>(std::move(future));
