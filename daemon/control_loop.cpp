@@ -803,10 +803,12 @@ bool ControlLoop::hold_pin_within_partitions(Dependency& d) {
 
 void ControlLoop::reclaim_dead_processes() {
   const std::uint32_t processes = segment_.capacities().max_processes;
-  const std::uint32_t capacity = segment_.capacities().max_dependencies;
   const std::uint64_t patience = abandon_after_ticks(config_);
   watch_.poll();
   std::uint32_t taken = 0;
+  // The processes found dead, their slots taken (kSlotClaiming) until
+  // give_back_dead() has given back what they held and freed their places.
+  std::vector<DeadProcess> dead;
   for (std::uint32_t p = 0; p < processes; ++p) {
     const std::optional<shm::ProcessSnapshot> seen = shm::read_process_slot(segment_, p);
     if (!seen) {
@@ -839,15 +841,60 @@ void ControlLoop::reclaim_dead_processes() {
     if (watch_.check(*seen) != shm::Liveness::kDead || !shm::take_process_slot(segment_, *seen)) {
       continue;
     }
-    const std::string pid = describe_process(*seen, watch_.pid_here(p, seen->pid));
+    dead.push_back({p, describe_process(*seen, watch_.pid_here(p, seen->pid)), {}});
+  }
+  if (!dead.empty()) {
+    give_back_dead(dead);
+    for (const DeadProcess& gone : dead) {
+      shm::free_process_slot(segment_, gone.slot);
+      --taken;
+      watch_.forget(gone.slot);
+    }
+  }
+  occupancy_.processes = taken;
+}
+
+void ControlLoop::give_back_dead(std::vector<DeadProcess>& dead) {
+  // Their places in the wait queues first (the waiters behind them move
+  // up), in one pass over every dependency's records for all of them: a
+  // pass reads max_dependencies x queue_slots records (128 MiB at 16384 x
+  // 1024), and one per dead process made a tick in which hundreds died
+  // (a service's workers killed at once) last for seconds, past the unit's
+  // WatchdogSec=.
+  const std::uint32_t processes = segment_.capacities().max_processes;
+  const std::uint32_t capacity = segment_.capacities().max_dependencies;
+  constexpr std::uint32_t kAlive = UINT32_MAX;
+  std::vector<std::uint32_t> which(processes, kAlive);  // by process slot: its place in `dead`
+  for (std::uint32_t i = 0; i < dead.size(); ++i) which[dead[i].slot] = i;
+  ++dead_queue_scans_;
+  for (std::uint32_t d = 0; d < capacity; ++d) {
+    std::atomic<std::uint64_t>* records = segment_.queue(d);
+    for (std::uint32_t r = 0; r < segment_.queue_slots(); ++r) {
+      std::uint64_t record = records[r].load(std::memory_order_relaxed);
+      if (record == 0) continue;
+      const std::uint32_t p = shm::record_process(record);
+      if (p >= processes || which[p] == kAlive) continue;
+      // Only that exact record, as shm::free_records_of(). seq_cst: the
+      // waiters are woken next (wake_waiters()).
+      if (!records[r].compare_exchange_strong(record, 0, std::memory_order_seq_cst)) continue;
+      auto& waits = dead[which[p]].waits;
+      if (waits.empty() || waits.back().first != d) waits.emplace_back(d, 0);
+      ++waits.back().second;
+    }
+  }
+  for (DeadProcess& gone : dead) {
+    const std::uint32_t p = gone.slot;
     std::uint64_t total = 0;
+    auto waits = gone.waits.begin();  // in dependency order
     for (std::uint32_t d = 0; d < capacity; ++d) {
-      // Its places in the wait queue first: the waiters behind them move up.
-      const std::uint32_t waited =
-          shm::free_records_of(segment_.queue(d), segment_.queue_slots(), p);
+      const std::uint32_t waited = waits != gone.waits.end() && waits->first == d ? (waits++)->second : 0;
       // Acquire pairs with the release adds of held in bh_try_acquire() and
-      // give_back(): the shared word's matching update is visible.
-      const std::uint64_t held_word = segment_.held(p, d).exchange(0, std::memory_order_acquire);
+      // give_back(): the shared word's matching update is visible. Its row
+      // is read first and taken only where it holds something: no one else
+      // writes the row of a slot taken from a dead process.
+      std::atomic<std::uint64_t>& held_at = segment_.held(p, d);
+      const std::uint64_t held_word =
+          held_at.load(std::memory_order_acquire) != 0 ? held_at.exchange(0, std::memory_order_acquire) : 0;
       const auto held = held_counts(held_word);
       if (held[0] == 0 && waited == 0) continue;
       // A slot the loop does not track (its name is junk) is named by its
@@ -856,7 +903,7 @@ void ControlLoop::reclaim_dead_processes() {
       const std::string name = tracked != nullptr ? tracked->name : "slot " + std::to_string(d);
       Metrics* series = tracked != nullptr ? metrics_ : nullptr;
       if (waited != 0) {
-        spdlog::warn("process {} died waiting for {} ({} place(s) in its queue): freed", pid, name, waited);
+        spdlog::warn("process {} died waiting for {} ({} place(s) in its queue): freed", gone.pid, name, waited);
         waiters_reclaimed_ += waited;
         if (series != nullptr) series->count_reclaimed_waiters(name, waited);
       }
@@ -867,17 +914,13 @@ void ControlLoop::reclaim_dead_processes() {
         const auto made = move_counts(word, {-held[0], -held[1], -held[2]});
         const auto take = static_cast<std::uint64_t>(-made[0]);
         total += take;
-        spdlog::warn("process {} died holding {} permit(s) of {}: given back", pid, take, name);
+        spdlog::warn("process {} died holding {} permit(s) of {}: given back", gone.pid, take, name);
         if (series != nullptr) series->count_reclaimed(name, take);
       }
       shm::wake_waiters(segment_.dependency(d).admission.futex);
     }
     permits_reclaimed_ += total;
-    shm::free_process_slot(segment_, p);
-    --taken;
-    watch_.forget(p);
   }
-  occupancy_.processes = taken;
 }
 
 bool ControlLoop::claimer_gone(std::uint32_t p) {

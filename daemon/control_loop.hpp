@@ -33,6 +33,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "control/controller.hpp"
@@ -96,6 +97,9 @@ class ControlLoop {
   std::uint64_t permits_reclaimed() const { return permits_reclaimed_; }
   // Wait-queue places freed on behalf of processes that died waiting.
   std::uint64_t waiters_reclaimed() const { return waiters_reclaimed_; }
+  // Passes over every wait queue made to free dead processes' places: one
+  // per tick that finds any process dead, however many died.
+  std::uint64_t dead_queue_scans() const { return dead_queue_scans_; }
 
  private:
   struct Dependency {
@@ -131,6 +135,17 @@ class ControlLoop {
   // Calls waiting in the dependency's queue, for the metrics.
   std::uint32_t count_waiters(Dependency& d);
   void reclaim_dead_processes();
+  // A process found dead, its slot taken from it (shm::take_process_slot()).
+  struct DeadProcess {
+    std::uint32_t slot = 0;
+    std::string pid;  // as the log names it
+    // The places in wait queues freed for it: (dependency slot, places), in
+    // slot order.
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> waits;
+  };
+  // Frees the dead processes' places in the wait queues and gives back the
+  // permits they held; their slots are the caller's to free.
+  void give_back_dead(std::vector<DeadProcess>& dead);
   // Whether the claim of process slot `p`, unfinished for long, may be
   // abandoned: its process recorded no pid, or is dead (its held counts,
   // which a killed daemon's take of the slot left, are then zeroed).
@@ -244,6 +259,7 @@ class ControlLoop {
   control::TickObservation observation_;  // update()'s, reused for every dependency
   std::uint64_t permits_reclaimed_ = 0;
   std::uint64_t waiters_reclaimed_ = 0;
+  std::uint64_t dead_queue_scans_ = 0;
   Occupancy occupancy_;
 };
 

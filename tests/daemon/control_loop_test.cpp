@@ -916,6 +916,55 @@ TEST_F(ControlLoopTest, AWaiterKilledInTheQueueGivesItsPlaceBack) {
   EXPECT_EQ(dep.inflight(), 0);
 }
 
+// Processes that die before one tick are reclaimed together: one pass over
+// every wait queue frees the places of all of them. A pass per dead process
+// (each reads max_dependencies x queue_slots records) made the tick after
+// 200 clients were killed at once last 3.6 s at 16384 dependencies x 1024
+// queue places, and one after 560 would have passed WatchdogSec=10s.
+TEST_F(ControlLoopTest, ProcessesThatDieInOneTickAreReclaimedInOnePassOverTheQueues) {
+  start("[defaults]\npolicy = \"fixed\"\ninitial_limit = 1\nmax_queue = 2\n");
+  Dependency orders = client_->dependency("orders");
+  Dependency stock = client_->dependency("stock");
+  Dependency pay = client_->dependency("pay");
+  advance_ticks(1);
+  const std::uint32_t slot = slot_of("orders");
+  const auto waiting = [&] { return shm::queue_length(segment_->queue(slot), segment_->queue_slots()); };
+  Permit mine = orders.try_acquire();
+  ASSERT_TRUE(mine);
+  const pid_t waiter = ::fork();
+  if (waiter == 0) {
+    Permit p = orders.acquire(60s);  // killed while it waits
+    std::_Exit(3);
+  }
+  while (waiting() != 1) std::this_thread::yield();
+  ::kill(waiter, SIGKILL);
+  for (Dependency* dep : {&stock, &pay}) {
+    const pid_t holder = ::fork();
+    if (holder == 0) {
+      Permit p = dep->try_acquire();
+      std::_Exit(p ? 0 : 1);  // dies holding it
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(holder, &status, 0), holder);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(waiter, &status, 0), waiter);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(stock.inflight(), 1);
+  EXPECT_EQ(pay.inflight(), 1);
+
+  advance_ticks(1);  // all three found dead at once
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(loop_->waiters_reclaimed(), 1u);
+  EXPECT_EQ(stock.inflight(), 0);
+  EXPECT_EQ(pay.inflight(), 0);
+  EXPECT_EQ(loop_->permits_reclaimed(), 2u);
+  EXPECT_EQ(loop_->dead_queue_scans(), 1u);
+  mine.success();
+  EXPECT_EQ(orders.inflight(), 0);
+}
+
 // A claim is abandoned once it has been seen unfinished for 2 s (20
 // ticks of 100 ms), not before: clients give up on one after 1 s.
 TEST_F(ControlLoopTest, StuckClaimsAreAbandonedAfterTwoSeconds) {
