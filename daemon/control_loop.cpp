@@ -551,13 +551,14 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
       t.wait_sum_ns = o.delta.wait_sum_ns;
     }
     metrics_->observe(*d.metrics, t);
-    if (const PartitionPlan* plan = plan_of(d.index)) {
+    if (PartitionPlan* plan = d.index < plans_.size() ? plans_[d.index].get() : nullptr) {
       const std::uint64_t word = slot.admission.word.load(std::memory_order_relaxed);
       const std::uint64_t rule = slot.partitions.rule.load(std::memory_order_relaxed);
       for (std::uint32_t p = 0; p < shm::kMaxPartitions; ++p) {
         const std::string& partition = plan->names[p];
         if (partition.empty()) continue;
-        metrics_->observe_partition(d.name, partition, shm::partition_inflight(word, p),
+        if (!plan->series[p]) plan->series[p] = metrics_->partition(d.name, partition);
+        metrics_->observe_partition(*plan->series[p], shm::partition_inflight(word, p),
                                     shm::rule_guarantee(rule, p), o.delta.partition_rejected[p]);
       }
     }

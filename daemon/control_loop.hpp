@@ -181,6 +181,10 @@ class ControlLoop {
     std::uint32_t caps = 0;
     std::array<std::string, 3> names{"default", "", ""};
     std::uint32_t fields = 0;  // the shape's low word, as published: fields in use << 8 | caps
+    // By field: the partition's series, once the first tick under this
+    // plan found them (the series of names a new plan drops are removed
+    // before it is in force).
+    std::array<std::optional<Metrics::Partition>, 3> series;
   };
   // Publishes the partitions' names, caps and field assignment (names keep
   // their fields across reloads), then the rule for the current limit.

@@ -405,12 +405,17 @@ void Metrics::set_occupancy(std::uint32_t dependencies, std::uint32_t max_depend
   slots_of_[1]->Set(max_processes);
 }
 
-void Metrics::observe_partition(const std::string& dependency, const std::string& partition,
-                                std::uint32_t inflight, std::uint32_t guaranteed, std::uint64_t rejected) {
+Metrics::Partition Metrics::partition(const std::string& dependency, const std::string& partition) {
   const prometheus::Labels labels{{"dependency", dependency}, {"partition", partition}};
-  partition_inflight_.Add(labels).Set(inflight);
-  partition_guaranteed_.Add(labels).Set(guaranteed);
-  partition_rejected_.Add(labels).Increment(static_cast<double>(rejected));
+  ++partition_lookups_;
+  return {&partition_inflight_.Add(labels), &partition_guaranteed_.Add(labels), &partition_rejected_.Add(labels)};
+}
+
+void Metrics::observe_partition(const Partition& series, std::uint32_t inflight, std::uint32_t guaranteed,
+                                std::uint64_t rejected) {
+  series.inflight->Set(inflight);
+  series.guaranteed->Set(guaranteed);
+  series.rejected->Increment(static_cast<double>(rejected));
 }
 
 void Metrics::remove_partition(const std::string& dependency, const std::string& partition) {

@@ -132,10 +132,22 @@ class Metrics {
                      std::uint32_t max_processes);
   // One breaker transition, into state `to` ("closed", "open", "half_open").
   void count_breaker_transition(const std::string& dependency, const std::string& to);
+  // A partition's series, found (or made) once and kept by the caller:
+  // prometheus-cpp's Family::Add() builds the labels, hashes them and looks
+  // them up under a lock, several times the rest of a dependency's tick when
+  // done every tick. Valid until remove_partition() of that partition.
+  struct Partition {
+    prometheus::Gauge* inflight = nullptr;
+    prometheus::Gauge* guaranteed = nullptr;
+    prometheus::Counter* rejected = nullptr;
+  };
+  Partition partition(const std::string& dependency, const std::string& partition);
   // One tick of a partition: its in-flight count and guarantee, and the
   // calls refused since the last tick.
-  void observe_partition(const std::string& dependency, const std::string& partition, std::uint32_t inflight,
-                         std::uint32_t guaranteed, std::uint64_t rejected);
+  void observe_partition(const Partition& series, std::uint32_t inflight, std::uint32_t guaranteed,
+                         std::uint64_t rejected);
+  // Series found by partition() so far.
+  std::uint64_t partition_lookups() const { return partition_lookups_; }
   // After a reload that removed or renamed a partition: its series go,
   // rather than stay frozen.
   void remove_partition(const std::string& dependency, const std::string& partition);
@@ -168,6 +180,7 @@ class Metrics {
   // Segment bucket -> Prometheus bucket (the first whose bound is at or
   // above the segment bucket's upper edge).
   std::array<std::uint8_t, shm::kHistogramBuckets> bucket_map_{};
+  std::uint64_t partition_lookups_ = 0;
   std::unique_ptr<prometheus::Exposer> exposer_;
   // Where a connection reaches the exporter, to wake it when it stops
   // (the destructor); wake_size_ 0: unknown.

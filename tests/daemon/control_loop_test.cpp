@@ -801,6 +801,42 @@ TEST_F(ControlLoopTest, APinIsLiftedReplacedAndKeptAcrossARestart) {
 // Partitions count in 16 bits: a pin past that, on a dependency with
 // partitions or one a reload gives partitions, is held at the most they
 // count, so that the published limit is the one they enforce.
+// A partition's series are found once, not looked up by their labels at
+// every tick (prometheus-cpp's Family::Add(), several times the rest of a
+// dependency's tick), and found again after a reload that renames one,
+// whose old series go.
+TEST_F(ControlLoopTest, APartitionsSeriesAreFoundOnceAndAgainAfterARename) {
+  start("[dependency.split]\npolicy = \"fixed\"\ninitial_limit = 10\n[dependency.split.partitions]\n"
+        "batch = 0.5\ndefault = 0.2\n",
+        {}, true);
+  Dependency split = client_->dependency("split");
+  Dependency batch = split.partition("batch");
+  advance_ticks(1);
+  Permit a = batch.try_acquire(), b = batch.try_acquire();
+  ASSERT_TRUE(a && b);
+  advance_ticks(5);
+  EXPECT_EQ(metrics_->partition_lookups(), 2u);  // batch and default, at the first tick
+  const auto scrape = [&] { return testing::http_get(metrics_->port(), "/metrics"); };
+  EXPECT_NE(scrape().find("bulkhead_partition_inflight{dependency=\"split\",partition=\"batch\"} 2"),
+            std::string::npos)
+      << scrape();
+  EXPECT_NE(scrape().find("bulkhead_partition_guaranteed{dependency=\"split\",partition=\"batch\"} 5"),
+            std::string::npos);
+
+  a.success();
+  b.success();
+  loop_->apply(parse("[dependency.split]\npolicy = \"fixed\"\ninitial_limit = 10\n[dependency.split.partitions]\n"
+                     "bulk = 0.4\ndefault = 0.2\n",
+                     "next.toml"));
+  advance_ticks(3);
+  EXPECT_EQ(metrics_->partition_lookups(), 4u);
+  const std::string after = scrape();
+  EXPECT_EQ(after.find("partition=\"batch\""), std::string::npos) << after;
+  EXPECT_NE(after.find("bulkhead_partition_guaranteed{dependency=\"split\",partition=\"bulk\"} 4"),
+            std::string::npos)
+      << after;
+}
+
 TEST_F(ControlLoopTest, APinOfAPartitionedDependencyIsHeldWithinItsPartitions) {
   Dependency pay = pinned_pay(40'000, 600);
   EXPECT_EQ(pay.limit(), 40'000);  // no partitions yet
