@@ -35,9 +35,12 @@
 //
 // The timing figures need a quiet machine: on a shared one, other tenants'
 // work evicts the tick's cache lines between ticks.
+#include <arpa/inet.h>
 #include <linux/futex.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -102,6 +105,11 @@ struct Result {
   double lookup_found_ns;  // a claimed name's slot found
   double lookup_miss_ns;   // a name not claimed: the probe ends
   double pattern_scan_ns;  // no published pattern matches it
+  // One Prometheus scrape of /metrics after the ticks (0 without metrics):
+  // the text's bytes and series, the bytes gzip'd as Prometheus asks for
+  // them, and the daemon's memory after both (VmHWM: their peak).
+  std::uint64_t scrape_bytes, scrape_series, scrape_gzip_bytes;
+  std::uint64_t scraped_rss_kb, scraped_rss_anon_kb, scraped_hwm_kb;
 };
 
 // --- Rounds: the parent and the writer processes, through futex words in
@@ -224,6 +232,34 @@ double wall_ms_now() {
   timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// The body of GET /metrics on loopback `port`, asking for gzip or not.
+std::string scrape(std::uint16_t port, bool gzip) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("scrape: cannot connect to 127.0.0.1:" + std::to_string(port));
+  }
+  const std::string request = std::string("GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n") +
+                              (gzip ? "Accept-Encoding: gzip\r\n" : "") + "\r\n";
+  if (::write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    throw std::runtime_error("scrape: cannot send the request");
+  }
+  std::string response;
+  char buffer[64 * 1024];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) response.append(buffer, static_cast<std::size_t>(n));
+  ::close(fd);
+  const std::size_t body = response.find("\r\n\r\n");
+  if (response.compare(0, 12, "HTTP/1.1 200") != 0 || body == std::string::npos) {
+    throw std::runtime_error("scrape: no 200 answer");
+  }
+  return response.substr(body + 4);
 }
 
 // Wall time per call of `lookup(i)` over i = 0 .. n-1, in ns; throws when
@@ -379,6 +415,19 @@ void run_size(const Size& size, const Options& o, Result* out) {
   out->rss_anon_kb = status_kb("RssAnon");
   out->rss_shmem_kb = status_kb("RssShmem");
   out->vm_hwm_kb = status_kb("VmHWM");
+  if (metrics) {
+    const std::string text = scrape(metrics->port(), false);
+    out->scrape_bytes = text.size();
+    for (std::size_t at = 0; at < text.size();) {
+      const std::size_t end = std::min(text.find('\n', at), text.size());
+      out->scrape_series += text[at] != '#' && end > at;
+      at = end + 1;
+    }
+    out->scrape_gzip_bytes = scrape(metrics->port(), true).size();
+    out->scraped_rss_kb = status_kb("VmRSS");
+    out->scraped_rss_anon_kb = status_kb("RssAnon");
+    out->scraped_hwm_kb = status_kb("VmHWM");
+  }
 
   // A client's first lookup of a name (bh_dependency), on the full table:
   // the hash probe that finds a claimed name; the probe for a name not
@@ -484,8 +533,10 @@ int main(int argc, char** argv) {
               "ms", "MiB", "MiB", "MiB", "MiB", "ms", "ns", "ns", "ns");
   bool failed = false;
   const pid_t parent = ::getpid();
+  std::vector<Result*> results;
   for (const Size& size : o.sizes) {
     Result* result = shared_new<Result>();
+    results.push_back(result);
     std::fflush(stdout);
     const pid_t pid = ::fork();
     if (pid < 0) {
@@ -521,6 +572,20 @@ int main(int argc, char** argv) {
                 result->round_ms_median, result->lookup_found_ns, result->lookup_miss_ns,
                 result->pattern_scan_ns);
   }
+  if (o.metrics) {
+    std::printf("\n%6s %6s | %9s %9s %9s | %8s %8s %8s\n", "deps", "procs", "scrape", "series", "gzip", "VmRSS",
+                "RssAnon", "VmHWM");
+    std::printf("%6s %6s | %9s %9s %9s | %8s %8s %8s\n", "", "", "MiB", "", "MiB", "MiB", "MiB", "MiB");
+    for (std::size_t i = 0; i < o.sizes.size(); ++i) {
+      const Result& r = *results[i];
+      if (!r.ok) continue;
+      const double mib = 1024.0 * 1024.0;
+      std::printf("%6u %6u | %9.1f %9llu %9.1f | %8.1f %8.1f %8.1f\n", o.sizes[i].dependencies,
+                  o.sizes[i].processes, static_cast<double>(r.scrape_bytes) / mib,
+                  static_cast<unsigned long long>(r.scrape_series), static_cast<double>(r.scrape_gzip_bytes) / mib,
+                  r.scraped_rss_kb / 1024.0, r.scraped_rss_anon_kb / 1024.0, r.scraped_hwm_kb / 1024.0);
+    }
+  }
   std::printf("\ntick CPU: median over the measured ticks; targets (issue 7): at most 5 ms of CPU per tick,\n"
               "at most 64 MB resident. RssShmem is the segment's pages the daemon touched (its slots, the\n"
               "process table, the histograms of the stripes written: here those of the CPUs the writers ran\n"
@@ -528,6 +593,10 @@ int main(int argc, char** argv) {
               "back to back: found, the hash probe to a claimed name; miss, the probe for a name not claimed\n"
               "(through every slot of a full table); scan, what a strict client adds before refusing a name\n"
               "(every slot's flags read for a published pattern).\n");
+  if (o.metrics) {
+    std::printf("Scrape: one GET /metrics after the ticks, as text (its bytes and series) and gzip'd, as\n"
+                "Prometheus asks for it; the daemon's memory after both, VmHWM their peak with the ticks'.\n");
+  }
   if (o.smoke) {
     std::printf("smoke: %s\n",
                 failed ? "FAILED" : "every measured tick closed a window for every dependency and published its limit");
