@@ -1,6 +1,7 @@
 #include "daemon/control_loop.hpp"
 
 #include <algorithm>
+#include <cerrno>
 
 #include <spdlog/spdlog.h>
 
@@ -122,6 +123,7 @@ void ControlLoop::apply(const Config& config) {
 
   unclaimed_.clear();
   claim_failures_.clear();
+  refused_full_.clear();
   for (const DependencyConfig& dc : config_.dependencies) unclaimed_.push_back(dc.name);
   unclaimed_patterns_.clear();
   pattern_slots_.clear();
@@ -287,7 +289,21 @@ void ControlLoop::claim_configured() {
   const auto placed = [&](const std::string& key, const char* what, std::uint32_t index) {
     if (claim_failures_.erase(key) != 0) spdlog::info("{} {}: has slot {} now", what, key, index);
   };
+  // A claim a full table refused is not tried again while the last tick
+  // counted the table full (no slot is ever freed: until a reload, which
+  // tries every one once more). Each try probes every slot: a thousand
+  // configured names a full table of 16384 refuses made every tick 74 ms.
+  const bool full = occupancy_.max_dependencies != 0 && occupancy_.dependencies >= occupancy_.max_dependencies;
+  const auto refused = [&](const std::string& key, const shm::SegmentError& e) {
+    if (e.code() == ENOSPC) {
+      refused_full_.insert(key);
+    } else {
+      refused_full_.erase(key);
+    }
+  };
   std::erase_if(unclaimed_, [&](const std::string& name) {
+    if (full && refused_full_.contains(name)) return false;
+    ++claim_attempts_;
     try {
       const auto claim = shm::find_or_claim_dependency(
           segment_, name, static_cast<std::uint32_t>(config_.effective(name).bounds.initial),
@@ -296,13 +312,19 @@ void ControlLoop::claim_configured() {
       placed(name, "dependency", claim.index);
       return true;
     } catch (const shm::SegmentError& e) {
-      if (failed(name, e)) spdlog::warn("dependency {}: no slot yet ({}); trying again each tick", name, e.what());
+      refused(name, e);
+      if (failed(name, e)) {
+        spdlog::warn("dependency {}: no slot yet ({}); trying again {}", name, e.what(),
+                     e.code() == ENOSPC ? "at each reload (a full table stays full)" : "each tick");
+      }
       return false;
     }
   });
   // A strict config's patterns get a slot each, where strict clients match
   // the names they do not find against them (shm::matches_pattern()).
   std::erase_if(unclaimed_patterns_, [&](const std::string& pattern) {
+    if (full && refused_full_.contains(pattern)) return false;
+    ++claim_attempts_;
     try {
       const auto claim = shm::find_or_claim_pattern(segment_, pattern, std::chrono::milliseconds(0));
       // A slot a previous config left without the flag takes it again.
@@ -312,10 +334,11 @@ void ControlLoop::claim_configured() {
       placed(pattern, "pattern", claim.index);
       return true;
     } catch (const shm::SegmentError& e) {
+      refused(pattern, e);
       if (failed(pattern, e)) {
         spdlog::warn("pattern {}: no slot yet ({}); strict clients are refused the names it matches until it has "
-                     "one; trying again each tick",
-                     pattern, e.what());
+                     "one; trying again {}",
+                     pattern, e.what(), e.code() == ENOSPC ? "at each reload (a full table stays full)" : "each tick");
       }
       return false;
     }

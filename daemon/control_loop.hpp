@@ -100,6 +100,8 @@ class ControlLoop {
   // Passes over every wait queue made to free dead processes' places: one
   // per tick that finds any process dead, however many died.
   std::uint64_t dead_queue_scans() const { return dead_queue_scans_; }
+  // Claims tried for configured names and a strict config's patterns.
+  std::uint64_t claim_attempts() const { return claim_attempts_; }
 
  private:
   struct Dependency {
@@ -245,6 +247,8 @@ class ControlLoop {
   // Why each configured name or pattern last failed to get a slot: the
   // warning is logged when that changes, not at every tick it is retried.
   std::map<std::string, std::string> claim_failures_;
+  // Those whose last claim a full table refused (ENOSPC).
+  std::set<std::string> refused_full_;
   std::set<std::uint32_t> ignored_;     // ready slots with junk names
   std::map<std::uint32_t, std::uint64_t> process_claiming_since_;
   // By slot index: the plan of a partitioned dependency, null for the others.
@@ -264,6 +268,7 @@ class ControlLoop {
   std::uint64_t permits_reclaimed_ = 0;
   std::uint64_t waiters_reclaimed_ = 0;
   std::uint64_t dead_queue_scans_ = 0;
+  std::uint64_t claim_attempts_ = 0;
   Occupancy occupancy_;
 };
 

@@ -1075,6 +1075,31 @@ TEST_F(ControlLoopTest, AConfiguredNameWaitsWhenClientsFilledTheTable) {
   EXPECT_EQ(loop_->view().size(), 16u);
 }
 
+// A claim a full table refused is not tried at every tick (each try probes
+// every slot: a thousand configured names on a full table of 16384 made
+// every tick 74 ms), only again at a reload; a claim refused for another
+// reason (a client's claim of the name unfinished) is tried each tick.
+TEST_F(ControlLoopTest, AClaimAFullTableRefusedIsTriedAgainOnlyAtAReload) {
+  const char* config = "[dependency.payments]\npolicy = \"fixed\"\n";
+  const testing::LogCapture log;
+  start(config, [](shm::Segment& s) {
+    for (int i = 0; i < 16; ++i) shm::find_or_claim_dependency(s, "filler-" + std::to_string(i), 1, 0);
+  });
+  advance_ticks(1);  // the first tick counts the table full
+  const std::uint64_t tried = loop_->claim_attempts();
+  advance_ticks(5);
+  EXPECT_EQ(loop_->claim_attempts(), tried);
+  EXPECT_FALSE(shm::find_dependency(*segment_, "payments"));
+  EXPECT_EQ(log.count("dependency payments: no slot yet"), 1u) << log.text();
+  EXPECT_NE(log.text().find("trying again at each reload"), std::string::npos) << log.text();
+
+  loop_->apply(parse(config, "next.toml"));
+  EXPECT_EQ(loop_->claim_attempts(), tried + 1);
+  advance_ticks(3);
+  EXPECT_EQ(loop_->claim_attempts(), tried + 1);
+  EXPECT_EQ(loop_->view().size(), 16u);
+}
+
 TEST_F(ControlLoopTest, ASlotWhoseNameIsJunkIsIgnored) {
   start("");
   const auto a = shm::find_or_claim_dependency(*segment_, "slash", 5, 0);
