@@ -311,16 +311,28 @@ shm::Segment open_segment(const Config& config, bool recreate) {
 
 // The segment and the metrics endpoint live as long as the process: a
 // reload keeps their running settings, and says so when it asked for others.
-void keep_process_lifetime_settings(const Config& running, Config& next) {
-  auto keep = [](const char* key, auto& wanted, const auto& current) {
-    if (wanted != current) spdlog::warn("reload: daemon.{} changes only on restart; keeping the running value", key);
+// A capacity takes more than a restart: the next start finds the segment
+// with the running ones and refuses to adopt it (exit 1, which systemd
+// retries to no avail), so the warning says what does change it.
+void keep_process_lifetime_settings(const Config& running, Config& next, std::uint32_t segment_stripes) {
+  auto keep = [](const char* key, auto& wanted, const auto& current, const std::string& then = {}) {
+    if (wanted != current) {
+      spdlog::warn("reload: daemon.{} changes only on restart; keeping the running value{}", key, then);
+    }
     wanted = current;
   };
+  const std::string remake =
+      "; a restart refuses the segment, made with the running capacities: stop its clients and restart with "
+      "--recreate-segment (under systemd: stop bulkheadd, remove /dev/shm/" + running.daemon.segment +
+      ", start it)";
   keep("segment", next.daemon.segment, running.daemon.segment);
-  keep("max_dependencies", next.daemon.max_dependencies, running.daemon.max_dependencies);
-  keep("max_processes", next.daemon.max_processes, running.daemon.max_processes);
-  keep("stats_stripes", next.daemon.stats_stripes, running.daemon.stats_stripes);
-  keep("queue_slots", next.daemon.queue_slots, running.daemon.queue_slots);
+  keep("max_dependencies", next.daemon.max_dependencies, running.daemon.max_dependencies, remake);
+  keep("max_processes", next.daemon.max_processes, running.daemon.max_processes, remake);
+  // "auto" adopts a segment of any stripes.
+  const std::uint32_t stripes = next.daemon.stats_stripes;
+  keep("stats_stripes", next.daemon.stats_stripes, running.daemon.stats_stripes,
+       stripes == kAutoStripes || stripes == segment_stripes ? std::string() : remake);
+  keep("queue_slots", next.daemon.queue_slots, running.daemon.queue_slots, remake);
   keep("segment_group", next.daemon.segment_group, running.daemon.segment_group);
   keep("segment_mode", next.daemon.segment_mode, running.daemon.segment_mode);
   keep("segment_reserve", next.daemon.segment_reserve, running.daemon.segment_reserve);
@@ -447,7 +459,7 @@ int run(const Options& options) {
                  static_cast<unsigned long long>(monotonic_ns() / 1000u), config.source.c_str());
       try {
         Config next = load(options, &config.daemon);
-        keep_process_lifetime_settings(config, next);
+        keep_process_lifetime_settings(config, next, segment.capacities().stats_stripes);
         loop.apply(next);
         config = std::move(next);
         set_log_level(config.daemon.log_level);

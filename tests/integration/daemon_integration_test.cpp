@@ -374,6 +374,13 @@ TEST_F(DaemonIntegration, BadReloadKeepsTheRunningConfig) {
   EXPECT_NE(daemon.log().find("reload: daemon.max_processes changes only on restart; keeping the running value"),
             std::string::npos)
       << daemon.log();
+  // A plain restart would refuse the segment (its capacities are the
+  // running ones): the warning says what changes them.
+  EXPECT_NE(daemon.log().find("; a restart refuses the segment, made with the running capacities: stop its clients "
+                              "and restart with --recreate-segment (under systemd: stop bulkheadd, remove /dev/shm/" +
+                              segment_.str() + ", start it)"),
+            std::string::npos)
+      << daemon.log();
   EXPECT_EQ(daemon.log().find("reload: daemon.segment "), std::string::npos) << daemon.log();
   EXPECT_EQ(daemon.log().find("reload: daemon.max_dependencies "), std::string::npos) << daemon.log();
   EXPECT_EQ(seg->header().max_processes, 16u);
