@@ -29,6 +29,13 @@ constexpr int kDriftSamples = 8;
 constexpr std::size_t kDriftHeldBudget = std::size_t{1} << 18;
 constexpr std::size_t kDriftMinSlice = 64;
 
+// Info lines about single dependencies (one adopted, one whose policy a
+// reload rebuilt) one tick or one reload logs at most; one line counts the
+// rest. A restart that adopts 16384 names logged 32768 lines at once, past
+// journald's default RateLimitBurst= (10000 in 30 s), after which it drops
+// every line of the service, warnings included, for the rest of the 30 s.
+constexpr std::uint32_t kDetailLines = 100;
+
 // A claim (of a dependency or a process slot) unfinished for this long is
 // taken to be from a process that died mid-claim. Clients give up waiting
 // on a claim after 1 s, so this is safely longer.
@@ -132,8 +139,9 @@ void ControlLoop::apply(const Config& config) {
   }
   claim_configured();
   withdraw_patterns();
+  std::uint32_t rebuilt = 0;
   for (auto& [index, d] : dependencies_) {
-    if (d.controller->reconfigure(config_.effective(d.name))) {
+    if (d.controller->reconfigure(config_.effective(d.name)) && ++rebuilt <= kDetailLines) {
       spdlog::info("dependency {}: policy {}, continuing from limit {}", d.name,
                    describe_policy(d.controller->settings()), d.controller->limit());
     }
@@ -151,6 +159,11 @@ void ControlLoop::apply(const Config& config) {
     // Waiters look at the new settings at once: shadow mode admits them,
     // partitions send them to their rule, a larger limit may have room.
     shm::wake_waiters(segment_.dependency(index).admission.futex);
+  }
+  if (rebuilt > kDetailLines) {
+    spdlog::info("{} more dependencies' policies rebuilt, continuing from their limits (at most {} are logged one "
+                 "by one; bulkheadctl status shows each)",
+                 rebuilt - kDetailLines, kDetailLines);
   }
 }
 
@@ -401,8 +414,6 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
     d.metrics = &metrics_->dependency(d.name);
     metrics_->set_policy(d.name, settings.policy, settings.bounds.min, settings.bounds.max);
   }
-  spdlog::info("dependency {}: policy {}, limit {} in [{}, {}]", d.name, describe_policy(settings),
-               d.controller->limit(), settings.bounds.min, settings.bounds.max);
   publish_limit(d);
   publish_settings(index, d.name);
   slot.control.generation.store(segment_.header().config_generation.load(std::memory_order_relaxed),
@@ -429,6 +440,7 @@ void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
   const std::uint32_t capacity = segment_.capacities().max_dependencies;
   const std::uint64_t patience = abandon_after_ticks(config_);
   std::uint32_t taken = 0;
+  std::uint32_t adopted = 0;
   for (std::uint32_t i = 0; i < capacity; ++i) {
     // A bitmap, not dependencies_.contains(): this runs over every slot
     // every tick, and a tree lookup each was a millisecond at 4096.
@@ -448,7 +460,12 @@ void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
         ignored_.insert(i);
         continue;
       }
-      spdlog::info("dependency {}: new slot {}", dependencies_.find(i)->name, i);
+      if (++adopted <= kDetailLines) {
+        const Dependency& d = *dependencies_.find(i);
+        const control::LimitSettings& settings = d.controller->settings();
+        spdlog::info("dependency {}: new slot {}, policy {}, limit {} in [{}, {}]", d.name, i,
+                     describe_policy(settings), d.controller->limit(), settings.bounds.min, settings.bounds.max);
+      }
     } else if (state == shm::kSlotClaiming) {
       auto [it, fresh] = claiming_since_.try_emplace(i, heartbeat_);
       if (!fresh && heartbeat_ - it->second >= patience &&
@@ -460,6 +477,10 @@ void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
     }
   }
   occupancy_.dependencies = taken;
+  if (adopted > kDetailLines) {
+    spdlog::info("{} more dependencies adopted (at most {} are logged one by one; bulkheadctl status shows each)",
+                 adopted - kDetailLines, kDetailLines);
+  }
 }
 
 void ControlLoop::report_occupancy(const Occupancy& before) {

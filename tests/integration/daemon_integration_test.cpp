@@ -15,6 +15,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -322,6 +323,48 @@ TEST_F(DaemonIntegration, SIGTERMStopsADaemonWhoseTicksTakeLongerThanTheirPeriod
   EXPECT_LE(segment.header().heartbeat.load() - signalled_at, 2u);
   EXPECT_EQ(daemon.exit_code(), 0) << daemon.log();
   EXPECT_NE(daemon.log().find("stopping"), std::string::npos) << daemon.log();
+}
+
+// A tick that adopts many names, and a reload that rebuilds many policies,
+// log a hundred of them one by one and count the rest in one line: a
+// restart that adopted 16384 names logged 32768 lines at once, past
+// journald's default RateLimitBurst= (10000 in 30 s), after which journald
+// drops every line of the service for the rest of the 30 s.
+TEST_F(DaemonIntegration, ManyDependenciesAtOnceAreLoggedAHundredAndACount) {
+  std::string text = config();
+  text.replace(text.find("max_dependencies = 16"), 21, "max_dependencies = 256");
+  const auto count = [](const std::string& log, const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+    return n;
+  };
+  std::optional<Client> client;
+  std::vector<Dependency> names;
+  {
+    DaemonProcess first(BULKHEADD_PATH, dir_, text);
+    ASSERT_TRUE(first.wait_ready(segment_)) << first.log();
+    client.emplace(segment_.str());
+    for (int i = 0; i < 150; ++i) names.push_back(client->dependency("name-" + std::to_string(i)));
+    first.signal(SIGTERM);
+    ASSERT_TRUE(first.wait_exit(10s));
+  }
+  const testing::TempDir second_dir;
+  DaemonProcess second(BULKHEADD_PATH, second_dir.path(), text);  // adopts the 150 at its first tick
+  ASSERT_TRUE(second.wait_ready(segment_)) << second.log();
+  EXPECT_EQ(count(second.log(), ": new slot "), 100u) << second.log();
+  EXPECT_NE(second.log().find("dependency name-0: new slot "), std::string::npos) << second.log();
+  EXPECT_NE(second.log().find("50 more dependencies adopted (at most 100 are logged one by one"), std::string::npos)
+      << second.log();
+
+  std::string next = text;
+  next.replace(next.find("max_limit = 200"), 15, "max_limit = 300");
+  testing::write_file(second.config_path(), next);
+  second.signal(SIGHUP);
+  for (int i = 0; i < 500 && second.log().find("reloaded") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(count(second.log(), "continuing from limit"), 100u) << second.log();
+  EXPECT_NE(second.log().find("50 more dependencies' policies rebuilt"), std::string::npos) << second.log();
 }
 
 TEST_F(DaemonIntegration, BadReloadKeepsTheRunningConfig) {
