@@ -569,6 +569,7 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
     t.pinned = d.controller->pinned() != 0;
     t.inflight = o.inflight;
     t.waiters = count_waiters(d);
+    t.queue = published_settings_[d.index].max_queue != 0;
     t.success = o.delta.ok;
     t.dropped = o.delta.dropped;
     t.ignored = o.delta.ignored;

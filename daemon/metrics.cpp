@@ -129,7 +129,9 @@ class Metrics::DependencySeries : public prometheus::Collectable {
                           "Calls waiting for a permit of the dependency, host-wide, at the last tick.",
                           MetricType::Gauge, n);
     auto wait = family("bulkhead_queue_wait_seconds",
-                       "Time calls spent in the dependency's wait queue, admitted or not.", MetricType::Histogram, n);
+                       "Time calls spent in the dependency's wait queue, admitted or not; for dependencies "
+                       "with a queue (max_queue > 0), or calls that waited.",
+                       MetricType::Histogram, n);
     auto waiters_reclaimed = family("bulkhead_waiters_reclaimed_total",
                                     "Wait-queue places freed on behalf of processes that died waiting.",
                                     MetricType::Counter, n);
@@ -186,7 +188,9 @@ class Metrics::DependencySeries : public prometheus::Collectable {
       counter(queue_rejections, d.name, d.queue_full, "reason", "queue_full");
       counter(queue_rejections, d.name, d.deadline, "reason", "deadline");
       gauge(waiters, d.name, d.waiters);
-      histogram(wait, d.name, d.wait);
+      if (d.queue || std::any_of(d.wait.counts.begin(), d.wait.counts.end(), [](std::uint64_t n) { return n != 0; })) {
+        histogram(wait, d.name, d.wait);
+      }
       counter(waiters_reclaimed, d.name, d.waiters_reclaimed);
       counter(permits_reclaimed, d.name, d.permits_reclaimed);
       for (std::uint8_t s = 0; s < 3; ++s) {
@@ -360,6 +364,7 @@ void Metrics::observe(Dependency& d, const Tick& t) {
   d.breaker_forced = t.breaker_forced;
   d.baseline_s = t.baseline_ns / 1e9;
   d.measuring = t.measuring;
+  d.queue = t.queue;
   if (!t.latency.empty()) add(d.latency, t.latency, t.latency_first, t.latency_sum_ns);
   if (!t.wait.empty()) add(d.wait, t.wait, t.wait_first, t.wait_sum_ns);
 }

@@ -70,6 +70,10 @@ class Metrics {
     bool breaker_forced = false;          // held there by an operator
     double baseline_s = 0;                // the policy's; 0: none
     bool measuring = false;
+    // It has a wait queue (max_queue > 0): its wait histogram is exported,
+    // as it is once any call waited. Without, its 19 lines (a third of the
+    // dependency's series) would be zeros.
+    bool queue = false;
     Histogram latency;
     Histogram wait;
   };
@@ -88,6 +92,7 @@ class Metrics {
     // measuring it (policies::Baseline).
     double baseline_ns = 0;
     bool measuring = false;
+    bool queue = false;  // as Dependency::queue
     // The tick's ok calls by segment histogram bucket (deltas), from
     // bucket latency_first on (the buckets past the span and before it
     // are 0), and their latency sum; empty when there were none. The same

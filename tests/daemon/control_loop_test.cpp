@@ -672,6 +672,23 @@ TEST(MetricsExporter, ItsListenerIsWokenOnItsOwnHostOrOnLoopbackForAWildcard) {
 
 // Each tick adds its own calls to the metrics' latency and wait histograms,
 // and a tick without any adds nothing.
+// A dependency without a wait queue exports no wait histogram: its 19
+// lines, a third of the dependency's series, would be zeros at every
+// scrape (1.06 million series, 66 MB, at 16384 dependencies).
+TEST_F(ControlLoopTest, OnlyADependencyWithAQueueExportsItsWaitHistogram) {
+  start("[dependency.queued]\nmax_queue = 2\n[dependency.plain]\n", {}, true);
+  Dependency queued = client_->dependency("queued"), plain = client_->dependency("plain");
+  advance_ticks(1);
+  feed_calls(queued, 3, 1ms);
+  feed_calls(plain, 3, 1ms);
+  advance_ticks(1);
+  const std::string scrape = testing::http_get(metrics_->port(), "/metrics");
+  EXPECT_NE(scrape.find("bulkhead_queue_wait_seconds_count{dependency=\"queued\"} 0"), std::string::npos) << scrape;
+  EXPECT_EQ(scrape.find("bulkhead_queue_wait_seconds_count{dependency=\"plain\"}"), std::string::npos) << scrape;
+  EXPECT_NE(scrape.find("bulkhead_latency_seconds_count{dependency=\"plain\"} 3"), std::string::npos) << scrape;
+  EXPECT_NE(scrape.find("bulkhead_queue_waiters{dependency=\"plain\"} 0"), std::string::npos) << scrape;
+}
+
 TEST_F(ControlLoopTest, TheMetricsHistogramsTakeEachTicksCallsOnce) {
   start("", {}, /*with_metrics=*/true);
   Dependency dep = client_->dependency("orders");

@@ -195,8 +195,9 @@ class PrometheusCheck : public ::testing::Test {
            // Partitions, so that their series exist: the traffic below is
            // the "default" partition's, which only borrows.
            "[dependency.checkout.partitions]\ncritical = 0.5\n"
-           // A policy that keeps a baseline latency (fixed keeps none).
-           "[dependency.search]\npolicy = \"balance\"\n";
+           // A policy that keeps a baseline latency (fixed keeps none), and
+           // a wait queue, without which there is no wait histogram.
+           "[dependency.search]\npolicy = \"balance\"\nmax_queue = 2\n";
   }
 
   // Starts bulkheadd with callers of "checkout" over its limit of 4, a
