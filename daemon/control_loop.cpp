@@ -29,11 +29,12 @@ constexpr int kDriftSamples = 8;
 constexpr std::size_t kDriftHeldBudget = std::size_t{1} << 18;
 constexpr std::size_t kDriftMinSlice = 64;
 
-// Info lines about single dependencies (one adopted, one whose policy a
-// reload rebuilt) one tick or one reload logs at most; one line counts the
-// rest. A restart that adopts 16384 names logged 32768 lines at once, past
-// journald's default RateLimitBurst= (10000 in 30 s), after which it drops
-// every line of the service, warnings included, for the rest of the 30 s.
+// Lines about single dependencies of one kind (one adopted, one whose
+// policy a reload rebuilt, one a dead process held permits of) one tick or
+// one reload logs at most; one line counts the rest. A restart that adopts
+// 16384 names logged 32768 lines at once, past journald's default
+// RateLimitBurst= (10000 in 30 s), after which it drops every line of the
+// service, warnings included, for the rest of the 30 s.
 constexpr std::uint32_t kDetailLines = 100;
 
 // A claim (of a dependency or a process slot) unfinished for this long is
@@ -928,6 +929,8 @@ void ControlLoop::give_back_dead(std::vector<DeadProcess>& dead) {
       ++waits.back().second;
     }
   }
+  std::uint32_t lines = 0;  // logged one by one: at most kDetailLines
+  std::uint64_t unlogged_permits = 0, unlogged_places = 0;
   for (DeadProcess& gone : dead) {
     const std::uint32_t p = gone.slot;
     std::uint64_t total = 0;
@@ -948,8 +951,13 @@ void ControlLoop::give_back_dead(std::vector<DeadProcess>& dead) {
       const Dependency* tracked = dependencies_.find(d);
       const std::string name = tracked != nullptr ? tracked->name : "slot " + std::to_string(d);
       Metrics* series = tracked != nullptr ? metrics_ : nullptr;
+      const bool logged = ++lines <= kDetailLines;
       if (waited != 0) {
-        spdlog::warn("process {} died waiting for {} ({} place(s) in its queue): freed", gone.pid, name, waited);
+        if (logged) {
+          spdlog::warn("process {} died waiting for {} ({} place(s) in its queue): freed", gone.pid, name, waited);
+        } else {
+          unlogged_places += waited;
+        }
         waiters_reclaimed_ += waited;
         if (series != nullptr) series->count_reclaimed_waiters(name, waited);
       }
@@ -960,12 +968,22 @@ void ControlLoop::give_back_dead(std::vector<DeadProcess>& dead) {
         const auto made = move_counts(word, {-held[0], -held[1], -held[2]});
         const auto take = static_cast<std::uint64_t>(-made[0]);
         total += take;
-        spdlog::warn("process {} died holding {} permit(s) of {}: given back", gone.pid, take, name);
+        if (logged) {
+          spdlog::warn("process {} died holding {} permit(s) of {}: given back", gone.pid, take, name);
+        } else {
+          unlogged_permits += take;
+        }
         if (series != nullptr) series->count_reclaimed(name, take);
       }
       shm::wake_waiters(segment_.dependency(d).admission.futex);
     }
     permits_reclaimed_ += total;
+  }
+  if (lines > kDetailLines) {
+    spdlog::warn("{} more dependencies of the {} dead process(es) not logged one by one: {} permit(s) given back "
+                 "and {} wait-queue place(s) freed (at most {} lines a tick; bulkhead_permits_reclaimed_total and "
+                 "bulkhead_waiters_reclaimed_total count them all)",
+                 lines - kDetailLines, dead.size(), unlogged_permits, unlogged_places, kDetailLines);
   }
 }
 

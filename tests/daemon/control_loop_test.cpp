@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <csignal>
 #include <filesystem>
@@ -377,6 +378,40 @@ TEST_F(ControlLoopTest, PermitsOfADeadProcessAreGivenBack) {
   EXPECT_EQ(reclaimed(), "2");
   mine.success();
   EXPECT_EQ(dep.inflight(), 0);
+}
+
+// Processes that die holding permits of many dependencies are logged a
+// hundred lines a tick, then one line counts the rest: hundreds of workers
+// killed at once, each holding permits of dozens of dependencies, would
+// write past journald's default RateLimitBurst= (10000 in 30 s), which then
+// drops every line of the service. The metrics count every permit.
+TEST_F(ControlLoopTest, DeadProcessesAreLoggedAHundredLinesATickAndACount) {
+  start("", {}, true);
+  std::vector<Dependency> deps;
+  for (int i = 0; i < 15; ++i) deps.push_back(client_->dependency("dep-" + std::to_string(i)));
+  advance_ticks(1);
+  for (int c = 0; c < 7; ++c) {  // the 7 process slots this test's client leaves
+    const pid_t child = ::fork();
+    if (child == 0) {
+      std::vector<Permit> held;
+      for (Dependency& dep : deps) held.push_back(dep.try_acquire());
+      const bool all = std::all_of(held.begin(), held.end(), [](const Permit& p) { return bool(p); });
+      std::_Exit(all ? 0 : 1);  // dies holding one permit of each
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  const testing::LogCapture log;
+  advance_ticks(1);
+  EXPECT_EQ(loop_->permits_reclaimed(), 105u);
+  for (Dependency& dep : deps) EXPECT_EQ(dep.inflight(), 0);
+  EXPECT_EQ(log.count("died holding"), 100u) << log.text();
+  EXPECT_EQ(log.count("5 more dependencies of the 7 dead process(es) not logged one by one: 5 permit(s) given back"),
+            1u)
+      << log.text();
+  const std::string scrape = testing::http_get(metrics_->port(), "/metrics");
+  EXPECT_NE(scrape.find("bulkhead_permits_reclaimed_total{dependency=\"dep-14\"} 7"), std::string::npos) << scrape;
 }
 
 TEST_F(ControlLoopTest, AZombieThatHeldPermitsCountsAsDead) {
