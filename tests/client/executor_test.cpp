@@ -93,6 +93,25 @@ class ExecutorTest : public ::testing::Test {
     gate.wait_started();
     return std::move(running.future());
   }
+  // Queues a task that would set `ran`, with a deadline that passes while
+  // it waits in the queue (the worker busy), and returns its submission
+  // once that deadline has passed. The budget must pass after submit()
+  // checks it: on a slow machine (sanitizers, other load) 1 ms can be gone
+  // before that check, and a refusal at submit tests nothing here
+  // (ADeadlinePassedAtSubmitIsRefusedAtOnce does), so it doubles until
+  // submit() queues the task.
+  static auto queue_one_that_expires(Executor& pool, std::atomic<bool>& ran) {
+    auto budget = std::chrono::milliseconds(1);
+    auto deadline = Clock::now() + budget;
+    auto late = pool.submit([&ran] { ran = true; }, deadline);
+    while (!late && late.reason() == BH_REJECT_DEADLINE && budget < std::chrono::seconds(10)) {
+      budget *= 2;
+      deadline = Clock::now() + budget;
+      late = pool.submit([&ran] { ran = true; }, deadline);
+    }
+    while (late && Clock::now() <= deadline) std::this_thread::yield();
+    return late;
+  }
 
   TempSegmentName name_{"exec"};
   std::optional<shm::Segment> segment_;
@@ -203,21 +222,8 @@ TEST_F(ExecutorTest, ATaskWhoseDeadlinePassedWhileQueuedIsNotRun) {
   Gate gate;
   std::future<int> running = occupy_worker(pool, gate);
   std::atomic<bool> ran{false};
-  // A budget that passes while the task waits in the queue, not before
-  // submit() checks it. On a slow machine (sanitizers, other load) 1 ms
-  // can be gone before that check, and a refusal at submit tests nothing
-  // here (ADeadlinePassedAtSubmitIsRefusedAtOnce does): double it until
-  // submit() queues the task.
-  auto budget = 1ms;
-  auto deadline = Clock::now() + budget;
-  auto late = pool.submit([&] { ran = true; }, deadline);
-  while (!late && late.reason() == BH_REJECT_DEADLINE && budget < 10s) {
-    budget *= 2;
-    deadline = Clock::now() + budget;
-    late = pool.submit([&] { ran = true; }, deadline);
-  }
-  ASSERT_TRUE(late);
-  while (Clock::now() <= deadline) std::this_thread::yield();  // it expires in the queue
+  auto late = queue_one_that_expires(pool, ran);
+  ASSERT_TRUE(late) << late.reason();
   gate.open();
   EXPECT_EQ(reason_of(late.future()), BH_REJECT_DEADLINE);
   EXPECT_FALSE(ran.load());
@@ -234,16 +240,8 @@ TEST_F(ExecutorTest, ATaskPastItsDeadlineGivesUpItsPlaceInAFullQueue) {
   Gate gate;
   std::future<int> running = occupy_worker(pool, gate);
   std::atomic<bool> ran{false};
-  auto budget = 1ms;  // doubled until submit() queues it, as above
-  auto deadline = Clock::now() + budget;
-  auto late = pool.submit([&] { ran = true; }, deadline);
-  while (!late && late.reason() == BH_REJECT_DEADLINE && budget < 10s) {
-    budget *= 2;
-    deadline = Clock::now() + budget;
-    late = pool.submit([&] { ran = true; }, deadline);
-  }
-  ASSERT_TRUE(late);
-  while (Clock::now() <= deadline) std::this_thread::yield();  // it expires in the queue
+  auto late = queue_one_that_expires(pool, ran);
+  ASSERT_TRUE(late) << late.reason();
   auto fresh = pool.submit([] { return 2; });
   ASSERT_TRUE(fresh) << fresh.reason();
   EXPECT_EQ(pool.queued(), 1u);

@@ -105,32 +105,37 @@ if ldd "$work/cmake/consumer-cxx-static" | grep -q libbulkhead; then
 fi
 run "$work/cmake/consumer-cxx-static"
 
+# build_project NAME WHY-IT-FAILED CMAKELISTS-LINES...: a CMake project in
+# $work/NAME made of those lines, configured against the install with the
+# flags above and built; fails with its log and WHY-IT-FAILED.
+build_project() {
+  local name=$1 why=$2
+  shift 2
+  mkdir -p "$work/$name"
+  printf '%s\n' "cmake_minimum_required(VERSION 3.16)" "$@" >"$work/$name/CMakeLists.txt"
+  cmake -S "$work/$name" -B "$work/$name/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
+    -DCMAKE_EXE_LINKER_FLAGS="$flags" >"$work/$name.log" &&
+    cmake --build "$work/$name/build" -j 1 >>"$work/$name.log" ||
+    { cat "$work/$name.log"; fail "$why"; }
+}
+
 echo "== a C-only CMake project linked with bulkhead::client_static"
 # Its link is the C compiler's, which adds no C++ runtime of its own.
-mkdir -p "$work/c-only"
-printf '%s\n' "cmake_minimum_required(VERSION 3.16)" "project(bulkhead-c-only LANGUAGES C)" \
-  "find_package(bulkhead CONFIG REQUIRED)" \
+build_project c-only "a C-only project cannot link bulkhead::client_static" \
+  "project(bulkhead-c-only LANGUAGES C)" "find_package(bulkhead CONFIG REQUIRED)" \
   "add_executable(consumer-c-static \"$src/examples/consumer/consumer.c\")" \
-  "target_link_libraries(consumer-c-static PRIVATE bulkhead::client_static)" >"$work/c-only/CMakeLists.txt"
-cmake -S "$work/c-only" -B "$work/c-only/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_C_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
-  >"$work/c-only.log" && cmake --build "$work/c-only/build" -j 1 >>"$work/c-only.log" ||
-  { cat "$work/c-only.log"; fail "a C-only project cannot link bulkhead::client_static"; }
+  "target_link_libraries(consumer-c-static PRIVATE bulkhead::client_static)"
 if ldd "$work/c-only/build/consumer-c-static" | grep -q libbulkhead; then
   fail "consumer-c-static loads libbulkhead.so: it should have linked libbulkhead.a"
 fi
 run "$work/c-only/build/consumer-c-static"
 
 echo "== a C++14 CMake project: bulkhead::client raises it to the C++17 the headers need"
-mkdir -p "$work/cxx14"
-printf '%s\n' "cmake_minimum_required(VERSION 3.16)" "project(bulkhead-cxx14 LANGUAGES CXX)" \
-  "set(CMAKE_CXX_STANDARD 14)" "set(CMAKE_CXX_EXTENSIONS OFF)" "find_package(bulkhead CONFIG REQUIRED)" \
-  "add_executable(consumer-cxx14 \"$src/examples/consumer/consumer.cpp\")" \
-  "target_link_libraries(consumer-cxx14 PRIVATE bulkhead::client)" >"$work/cxx14/CMakeLists.txt"
-cmake -S "$work/cxx14" -B "$work/cxx14/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
-  >"$work/cxx14.log" && cmake --build "$work/cxx14/build" -j 1 >>"$work/cxx14.log" ||
-  { cat "$work/cxx14.log"; fail "a C++14 project cannot build with bulkhead::client's headers"; }
+build_project cxx14 "a C++14 project cannot build with bulkhead::client's headers" \
+  "project(bulkhead-cxx14 LANGUAGES CXX)" "set(CMAKE_CXX_STANDARD 14)" "set(CMAKE_CXX_EXTENSIONS OFF)" \
+  "find_package(bulkhead CONFIG REQUIRED)" "add_executable(consumer-cxx14 \"$src/examples/consumer/consumer.cpp\")" \
+  "target_link_libraries(consumer-cxx14 PRIVATE bulkhead::client)"
 check_uses_install "$work/cxx14/build/consumer-cxx14"
 run "$work/cxx14/build/consumer-cxx14"
 
