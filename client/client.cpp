@@ -947,7 +947,7 @@ void bh_client_close(bh_client* c) {
 }
 
 int bh_client_mode(const bh_client* c) {
-  if (c == nullptr) return fail(EINVAL, "bh_client_mode: client is NULL");
+  if (c == nullptr) return fail(EINVAL, "bh_client_mode: the client is NULL (a bulkhead::Client moved from has none)");
   claim_if_forked();  // a forked child's goes standalone when it gets no slot
   return c->segment ? BH_MODE_SHARED : BH_MODE_STANDALONE;
 }

@@ -157,6 +157,14 @@ TEST(Standalone, AMovedFromClientSaysSo) {
     EXPECT_EQ(std::string(e.what()),
               "bh_dependency: the client is NULL (a bulkhead::Client moved from has none): Invalid argument");
   }
+  try {
+    (void)client.mode();
+    ADD_FAILURE() << "a moved-from client has a mode";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "bh_client_mode: the client is NULL (a bulkhead::Client moved from has none): Invalid argument");
+  }
+  EXPECT_EQ(moved.mode(), Client::Mode::kStandalone);
   bh_dep* d = nullptr;
   EXPECT_EQ(bh_dependency(moved.handle(), nullptr, &d), -EINVAL);
   EXPECT_STREQ(bh_last_error(), "bh_dependency: the name is NULL");

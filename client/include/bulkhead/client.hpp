@@ -219,7 +219,12 @@ class Client {
     if (const int rc = bh_dependency(client_, name.c_str(), &d); rc < 0) throw Error(rc);
     return Dependency(d);
   }
-  Mode mode() const { return static_cast<Mode>(bh_client_mode(client_)); }
+  // Throws Error (EINVAL) for a Client moved from, which has no client.
+  Mode mode() const {
+    const int mode = bh_client_mode(client_);
+    if (mode < 0) throw Error(mode);
+    return static_cast<Mode>(mode);
+  }
   std::string_view status() const { return bh_client_status(client_); }
   bh_client* handle() const { return client_; }
 
