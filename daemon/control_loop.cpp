@@ -393,17 +393,30 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   }
   // A previous daemon may have let waiters in anywhere.
   d.queue_scan = segment_.queue_slots();
-  // Start counting from now: an adopted segment's history is not a window.
-  d.stats = std::make_unique<shm::StatsReader>(segment_, index);
+  const bool governed = slot.control.generation.load(std::memory_order_relaxed) != 0;
+  // Where counting starts. A slot no daemon has governed that a tick after
+  // this daemon's first finds was claimed since the previous tick scanned
+  // the table (it was not ready then; nothing is recorded on a slot before
+  // it is ready): what its counters hold is that tick's calls, counted from
+  // zero, so that the first window, the breaker and the metrics see every
+  // outcome since the claim. Any other slot starts from now: an adopted
+  // segment's history is not a window (a previous daemon's slot, or one
+  // clients claimed and used while no daemon ran, for however long).
+  const bool claimed_since_last_tick = !governed && previous_tick_ns_.has_value();
+  d.stats = std::make_unique<shm::StatsReader>(
+      segment_, index, claimed_since_last_tick ? shm::StatsReader::Start::kZero : shm::StatsReader::Start::kNow);
   // Continue from the limit a daemon (a previous one, or this one's claim)
   // left in force, not from initial_limit. A slot no daemon has governed
   // yet (generation 0) holds what a client claimed it with: the header's
   // default_limit, which is [defaults]' and not a pattern table's, so it
   // starts at the config's initial_limit (0 tells the controller so).
+  // Counted from zero, its first window opened with the previous tick: the
+  // calls this tick takes are that long's, not an instant's (a policy that
+  // divides by a window's length would find a rate of calls per nanosecond).
   const DependencyConfig settings = config_.effective(d.name);
-  const bool governed = slot.control.generation.load(std::memory_order_relaxed) != 0;
   d.controller = std::make_unique<control::Controller>(
-      settings, governed ? slot.control.limit.load(std::memory_order_relaxed) : 0, now_ns);
+      settings, governed ? slot.control.limit.load(std::memory_order_relaxed) : 0,
+      claimed_since_last_tick ? *previous_tick_ns_ : now_ns);
   // A breaker a previous daemon left open stays open for a sleep window,
   // unless an operator forced it so and the force has ended since: then
   // the first tick releases it, as it would have under that daemon.
@@ -514,6 +527,9 @@ void ControlLoop::tick(std::uint64_t now_ns) {
     }
   }
   adopt_new_slots(now_ns);
+  // Every slot ready now is adopted (or ignored): a slot no daemon governed
+  // that a later tick finds was claimed since this one (track()).
+  previous_tick_ns_ = now_ns;
   for (auto& [index, d] : dependencies_) update(d, now_ns);
   reclaim_dead_processes();
   free_stray_records();
@@ -1208,6 +1224,7 @@ std::vector<ControlLoop::View> ControlLoop::view() const {
            d.controller->limit(),
            shm::admission_inflight(word),
            d.controller->windows(),
+           d.controller->last_window().duration_ns,
            d.breaker->state(),
            d.breaker->forced(),
            d.controller->pinned(),

@@ -66,6 +66,7 @@ class ControlLoop {
     std::uint32_t limit;
     std::uint32_t inflight;
     std::uint64_t windows;  // windows handed to the policy so far
+    std::uint64_t window_ns;  // the last one's length (0 before the first)
     BreakerState breaker;
     bool breaker_forced;
     std::uint32_t pinned;  // an operator's pin in force; 0: none
@@ -264,6 +265,10 @@ class ControlLoop {
     return index < plans_.size() ? plans_[index].get() : nullptr;
   }
   std::uint64_t heartbeat_ = 0;
+  // The last tick's time, once a tick has scanned the dependency table: a
+  // slot no daemon governed that a later tick finds was claimed since
+  // (track()).
+  std::optional<std::uint64_t> previous_tick_ns_;
   control::TickObservation observation_;  // update()'s, reused for every dependency
   std::uint64_t permits_reclaimed_ = 0;
   std::uint64_t waiters_reclaimed_ = 0;

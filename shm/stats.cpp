@@ -205,8 +205,14 @@ void StatsReader::LastReading::take(const HistogramCounts& h, std::array<std::ui
   total += sum;
 }
 
-StatsReader::StatsReader(const Segment& segment, std::uint32_t index)
+StatsReader::StatsReader(const Segment& segment, std::uint32_t index, Start start)
     : stripes_(segment.capacities().stats_stripes) {
+  // From zero: every total, latency sum and last reading 0, as for a stripe
+  // that never had a success below. A take then finds a stripe written if
+  // its sum or window minimum moved, looks at every bucket of its histogram
+  // (no bucket kept: the extremes are never "inside"), and counts what each
+  // holds; the wait histogram the same once its sum is not 0.
+  if (start == Start::kZero) return;
   for (std::uint32_t s = 0; s < stripes_.size(); ++s) {
     Stripe& mine = stripes_[s];
     const std::array<std::uint64_t, kScalars> scalars = load_scalars(segment.stripe(index, s));

@@ -104,13 +104,23 @@ WindowExtremes take_window_extremes(Segment& segment, std::uint32_t index);
 // Thread safety: one thread (the control loop) owns a reader.
 class StatsReader {
  public:
-  // Starts from the counters as they are now: what they hold already is
-  // not counted.
-  StatsReader(const Segment& segment, std::uint32_t index);
+  // Where a reader starts counting.
+  enum class Start {
+    // From the counters as they are now: what they hold already is not
+    // counted (a slot whose history is not a window: one a previous daemon
+    // governed, or that clients used while no daemon ran).
+    kNow,
+    // From zero: the first take counts everything the counters hold, every
+    // bucket of both histograms read (the slot's counts since its claim;
+    // a slot's counters start at 0 when it is claimed).
+    kZero,
+  };
+
+  StatsReader(const Segment& segment, std::uint32_t index, Start start = Start::kNow);
 
   // Adds to `delta` (which the caller zeroed, with clear() to have its
   // latency range narrowed) what was recorded since the
-  // previous take or the construction, and takes the window extremes into
+  // previous take or the start, and takes the window extremes into
   // `extremes`, resetting them to neutral. Needs a read-write mapping.
   void take(Segment& segment, std::uint32_t index, DependencyCounters& delta, WindowExtremes& extremes);
 

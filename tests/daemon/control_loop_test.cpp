@@ -1192,6 +1192,73 @@ TEST_F(ControlLoopTest, ANewDependencyCarriesTheConfigGenerationThatSetIt) {
   EXPECT_EQ(segment_->dependency(slot_of("late")).control.generation.load(), generation);
 }
 
+// A name a client claims between two ticks: its counters hold that tick's
+// calls, which the tick that adopts it counts in full. Its first window, its
+// breaker and the metrics see every outcome since the claim, and the window
+// is a tick long (since the previous tick), not an instant.
+TEST_F(ControlLoopTest, ANameClaimedBetweenTwoTicksHasEveryOutcomeSinceItsClaimCounted) {
+  start("[defaults]\npolicy = \"aimd\"\nmin_limit = 1\ninitial_limit = 10\nwindow_min_samples = 10\n"
+        "[defaults.breaker]\nenabled = true\n",
+        {}, /*with_metrics=*/true);
+  advance_ticks(1);
+  Dependency dep = client_->dependency("fresh");
+  feed_calls(dep, 30, 1ms, Outcome::kFailed);
+  feed_calls(dep, 10, 3ms);
+  advance_ticks(1);
+  const ControlLoop::View v = view_of("fresh");
+  EXPECT_EQ(v.breaker, BreakerState::kOpen);  // 30 of 40 failed
+  EXPECT_EQ(dep.breaker(), bulkhead::BreakerState::kOpen);
+  EXPECT_EQ(v.windows, 1u);  // the 10 successes made a window
+  EXPECT_EQ(v.window_ns, kTickNs);
+  const Metrics::Dependency& m = metrics_->dependency("fresh");
+  EXPECT_EQ(m.requests[0], 10);  // success
+  EXPECT_EQ(m.requests[4], 30);  // failed
+  std::uint64_t latencies = 0;
+  for (const std::uint64_t c : m.latency.counts) latencies += c;
+  EXPECT_EQ(latencies, 10u);
+  // Counted once: the next tick adds nothing.
+  advance_ticks(1);
+  EXPECT_EQ(m.requests[4], 30);
+  EXPECT_EQ(view_of("fresh").windows, 1u);
+}
+
+// A slot the daemon finds at its first tick, whether a previous daemon
+// governed it or clients claimed it while none ran: what its counters hold
+// is history, perhaps hours of it, and feeds neither a window, nor the
+// breaker, nor the metrics. Calls after that tick count.
+TEST_F(ControlLoopTest, ASlotFoundAtTheFirstTickDoesNotFeedItsOldCountsIntoAWindow) {
+  const auto used = [](shm::Segment& s, const char* name, std::uint64_t generation) {
+    const std::uint32_t index = shm::find_or_claim_dependency(s, name, 10, 0).index;
+    s.dependency(index).control.generation.store(generation);
+    s.stripe(index, 0).failed.fetch_add(30);
+    for (int i = 0; i < 10; ++i) {
+      s.latency_histogram(index, 1).bucket[shm::histogram_bucket(3'000'000)].fetch_add(1);
+      s.stripe(index, 1).rtt_sum_ns.fetch_add(3'000'000);
+    }
+  };
+  start("[defaults]\npolicy = \"aimd\"\nmin_limit = 1\ninitial_limit = 10\nwindow_min_samples = 10\n"
+        "[defaults.breaker]\nenabled = true\n",
+        [&](shm::Segment& s) {
+          used(s, "unsupervised", 0);  // claimed by a client while no daemon ran
+          used(s, "governed", 4);      // a previous daemon's
+        },
+        /*with_metrics=*/true);
+  advance_ticks(2);
+  for (const char* name : {"unsupervised", "governed"}) {
+    const ControlLoop::View v = view_of(name);
+    EXPECT_EQ(v.breaker, BreakerState::kClosed) << name;
+    EXPECT_EQ(v.windows, 0u) << name;
+    const Metrics::Dependency& m = metrics_->dependency(name);
+    EXPECT_EQ(m.requests[0], 0) << name;
+    EXPECT_EQ(m.requests[4], 0) << name;
+  }
+  Dependency dep = client_->dependency("unsupervised");
+  feed_calls(dep, 10, 3ms);
+  advance_ticks(1);
+  EXPECT_EQ(view_of("unsupervised").windows, 1u);
+  EXPECT_EQ(metrics_->dependency("unsupervised").requests[0], 10);
+}
+
 // A daemon that let more callers wait (a larger max_queue) left records
 // past today's max_queue: they are counted until they are gone.
 TEST_F(ControlLoopTest, WaitersPastTheQueueBoundAPreviousDaemonLetInAreCounted) {

@@ -103,6 +103,60 @@ TEST_F(StatsReaderTest, CountsWhatWasRecordedSinceTheLastTakeOnly) {
   EXPECT_EQ(reader.stripes_read(), 0u);
 }
 
+// A reader started from zero (the daemon's, for a slot claimed since its
+// last tick) counts at its first take all that the counters hold: every
+// counter, both histograms whole, on every stripe; a reader started now
+// none of it. After that the two count alike.
+TEST_F(StatsReaderTest, AReaderStartedFromZeroCountsWhatTheCountersHeldAlready) {
+  record_success(segment_, index_, 1, 2'000'000);
+  record_success(segment_, index_, 1, 2'000'000);
+  record_success(segment_, index_, 3, 40'000);
+  record_success(segment_, index_, 3, 700'000'000);
+  segment_.stripe(index_, 0).failed.fetch_add(40);
+  segment_.stripe(index_, 2).dropped.fetch_add(3);
+  segment_.stripe(index_, 2).partition_rejected[1].fetch_add(4);
+  segment_.wait_histogram(index_).bucket[histogram_bucket(5'000'000)].fetch_add(2);
+  segment_.dependency(index_).waits.wait_sum_ns.fetch_add(10'000'000, std::memory_order_release);
+  StatsReader from_zero(segment_, index_, StatsReader::Start::kZero);
+  StatsReader from_now(segment_, index_);
+  const DependencyCounters all = read_counters(segment_, index_).since(DependencyCounters{});
+  ASSERT_EQ(all.ok, 4u);
+
+  WindowExtremes e;
+  const DependencyCounters d = take(from_zero, &e);
+  EXPECT_EQ(d.ok, 4u);
+  EXPECT_EQ(d.histogram, all.histogram);
+  EXPECT_EQ(d.histogram[histogram_bucket(2'000'000)], 2u);
+  EXPECT_EQ(d.rtt_sum_ns, 704'040'000u);
+  EXPECT_EQ(d.failed, 40u);
+  EXPECT_EQ(d.dropped, 3u);
+  EXPECT_EQ(d.partition_rejected[1], 4u);
+  EXPECT_EQ(d.waited, 2u);
+  EXPECT_EQ(d.wait_histogram, all.wait_histogram);
+  EXPECT_EQ(d.wait_sum_ns, 10'000'000u);
+  EXPECT_EQ(from_zero.stripes_read(), 2u);  // the stripes that had successes
+  // Every bucket that holds a count is within the range the daemon visits.
+  EXPECT_LE(d.histogram_first, histogram_bucket(40'000));
+  EXPECT_GT(d.histogram_end, histogram_bucket(700'000'000));
+  EXPECT_EQ(e.rtt_min_ns, 40'000u);  // the window minimum since the claim
+
+  const DependencyCounters none = take(from_now);
+  EXPECT_EQ(none.ok, 0u);
+  EXPECT_EQ(none.failed, 0u);
+  EXPECT_EQ(none.waited, 0u);
+  EXPECT_EQ(none.partition_rejected[1], 0u);
+
+  record_success(segment_, index_, 1, 2'000'000);
+  segment_.stripe(index_, 0).failed.fetch_add(1);
+  const DependencyCounters zero_next = take(from_zero), now_next = take(from_now);
+  for (const DependencyCounters* next : {&zero_next, &now_next}) {
+    EXPECT_EQ(next->ok, 1u);
+    EXPECT_EQ(next->histogram[histogram_bucket(2'000'000)], 1u);
+    EXPECT_EQ(next->failed, 1u);
+    EXPECT_EQ(next->waited, 0u);
+  }
+}
+
 TEST_F(StatsReaderTest, ASuccessOfZeroLatencyIsCountedThroughTheWindowMinimum) {
   StatsReader reader(segment_, index_);
   take(reader);
