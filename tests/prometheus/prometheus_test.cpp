@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
 // property_tree's JSON parser includes boost/bind.hpp, which otherwise
 // announces its deprecated global placeholders on every build.
 #define BOOST_BIND_GLOBAL_PLACEHOLDERS
@@ -22,7 +23,6 @@
 #include <boost/property_tree/ptree.hpp>
 #include <chrono>
 #include <functional>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -260,13 +260,27 @@ class PrometheusCheck : public ::testing::Test {
 TEST(GrafanaDashboard, EverySeriesIsOfTheHostChosen) {
   const Dashboard dashboard = read_dashboard();
   ASSERT_GE(dashboard.exprs.size(), 8u);
-  const std::regex series(R"(\b(bulkhead_[a-z_]+|up)\b(?![a-z_:(]))");
   const std::string host = R"({instance=~"$instance")";
+  // Each word of PromQL that names a series (bulkhead_*, a recording rule
+  // of them such as dependency:bulkhead_...:rate5m, up): not a function, a
+  // label or a range. (No std::regex: GCC 12 warns of its
+  // insides in the sanitizer builds.)
+  const auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':'; };
   for (const std::string& expr : dashboard.exprs) {
-    for (std::sregex_iterator it(expr.begin(), expr.end(), series), end; it != end; ++it) {
-      const auto at = static_cast<std::size_t>(it->position() + it->length());
-      EXPECT_EQ(expr.compare(at, host.size(), host), 0)
-          << it->str() << " without the host's selector in: " << expr;
+    for (std::size_t at = 0; at < expr.size();) {
+      if (!word_char(expr[at])) {
+        ++at;
+        continue;
+      }
+      std::size_t end = at;
+      while (end < expr.size() && word_char(expr[end])) ++end;
+      const std::string word = expr.substr(at, end - at);
+      const bool quoted = at > 0 && expr[at - 1] == '"';
+      const bool function = end < expr.size() && expr[end] == '(';
+      if (!quoted && !function && (word.find("bulkhead_") != std::string::npos || word == "up")) {
+        EXPECT_EQ(expr.compare(end, host.size(), host), 0) << word << " without the host's selector in: " << expr;
+      }
+      at = end;
     }
   }
   std::vector<std::string> names;
