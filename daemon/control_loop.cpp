@@ -967,29 +967,33 @@ void ControlLoop::give_back_dead(std::vector<DeadProcess>& dead) {
       const Dependency* tracked = dependencies_.find(d);
       const std::string name = tracked != nullptr ? tracked->name : "slot " + std::to_string(d);
       Metrics* series = tracked != nullptr ? metrics_ : nullptr;
-      const bool logged = ++lines <= kDetailLines;
       if (waited != 0) {
-        if (logged) {
-          spdlog::warn("process {} died waiting for {} ({} place(s) in its queue): freed", gone.pid, name, waited);
-        } else {
-          unlogged_places += waited;
-        }
         waiters_reclaimed_ += waited;
         if (series != nullptr) series->count_reclaimed_waiters(name, waited);
       }
+      std::uint64_t take = 0;
       if (held[0] != 0) {
         auto& word = segment_.dependency(d).admission.word;
         // The partitions' counts with the total: the held word has the
         // admission word's encoding.
         const auto made = move_counts(word, {-held[0], -held[1], -held[2]});
-        const auto take = static_cast<std::uint64_t>(-made[0]);
+        take = static_cast<std::uint64_t>(-made[0]);
         total += take;
-        if (logged) {
-          spdlog::warn("process {} died holding {} permit(s) of {}: given back", gone.pid, take, name);
-        } else {
-          unlogged_permits += take;
-        }
         if (series != nullptr) series->count_reclaimed(name, take);
+      }
+      // One line for the process and dependency, also when it both held
+      // permits and waited (a thread in the queue behind its own permit).
+      if (++lines > kDetailLines) {
+        unlogged_places += waited;
+        unlogged_permits += take;
+      } else if (held[0] == 0) {
+        spdlog::warn("process {} died waiting for {} ({} place(s) in its queue): freed", gone.pid, name, waited);
+      } else if (waited == 0) {
+        spdlog::warn("process {} died holding {} permit(s) of {}: given back", gone.pid, take, name);
+      } else {
+        spdlog::warn("process {} died holding {} permit(s) of {} and waiting ({} place(s) in its queue): given "
+                     "back and freed",
+                     gone.pid, take, name, waited);
       }
       shm::wake_waiters(segment_.dependency(d).admission.futex);
     }

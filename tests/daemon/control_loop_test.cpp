@@ -1004,6 +1004,41 @@ TEST_F(ControlLoopTest, AWaiterKilledInTheQueueGivesItsPlaceBack) {
   EXPECT_EQ(dep.inflight(), 0);
 }
 
+// A process that dies holding a permit of a dependency and waiting in its
+// queue (a thread behind its own permit) is one line, as each process and
+// dependency is (docs/operations.md): two made a tick that reclaimed 100
+// such log 200 lines, past the 100 it says it logs at most.
+TEST_F(ControlLoopTest, AProcessThatDiedHoldingAndWaitingIsOneLine) {
+  start("[defaults]\npolicy = \"fixed\"\ninitial_limit = 1\nmax_queue = 2\n");
+  Dependency dep = client_->dependency("orders");
+  advance_ticks(1);
+  const std::uint32_t slot = slot_of("orders");
+  const auto waiting = [&] { return shm::queue_length(segment_->queue(slot), segment_->queue_slots()); };
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Permit mine = dep.try_acquire();
+    if (!mine) std::_Exit(1);
+    std::thread([&] { Permit p = dep.acquire(60s); }).detach();  // behind its own permit
+    while (waiting() != 1) std::this_thread::yield();
+    ::raise(SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  ASSERT_EQ(waiting(), 1u);
+  ASSERT_EQ(dep.inflight(), 1);
+  const testing::LogCapture log;
+  advance_ticks(1);
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(dep.inflight(), 0);
+  EXPECT_EQ(loop_->waiters_reclaimed(), 1u);
+  EXPECT_EQ(loop_->permits_reclaimed(), 1u);
+  EXPECT_EQ(log.count(" died "), 1u) << log.text();
+  EXPECT_EQ(log.count("died holding 1 permit(s) of orders and waiting (1 place(s) in its queue): given back and freed"),
+            1u)
+      << log.text();
+}
+
 // Processes that die before one tick are reclaimed together: one pass over
 // every wait queue frees the places of all of them. A pass per dead process
 // (each reads max_dependencies x queue_slots records) made the tick after
