@@ -312,9 +312,15 @@ std::string access_hint(const std::string& name) {
 // The segment's daemon, for a shared client's status: its pid, or that none
 // runs (a clean stop leaves pid 0; a daemon of this pid namespace that is
 // gone was killed), whose limits hold until the next one adopts the segment.
+// Pid 0 and no tick yet is a segment a daemon made and has not governed:
+// it publishes its pid just after it makes the segment, and no daemon ran
+// on it before, so none stopped.
 std::string describe_daemon(const shm::Header& header) {
   const shm::ProcessSnapshot daemon = shm::read_daemon(header);
   const std::string last_limits = ": the limits are the last it published, until bulkheadd runs again";
+  if (daemon.pid <= 0 && header.heartbeat.load(std::memory_order_relaxed) == 0) {
+    return "no daemon has governed it yet: the limits are those it was made with, until bulkheadd ticks";
+  }
   if (daemon.pid <= 0) return "no daemon, the last one stopped" + last_limits;
   if (daemon.pid_ns.known() && daemon.pid_ns == shm::own_pid_namespace() &&
       shm::process_liveness(daemon.pid, daemon.start_time) == shm::Liveness::kDead) {

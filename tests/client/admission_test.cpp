@@ -98,13 +98,18 @@ TEST_F(AdmissionTest, OpensSharedAndLooksUpANewNameWithTheDefaultLimit) {
   EXPECT_EQ(client.dependency("payments").handle(), dep.handle());
 }
 
-// The status tells a running daemon from none: stopped (pid 0), or killed
-// (its pid gone), when the limits stay those it last published.
+// The status tells a running daemon from none: not yet (a segment made
+// that no daemon ticked on: the daemon publishes its pid just after it
+// makes it), stopped (pid 0), or killed (its pid gone), when the limits
+// stay those it last published.
 TEST_F(AdmissionTest, TheStatusSaysWhetherADaemonRuns) {
   const auto status = [&] { return std::string(Client(name_.str()).status()); };
-  shm::publish_daemon(segment_->header());  // this process: alive
   const std::string attached = "shared: attached to /dev/shm/" + name_.str();
+  EXPECT_EQ(status(), attached + " (no daemon has governed it yet: the limits are those it was made with, until "
+                                 "bulkheadd ticks)");
+  shm::publish_daemon(segment_->header());  // this process: alive
   EXPECT_EQ(status(), attached + " (daemon pid " + std::to_string(::getpid()) + ")");
+  segment_->header().heartbeat.store(3);  // it ticked
   shm::withdraw_daemon(segment_->header());
   EXPECT_EQ(status(), attached + " (no daemon, the last one stopped: the limits are the last it published, until "
                                  "bulkheadd runs again)");

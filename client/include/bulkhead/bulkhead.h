@@ -143,7 +143,8 @@ BH_API void bh_client_close(bh_client *c);
 BH_API int bh_client_mode(const bh_client *c);
 /* A one-line description of the client's state, e.g. why it is standalone,
  * or, as the client found it at open, the daemon's pid or that no daemon
- * runs (the limits are then the last it published). */
+ * runs (the limits are then the last it published, or, on a segment no
+ * daemon has ticked on yet, those it was made with). */
 BH_API const char *bh_client_status(const bh_client *c);
 
 /* The handle of a dependency, valid until bh_client_close(). A name the
