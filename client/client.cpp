@@ -281,6 +281,40 @@ std::string describe_local_limit(const bh_client& c) {
   return "static limit " + (c.static_limit == UINT32_MAX ? std::string("none") : std::to_string(c.static_limit));
 }
 
+// The name /etc/passwd (`user`) or /etc/group gives uid or gid `id`, or its
+// number. Read from the file, not asked of NSS (getpwuid_r()), which may
+// wait on a directory service (LDAP, sssd) on the way to an error, and in
+// a statically linked program loads the NSS modules of whatever glibc the
+// host has (the linker warns of it).
+std::string local_name(bool user, unsigned id) {
+  std::string name = std::to_string(id);
+  std::FILE* file = std::fopen(user ? "/etc/passwd" : "/etc/group", "re");
+  if (file == nullptr) return name;
+  char buffer[4096];
+  if (user) {
+    struct passwd entry {};
+    struct passwd* read = nullptr;
+    while (::fgetpwent_r(file, &entry, buffer, sizeof buffer, &read) == 0) {
+      if (entry.pw_uid == id) {
+        name = entry.pw_name;
+        break;
+      }
+    }
+  } else {
+    struct group entry {};
+    struct group* read = nullptr;
+    // A line longer than the buffer (ERANGE) ends the search: the number.
+    while (::fgetgrent_r(file, &entry, buffer, sizeof buffer, &read) == 0) {
+      if (entry.gr_gid == id) {
+        name = entry.gr_name;
+        break;
+      }
+    }
+  }
+  std::fclose(file);
+  return name;
+}
+
 // What would let this process open segment `name`, which it was refused
 // (EACCES): its mode, owner and group, and that a client, which reads and
 // writes it, runs in that group, or needs a mode that lets the group do both.
@@ -288,18 +322,7 @@ std::string describe_local_limit(const bh_client& c) {
 std::string access_hint(const std::string& name) {
   struct stat st {};
   if (::stat(("/dev/shm/" + name).c_str(), &st) != 0) return "";
-  char buffer[4096];
-  std::string owner = std::to_string(st.st_uid), group = std::to_string(st.st_gid);
-  struct passwd user_entry {};
-  struct passwd* user = nullptr;
-  if (::getpwuid_r(st.st_uid, &user_entry, buffer, sizeof buffer, &user) == 0 && user != nullptr) {
-    owner = user->pw_name;
-  }
-  struct group group_entry {};
-  struct group* found = nullptr;
-  if (::getgrgid_r(st.st_gid, &group_entry, buffer, sizeof buffer, &found) == 0 && found != nullptr) {
-    group = found->gr_name;
-  }
+  const std::string owner = local_name(true, st.st_uid), group = local_name(false, st.st_gid);
   char mode[8];
   std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
   return std::string(" (mode ") + mode + ", owner " + owner + ", group " + group + ": " +
