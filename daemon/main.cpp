@@ -321,10 +321,14 @@ void keep_process_lifetime_settings(const Config& running, Config& next, std::ui
     }
     wanted = current;
   };
+  // Unless the file names another segment too: the restart makes that one,
+  // with the file's capacities.
   const std::string remake =
-      "; a restart refuses the segment, made with the running capacities: stop its clients and restart with "
-      "--recreate-segment (under systemd: stop bulkheadd, remove /dev/shm/" + running.daemon.segment +
-      ", start it)";
+      next.daemon.segment != running.daemon.segment
+          ? std::string()
+          : "; a restart refuses the segment, made with the running capacities: stop its clients and restart with "
+            "--recreate-segment (under systemd: stop bulkheadd, remove /dev/shm/" + running.daemon.segment +
+                ", start it)";
   keep("segment", next.daemon.segment, running.daemon.segment);
   keep("max_dependencies", next.daemon.max_dependencies, running.daemon.max_dependencies, remake);
   keep("max_processes", next.daemon.max_processes, running.daemon.max_processes, remake);

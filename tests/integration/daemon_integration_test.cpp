@@ -438,6 +438,28 @@ TEST_F(DaemonIntegration, BadReloadKeepsTheRunningConfig) {
   EXPECT_EQ(fixed.limit(), 9);
 }
 
+// A reload that names another segment and other capacities: the restart
+// makes that segment, with the file's capacities, so the capacities'
+// warnings do not send the operator to remove the running one.
+TEST_F(DaemonIntegration, AReloadToAnotherSegmentSaysNoRestartRefusesIt) {
+  DaemonProcess daemon(BULKHEADD_PATH, dir_, config());
+  ASSERT_TRUE(daemon.wait_ready(segment_)) << daemon.log();
+  const testing::TempSegmentName other{"other"};
+  std::string next = config();
+  next.replace(next.find(segment_.str()), segment_.str().size(), other.str());
+  next.replace(next.find("max_processes = 16"), 18, "max_processes = 32");
+  testing::write_file(daemon.config_path(), next);
+  daemon.signal(SIGHUP);
+  for (int i = 0; i < 500 && daemon.log().find("reloaded") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_NE(daemon.log().find("reload: daemon.segment changes only on restart"), std::string::npos) << daemon.log();
+  EXPECT_NE(daemon.log().find("reload: daemon.max_processes changes only on restart; keeping the running value"),
+            std::string::npos)
+      << daemon.log();
+  EXPECT_EQ(daemon.log().find("a restart refuses the segment"), std::string::npos) << daemon.log();
+}
+
 TEST_F(DaemonIntegration, ARestartedDaemonAdoptsTheSegmentAndItsLimits) {
   const std::string with_fixed = config("\n[dependency.kept]\npolicy = \"fixed\"\ninitial_limit = 11\n");
   {
