@@ -81,7 +81,7 @@ Config load(const Options& options, const DaemonConfig* running = nullptr) {
                       : bulkhead::daemon::load_config_file(options.config_path, running);
   if (options.segment) {
     if (const char* why = shm::check_segment_name(*options.segment)) {
-      throw ConfigError("--segment: '" + *options.segment + "' " + why);
+      throw ConfigError(shm::name_error("--segment:", *options.segment, why));
     }
     config.daemon.segment = *options.segment;
   }

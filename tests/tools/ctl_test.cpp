@@ -1046,8 +1046,8 @@ TEST_F(CtlBinary, UsageErrorsExitTwoAndUnknownDependencyThree) {
   const auto bad_segment =
       testing::run_command({"/usr/bin/env", "BULKHEAD_SEGMENT=a/b", BULKHEADCTL_PATH, "status"}, dir_);
   EXPECT_EQ(bad_segment.exit_code, 2) << bad_segment.output();
-  EXPECT_NE(bad_segment.output().find("segment name 'a/b' has a character other than A-Z a-z 0-9 . _ - (from "
-                                      "$BULKHEAD_SEGMENT)"),
+  EXPECT_NE(bad_segment.output().find("segment name 'a/b' has a character other than A-Z a-z 0-9 . _ -: '/' at "
+                                      "byte 1 (from $BULKHEAD_SEGMENT)"),
             std::string::npos)
       << bad_segment.output();
   EXPECT_EQ(run({"frobnicate"}).exit_code, 2);

@@ -511,7 +511,7 @@ int main(int argc, char** argv) {
   // Checked here rather than by --segment's validator: the name may come
   // from the environment.
   if (const char* why = shm::check_segment_name(o.segment)) {
-    std::cerr << "bulkheadctl: segment name '" << o.segment << "' " << why
+    std::cerr << "bulkheadctl: " << shm::name_error("segment name", o.segment, why)
               << (app.count("--segment") == 0 ? " (from $BULKHEAD_SEGMENT)" : "") << "\n";
     return kExitUsage;
   }
