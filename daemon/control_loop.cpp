@@ -131,7 +131,6 @@ void ControlLoop::apply(const Config& config) {
 
   unclaimed_.clear();
   claim_failures_.clear();
-  refused_full_.clear();
   for (const DependencyConfig& dc : config_.dependencies) unclaimed_.push_back(dc.name);
   unclaimed_patterns_.clear();
   pattern_slots_.clear();
@@ -295,9 +294,9 @@ void ControlLoop::claim_configured() {
   // A failure is logged when it is new (a full table stays full until a
   // restart: not ten lines a second), and the slot when it comes at last.
   const auto failed = [&](const std::string& key, const shm::SegmentError& e) {
-    std::string& last = claim_failures_[key];
-    const bool news = last != e.what();
-    last = e.what();
+    ClaimFailure& last = claim_failures_[key];
+    const bool news = last.what != e.what();
+    last = {e.what(), e.code()};
     return news;
   };
   const auto placed = [&](const std::string& key, const char* what, std::uint32_t index) {
@@ -308,15 +307,12 @@ void ControlLoop::claim_configured() {
   // tries every one once more). Each try probes every slot: a thousand
   // configured names a full table of 16384 refuses made every tick 74 ms.
   const bool full = occupancy_.max_dependencies != 0 && occupancy_.dependencies >= occupancy_.max_dependencies;
-  const auto refused = [&](const std::string& key, const shm::SegmentError& e) {
-    if (e.code() == ENOSPC) {
-      refused_full_.insert(key);
-    } else {
-      refused_full_.erase(key);
-    }
+  const auto refused_full = [&](const std::string& key) {
+    const auto it = claim_failures_.find(key);
+    return it != claim_failures_.end() && it->second.code == ENOSPC;
   };
   std::erase_if(unclaimed_, [&](const std::string& name) {
-    if (full && refused_full_.contains(name)) return false;
+    if (full && refused_full(name)) return false;
     ++claim_attempts_;
     try {
       const auto claim = shm::find_or_claim_dependency(
@@ -326,7 +322,6 @@ void ControlLoop::claim_configured() {
       placed(name, "dependency", claim.index);
       return true;
     } catch (const shm::SegmentError& e) {
-      refused(name, e);
       if (failed(name, e)) {
         spdlog::warn("dependency {}: no slot yet ({}); trying again {}", name, e.what(),
                      e.code() == ENOSPC ? "at each reload (a full table stays full)" : "each tick");
@@ -337,7 +332,7 @@ void ControlLoop::claim_configured() {
   // A strict config's patterns get a slot each, where strict clients match
   // the names they do not find against them (shm::matches_pattern()).
   std::erase_if(unclaimed_patterns_, [&](const std::string& pattern) {
-    if (full && refused_full_.contains(pattern)) return false;
+    if (full && refused_full(pattern)) return false;
     ++claim_attempts_;
     try {
       const auto claim = shm::find_or_claim_pattern(segment_, pattern, std::chrono::milliseconds(0));
@@ -348,7 +343,6 @@ void ControlLoop::claim_configured() {
       placed(pattern, "pattern", claim.index);
       return true;
     } catch (const shm::SegmentError& e) {
-      refused(pattern, e);
       if (failed(pattern, e)) {
         spdlog::warn("pattern {}: no slot yet ({}); strict clients are refused the names it matches until it has "
                      "one; trying again {}",

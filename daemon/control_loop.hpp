@@ -247,9 +247,12 @@ class ControlLoop {
   std::vector<std::uint32_t> pattern_slots_;
   // Why each configured name or pattern last failed to get a slot: the
   // warning is logged when that changes, not at every tick it is retried.
-  std::map<std::string, std::string> claim_failures_;
-  // Those whose last claim a full table refused (ENOSPC).
-  std::set<std::string> refused_full_;
+  // Its errno too: a table full (ENOSPC) is not tried again until a reload.
+  struct ClaimFailure {
+    std::string what;
+    int code = 0;
+  };
+  std::map<std::string, ClaimFailure> claim_failures_;
   std::set<std::uint32_t> ignored_;     // ready slots with junk names
   std::map<std::uint32_t, std::uint64_t> process_claiming_since_;
   // By slot index: the plan of a partitioned dependency, null for the others.
