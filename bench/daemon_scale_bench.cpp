@@ -24,6 +24,9 @@
 // into RssAnon, the daemon's own, and RssShmem, the segment pages it
 // touched, and VmHWM, the peak) is that size's.
 //
+// After the ticks and a scrape, one reload (SIGHUP's work, timed): the
+// same config with --patterns pattern tables that match none of the names.
+//
 // Checks, whatever the timings: every measured tick hands a window to the
 // policy of every dependency (the controller's window count grows by one)
 // and the segment carries the limit each controller answered; otherwise it
@@ -31,6 +34,7 @@
 //
 //   bulkhead-scale-bench                      # the table: 256/1024/4096 x 16/256
 //   bulkhead-scale-bench --deps 4096 --processes 256 --ticks 50
+//   bulkhead-scale-bench --deps 16384 --processes 16 --ticks 3 --patterns 5000
 //   bulkhead-scale-bench --smoke              # 64 x 8, 3 ticks: checks only
 //
 // The timing figures need a quiet machine: on a shared one, other tenants'
@@ -87,6 +91,7 @@ struct Options {
   std::uint32_t stripes = 8;
   std::uint32_t samples = 12;  // completions per dependency per process per round
   int ticks = 20;
+  std::uint32_t patterns = 0;  // pattern tables the reload adds
   bool metrics = true;
   bool smoke = false;
 };
@@ -105,6 +110,8 @@ struct Result {
   double lookup_found_ns;  // a claimed name's slot found
   double lookup_miss_ns;   // a name not claimed: the probe ends
   double pattern_scan_ns;  // no published pattern matches it
+  double reload_parse_ms;  // a reload's config read and checked, as bulkheadd's SIGHUP does
+  double reload_apply_ms;  // then applied to every dependency (ControlLoop::apply())
   // One Prometheus scrape of /metrics after the ticks (0 without metrics):
   // the text's bytes and series, the bytes gzip'd as Prometheus asks for
   // them, and the daemon's memory after both (VmHWM: their peak).
@@ -442,6 +449,22 @@ void run_size(const Size& size, const Options& o, Result* out) {
     names.push_back(dependency_name(d));
     unknown.push_back("unknown-" + std::to_string(d));
   }
+  // A reload, after the scrape: the same config with o.patterns pattern
+  // tables that match none of the names (each name is matched against
+  // every one, and each pattern against the earlier ones for a shadow).
+  {
+    std::string text = config_text(segment, size, o);
+    for (std::uint32_t p = 0; p < o.patterns; ++p) {
+      text += "[dependency.\"svc-" + std::to_string(p) + "-*\"]\nmax_limit = 500\n";
+    }
+    const double start = wall_ms_now();
+    const daemon::Config next = daemon::parse_config(text, "bulkhead-scale-bench reload", &config.daemon);
+    const double parsed = wall_ms_now();
+    loop.apply(next);
+    out->reload_parse_ms = parsed - start;
+    out->reload_apply_ms = wall_ms_now() - parsed;
+    if (loop.view().size() != size.dependencies) throw std::runtime_error("the reload lost dependencies");
+  }
   out->lookup_found_ns = ns_per_lookup(size.dependencies, true, "a claimed name", [&](std::uint32_t i) {
     return shm::find_dependency(seg, names[i]).has_value();
   });
@@ -465,7 +488,8 @@ bool parse_u32(const char* text, std::uint32_t* out) {
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s [--deps N --processes P] [--stripes S] [--ticks T] [--samples K] [--no-metrics] [--smoke]\n"
+               "usage: %s [--deps N --processes P] [--stripes S] [--ticks T] [--samples K] [--patterns N]\n"
+               "          [--no-metrics] [--smoke]\n"
                "  without --deps/--processes: every size of 256/1024/4096 dependencies x 16/256 processes\n",
                argv0);
   return 2;
@@ -497,6 +521,11 @@ int main(int argc, char** argv) {
     } else if (a == "--ticks") {
       if (!value(&ticks)) return usage(argv[0]);
       o.ticks = static_cast<int>(std::min<std::uint32_t>(ticks, 100000));
+    } else if (a == "--patterns") {
+      if (i + 1 >= argc || (std::strcmp(argv[i + 1], "0") != 0 && !parse_u32(argv[i + 1], &o.patterns))) {
+        return usage(argv[0]);
+      }
+      ++i;
     } else if (a == "--no-metrics") {
       o.metrics = false;
     } else if (a == "--smoke") {
@@ -586,6 +615,15 @@ int main(int argc, char** argv) {
                   r.scraped_rss_kb / 1024.0, r.scraped_rss_anon_kb / 1024.0, r.scraped_hwm_kb / 1024.0);
     }
   }
+  std::printf("\n%6s %6s | %8s %9s %9s\n", "deps", "procs", "patterns", "parse", "apply");
+  std::printf("%6s %6s | %8s %9s %9s\n", "", "", "", "ms", "ms");
+  for (std::size_t i = 0; i < o.sizes.size(); ++i) {
+    const Result& r = *results[i];
+    if (r.ok) {
+      std::printf("%6u %6u | %8u %9.1f %9.1f\n", o.sizes[i].dependencies, o.sizes[i].processes, o.patterns,
+                  r.reload_parse_ms, r.reload_apply_ms);
+    }
+  }
   std::printf("\ntick CPU: median over the measured ticks; targets (issue 7): at most 5 ms of CPU per tick,\n"
               "at most 64 MB resident. RssShmem is the segment's pages the daemon touched (its slots, the\n"
               "process table, the histograms of the stripes written: here those of the CPUs the writers ran\n"
@@ -597,6 +635,10 @@ int main(int argc, char** argv) {
     std::printf("Scrape: one GET /metrics after the ticks, as text (its bytes and series) and gzip'd, as\n"
                 "Prometheus asks for it; the daemon's memory after both, VmHWM their peak with the ticks'.\n");
   }
+  std::printf("Reload: then the same config with --patterns pattern tables (svc-N-*) that match none of the\n"
+              "names, as SIGHUP takes it: parse (the file read twice, as a restart's too, and its patterns\n"
+              "checked for one that an earlier one shadows) and apply (each name matched against every\n"
+              "pattern, its settings published). systemd kills a daemon silent for WatchdogSec= (10 s).\n");
   if (o.smoke) {
     std::printf("smoke: %s\n",
                 failed ? "FAILED" : "every measured tick closed a window for every dependency and published its limit");
