@@ -141,19 +141,23 @@ void ControlLoop::apply(const Config& config) {
   withdraw_patterns();
   std::uint32_t rebuilt = 0;
   for (auto& [index, d] : dependencies_) {
-    if (d.controller->reconfigure(config_.effective(d.name)) && ++rebuilt <= kDetailLines) {
+    // One match of the name against the patterns: thousands of patterns
+    // times thousands of names made a reload outlast WatchdogSec=.
+    const DependencyConfig* table = config_.table_for(d.name);
+    const DependencyConfig& settings = settings_of(table);
+    if (d.controller->reconfigure(settings) && ++rebuilt <= kDetailLines) {
       spdlog::info("dependency {}: policy {}, continuing from limit {}", d.name,
                    describe_policy(d.controller->settings()), d.controller->limit());
     }
     const std::uint32_t trial_calls = d.breaker->settings().half_open_calls;
-    d.breaker->reconfigure(config_.effective(d.name).breaker);
+    d.breaker->reconfigure(settings.breaker);
     if (d.breaker->state() == BreakerState::kHalfOpen) resize_trials(index, trial_calls, d.breaker->settings());
     if (metrics_ != nullptr) {
       const auto& settings = d.controller->settings();
       metrics_->set_policy(d.name, settings.policy, settings.bounds.min, settings.bounds.max);
     }
     publish_limit(d);
-    publish_settings(index, d.name);
+    publish_settings(index, d.name, table);
     if (hold_pin_within_partitions(d)) publish_limit(d);  // partitions new with this config
     segment_.dependency(index).control.generation.store(generation, std::memory_order_relaxed);
     // Waiters look at the new settings at once: shadow mode admits them,
@@ -167,16 +171,16 @@ void ControlLoop::apply(const Config& config) {
   }
 }
 
-void ControlLoop::publish_settings(std::uint32_t index, std::string_view name) {
+void ControlLoop::publish_settings(std::uint32_t index, std::string_view name, const DependencyConfig* table) {
+  const DependencyConfig& settings = settings_of(table);
   shm::DependencyControl& control = segment_.dependency(index).control;
   // Relaxed: lone values, read by clients on their way to a rejection or
   // into the queue; a client that reads the old one for an instant waits or
   // is refused by the old rule.
-  publish_partitions(index, name);
+  publish_partitions(index, name, settings);
   // A reload cannot grow the segment's queue (queue_slots lives as long as
   // the segment): clamp to what it has.
-  const PublishedSettings published{flags_for(name),
-                                    std::min(config_.effective(name).max_queue, segment_.queue_slots())};
+  const PublishedSettings published{flags_for(table), std::min(settings.max_queue, segment_.queue_slots())};
   if (published_settings_.size() <= index) published_settings_.resize(segment_.capacities().max_dependencies);
   published_settings_[index] = published;
   // Release pairs with the acquire load of the flags in the client's
@@ -186,10 +190,9 @@ void ControlLoop::publish_settings(std::uint32_t index, std::string_view name) {
   control.max_queue.store(published.max_queue, std::memory_order_relaxed);
 }
 
-void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name) {
+void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name, const DependencyConfig& settings) {
   shm::DependencySlot& slot = segment_.dependency(index);
   shm::DependencyPartitions& line = slot.partitions;
-  const DependencyConfig settings = config_.effective(name);
   PartitionPlan plan;
   plan.partitioned = !settings.partitions.empty();
   const std::uint64_t shape = line.shape.load(std::memory_order_relaxed);
@@ -315,10 +318,12 @@ void ControlLoop::claim_configured() {
     if (full && refused_full(name)) return false;
     ++claim_attempts_;
     try {
-      const auto claim = shm::find_or_claim_dependency(
-          segment_, name, static_cast<std::uint32_t>(config_.effective(name).bounds.initial),
-          flags_for(name), std::chrono::milliseconds(0));
-      publish_settings(claim.index, name);
+      const DependencyConfig* table = config_.table_for(name);  // its own: found before any pattern
+      const DependencyConfig& settings = settings_of(table);
+      const auto initial = static_cast<std::uint32_t>(settings.bounds.initial);
+      const auto claim =
+          shm::find_or_claim_dependency(segment_, name, initial, flags_for(table), std::chrono::milliseconds(0));
+      publish_settings(claim.index, name, table);
       placed(name, "dependency", claim.index);
       return true;
     } catch (const shm::SegmentError& e) {
@@ -407,7 +412,8 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   // Counted from zero, its first window opened with the previous tick: the
   // calls this tick takes are that long's, not an instant's (a policy that
   // divides by a window's length would find a rate of calls per nanosecond).
-  const DependencyConfig settings = config_.effective(d.name);
+  const DependencyConfig* table = config_.table_for(d.name);
+  const DependencyConfig& settings = settings_of(table);
   d.controller = std::make_unique<control::Controller>(
       settings, governed ? slot.control.limit.load(std::memory_order_relaxed) : 0,
       claimed_since_last_tick ? *previous_tick_ns_ : now_ns);
@@ -423,7 +429,7 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
     metrics_->set_policy(d.name, settings.policy, settings.bounds.min, settings.bounds.max);
   }
   publish_limit(d);
-  publish_settings(index, d.name);
+  publish_settings(index, d.name, table);
   slot.control.generation.store(segment_.header().config_generation.load(std::memory_order_relaxed),
                                 std::memory_order_relaxed);
   dependencies_.insert(index, std::move(d));
@@ -432,12 +438,10 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   return true;
 }
 
-std::uint32_t ControlLoop::flags_for(std::string_view name) const {
+std::uint32_t ControlLoop::flags_for(const DependencyConfig* table) const {
   std::uint32_t flags = 0;
-  // One lookup (patterns are matched in it), no copy: effective() without the name.
-  const DependencyConfig* table = config_.table_for(name);
   if (table != nullptr) flags |= shm::kDependencyConfigured;
-  const DependencyConfig& settings = table != nullptr ? *table : config_.defaults;
+  const DependencyConfig& settings = settings_of(table);
   if (!settings.enforce) flags |= shm::kDependencyShadow;
   if (settings.queue_order == QueueOrder::kLifo) flags |= shm::kDependencyLifo;
   if (!settings.partitions.empty()) flags |= shm::kDependencyPartitioned;

@@ -191,11 +191,12 @@ class ControlLoop {
   };
   // Publishes the partitions' names, caps and field assignment (names keep
   // their fields across reloads), then the rule for the current limit.
-  void publish_partitions(std::uint32_t index, std::string_view name);
+  void publish_partitions(std::uint32_t index, std::string_view name, const DependencyConfig& settings);
   // The rule and admit_limit for `limit` under the slot's plan.
   void publish_rule(std::uint32_t index, std::uint32_t limit);
-  // Flags and max_queue, as the config gives them to a dependency.
-  void publish_settings(std::uint32_t index, std::string_view name);
+  // Flags and max_queue, as the config gives them to a dependency. `table`:
+  // config_.table_for(name), looked up once by the caller.
+  void publish_settings(std::uint32_t index, std::string_view name, const DependencyConfig* table);
   // The service time clients estimate their wait from.
   void publish_service_time(Dependency& d, const shm::DependencyCounters& delta);
   // A reload changed a half-open breaker's half_open_calls from `before`:
@@ -204,8 +205,13 @@ class ControlLoop {
   void resize_trials(std::uint32_t index, std::uint32_t before, const BreakerSettings& now);
   // Clears kDependencyPattern on every slot but this config's patterns'.
   void withdraw_patterns();
-  // The kDependency* flags the config gives a dependency of that name.
-  std::uint32_t flags_for(std::string_view name) const;
+  // The kDependency* flags the config gives a dependency whose table_for()
+  // is `table` (nullptr: [defaults]).
+  std::uint32_t flags_for(const DependencyConfig* table) const;
+  // The settings of a dependency whose table_for() is `table`.
+  const DependencyConfig& settings_of(const DependencyConfig* table) const {
+    return table != nullptr ? *table : config_.defaults;
+  }
 
   shm::Segment& segment_;
   Config config_;
