@@ -461,6 +461,26 @@ TEST(ParseConfig, PatternsThatOverlapOnlyInPartAreNotWarnedOf) {
   EXPECT_EQ(config.warnings[1].substr(0, 27), "p.toml:5: dependency.\"db-?\"");
 }
 
+// The check compares what comes before a pattern's first * and after its
+// last with the other's first and last characters before matching them
+// whole: covers found by both ends, and near misses at either end.
+TEST(ParseConfig, APatternIsShadowedByOneWhoseEndsAreItsOwn) {
+  const Config config = parse_config(
+      "[dependency.\"svc-*-cache\"]\n"     // 1
+      "[dependency.\"svc-eu-*-cache\"]\n"  // 2: under 1
+      "[dependency.\"svc-*-cache-?\"]\n"   // 3: ends otherwise
+      "[dependency.\"ab*ba\"]\n"           // 4
+      "[dependency.\"ab*a\"]\n"            // 5: aba is too short for 4
+      "[dependency.\"ab*b*ba\"]\n"         // 6: under 4, which is before 5
+      "[dependency.\"xsvc-*-cache\"]\n",   // 7: starts otherwise
+      "p.toml");
+  ASSERT_EQ(config.warnings.size(), 2u);
+  EXPECT_TRUE(config.warnings[0].starts_with("p.toml:2: dependency.\"svc-eu-*-cache\":")) << config.warnings[0];
+  EXPECT_NE(config.warnings[0].find("(line 1)"), std::string::npos);
+  EXPECT_TRUE(config.warnings[1].starts_with("p.toml:6: dependency.\"ab*b*ba\":")) << config.warnings[1];
+  EXPECT_NE(config.warnings[1].find("(line 4)"), std::string::npos);
+}
+
 // A ] right after [ or [! is one of the bracket's characters, as fnmatch(3)
 // reads it: the pattern checks and the matching agree.
 TEST(ParseConfig, APatternBracketMayStartWithItsCloseBracket) {
