@@ -375,7 +375,7 @@ void ControlLoop::withdraw_patterns() {
   }
 }
 
-bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
+ControlLoop::Adoption ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   shm::DependencySlot& slot = segment_.dependency(index);
   Dependency d;
   d.index = index;
@@ -383,12 +383,11 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
                                                             shm::kMaxNameLength));
   // A strict daemon's pattern (this one's, or an earlier config's): no
   // dependency.
-  if (shm::slot_pattern(segment_, index)) return false;
+  if (shm::slot_pattern(segment_, index)) return Adoption::kPattern;
   // The name is a client's to write: one no client library would claim is
-  // junk, kept out of the logs, the metrics and the control loop.
+  // junk, kept out of the metrics and the control loop.
   if (d.name.size() != slot.identity.name_length || shm::check_dependency_name(d.name) != nullptr) {
-    spdlog::warn("dependency slot {}: ready, but its name is not a valid one; ignored", index);
-    return false;
+    return Adoption::kJunk;
   }
   // A previous daemon may have let waiters in anywhere.
   d.queue_scan = segment_.queue_slots();
@@ -435,7 +434,7 @@ bool ControlLoop::track(std::uint32_t index, std::uint64_t now_ns) {
   dependencies_.insert(index, std::move(d));
   if (tracked_.size() <= index) tracked_.resize(segment_.capacities().max_dependencies, false);
   tracked_[index] = true;
-  return true;
+  return Adoption::kAdopted;
 }
 
 std::uint32_t ControlLoop::flags_for(const DependencyConfig* table) const {
@@ -452,7 +451,8 @@ void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
   const std::uint32_t capacity = segment_.capacities().max_dependencies;
   const std::uint64_t patience = abandon_after_ticks(config_);
   std::uint32_t taken = 0;
-  std::uint32_t adopted = 0;
+  // Logged one by one: at most kDetailLines of each.
+  std::uint32_t adopted = 0, junk = 0, abandoned = 0;
   for (std::uint32_t i = 0; i < capacity; ++i) {
     // A bitmap, not dependencies_.contains(): this runs over every slot
     // every tick, and a tree lookup each was a millisecond at 4096.
@@ -468,8 +468,12 @@ void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
     if (state == shm::kSlotReady) {
       claiming_since_.erase(i);
       if (ignored_.contains(i)) continue;
-      if (!track(i, now_ns)) {
+      const Adoption adoption = track(i, now_ns);
+      if (adoption != Adoption::kAdopted) {
         ignored_.insert(i);
+        if (adoption == Adoption::kJunk && ++junk <= kDetailLines) {
+          spdlog::warn("dependency slot {}: ready, but its name is not a valid one; ignored", i);
+        }
         continue;
       }
       if (++adopted <= kDetailLines) {
@@ -483,7 +487,7 @@ void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
       if (!fresh && heartbeat_ - it->second >= patience &&
           tag.compare_exchange_strong(t, (t & ~std::uint64_t{0xff}) | shm::kSlotAbandoned,
                                       std::memory_order_relaxed)) {
-        spdlog::warn("dependency slot {}: claim never finished; abandoned", i);
+        if (++abandoned <= kDetailLines) spdlog::warn("dependency slot {}: claim never finished; abandoned", i);
         claiming_since_.erase(it);
       }
     }
@@ -492,6 +496,15 @@ void ControlLoop::adopt_new_slots(std::uint64_t now_ns) {
   if (adopted > kDetailLines) {
     spdlog::info("{} more dependencies adopted (at most {} are logged one by one; bulkheadctl status shows each)",
                  adopted - kDetailLines, kDetailLines);
+  }
+  if (junk > kDetailLines) {
+    spdlog::warn("{} more dependency slots ready with a name that is not a valid one; ignored (at most {} are "
+                 "logged one by one)",
+                 junk - kDetailLines, kDetailLines);
+  }
+  if (abandoned > kDetailLines) {
+    spdlog::warn("{} more dependency slots whose claim never finished; abandoned (at most {} are logged one by one)",
+                 abandoned - kDetailLines, kDetailLines);
   }
 }
 

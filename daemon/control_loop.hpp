@@ -131,9 +131,10 @@ class ControlLoop {
   // each way), and publishes the counts to the metrics.
   void report_occupancy(const Occupancy& before);
   void claim_configured();
-  // Adopts a ready slot; false (and nothing adopted) when it holds a
-  // pattern or its name is junk.
-  bool track(std::uint32_t index, std::uint64_t now_ns);
+  // Adopts a ready slot, unless it holds a pattern or its name is junk
+  // (then nothing is adopted).
+  enum class Adoption { kAdopted, kPattern, kJunk };
+  Adoption track(std::uint32_t index, std::uint64_t now_ns);
   void update(Dependency& d, std::uint64_t now_ns);
   // Calls waiting in the dependency's queue, for the metrics.
   std::uint32_t count_waiters(Dependency& d);

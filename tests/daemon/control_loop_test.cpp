@@ -219,6 +219,39 @@ TEST_F(ControlLoopTest, AStrictDaemonClaimsAPatternsSlotAtALaterTickWhenItCannot
   EXPECT_NO_THROW(client_->dependency("db-1"));
 }
 
+// Slots that clients left with a junk name, or with a claim they never
+// finished, are logged a hundred one by one and then counted in a line,
+// as adopted names are: a segment of thousands of them wrote a line each
+// at once, past journald's burst (10000 in 30 s), after which the journal
+// drops every line of the service, the warnings included.
+TEST(ControlLoopLogs, JunkAndStuckSlotsAreLoggedAHundredAndACount) {
+  testing::LogCapture log;
+  const testing::TempSegmentName name("loopjunk");
+  shm::Segment segment = shm::Segment::create(name, testing::small_segment(256, 4, 1));
+  for (std::uint32_t i = 0; i < 255; ++i) {
+    shm::DependencyIdentity& id = segment.dependency(i).identity;
+    if (i < 150) {
+      id.name_length = 4;
+      std::memcpy(id.name, "a b!", 4);  // no client library writes such a name
+      id.tag.store(std::uint64_t{i + 1} << 8 | shm::kSlotReady, std::memory_order_release);
+    } else {
+      id.tag.store(std::uint64_t{i + 1} << 8 | shm::kSlotClaiming);  // the claimer died
+    }
+  }
+  ControlLoop loop(segment,
+                   parse_config("[daemon]\nsegment = \"" + name.str() +
+                                    "\"\nmax_dependencies = 256\nmax_processes = 4\nstats_stripes = 1\n",
+                                "junk.toml"),
+                   nullptr);
+  std::uint64_t now_ns = 1'000'000'000;
+  for (int t = 0; t < 30; ++t) loop.tick(now_ns += 100'000'000);  // claims are abandoned after 2 s
+  EXPECT_EQ(log.count(": ready, but its name is not a valid one; ignored"), 100u) << log.text();
+  EXPECT_EQ(log.count("50 more dependency slots ready with a name that is not a valid one"), 1u) << log.text();
+  EXPECT_EQ(log.count(": claim never finished; abandoned"), 100u) << log.text();
+  EXPECT_EQ(log.count("5 more dependency slots whose claim never finished"), 1u) << log.text();
+  EXPECT_TRUE(loop.view().empty());
+}
+
 // A client claims a new name at [defaults]' initial_limit (the header's
 // default_limit: it cannot match patterns). The daemon that adopts it
 // starts the policy at the initial_limit of the name's own settings, a
