@@ -403,6 +403,9 @@ ControlLoop::Adoption ControlLoop::track(std::uint32_t index, std::uint64_t now_
   const bool claimed_since_last_tick = !governed && previous_tick_ns_.has_value();
   d.stats = std::make_unique<shm::StatsReader>(
       segment_, index, claimed_since_last_tick ? shm::StatsReader::Start::kZero : shm::StatsReader::Start::kNow);
+  // Its window extremes too: the peak in-flight a policy reads as the
+  // window's use may be hours old.
+  if (!claimed_since_last_tick) shm::take_window_extremes(segment_, index);
   // Continue from the limit a daemon (a previous one, or this one's claim)
   // left in force, not from initial_limit. A slot no daemon has governed
   // yet (generation 0) holds what a client claimed it with: the header's

@@ -1299,6 +1299,7 @@ TEST_F(ControlLoopTest, ASlotFoundAtTheFirstTickDoesNotFeedItsOldCountsIntoAWind
     const std::uint32_t index = shm::find_or_claim_dependency(s, name, 10, 0).index;
     s.dependency(index).control.generation.store(generation);
     s.stripe(index, 0).failed.fetch_add(30);
+    s.stripe(index, 0).max_inflight.store(40);  // its window's peak, long ago
     for (int i = 0; i < 10; ++i) {
       s.latency_histogram(index, 1).bucket[shm::histogram_bucket(3'000'000)].fetch_add(1);
       s.stripe(index, 1).rtt_sum_ns.fetch_add(3'000'000);
@@ -1325,6 +1326,8 @@ TEST_F(ControlLoopTest, ASlotFoundAtTheFirstTickDoesNotFeedItsOldCountsIntoAWind
   advance_ticks(1);
   EXPECT_EQ(view_of("unsupervised").windows, 1u);
   EXPECT_EQ(metrics_->dependency("unsupervised").requests[0], 10);
+  // One call at a time: aimd grows only a limit the window used half of.
+  EXPECT_EQ(view_of("unsupervised").limit, 10u);
 }
 
 // A daemon that let more callers wait (a larger max_queue) left records
