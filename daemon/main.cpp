@@ -483,7 +483,10 @@ int run(const Options& options) {
     if (now >= next_tick) {
       loop.tick(now);
       const std::uint64_t spent = monotonic_ns() - now;
-      if (metrics) metrics->observe_tick(static_cast<double>(spent) / 1e9);
+      if (metrics) {
+        metrics->observe_tick(static_cast<double>(spent) / 1e9);
+        metrics->trim_after_scrape(now + spent);
+      }
       // READY=1 once the segment carries the first tick's limits and
       // heartbeat; then WATCHDOG=1 every tick, with a fresh STATUS= line at
       // most once a second.

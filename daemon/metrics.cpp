@@ -1,8 +1,10 @@
 #include "daemon/metrics.hpp"
 
+#include <malloc.h>
 #include <netdb.h>
 #include <prometheus/metric_family.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -92,6 +94,12 @@ class Metrics::DependencySeries : public prometheus::Collectable {
   explicit DependencySeries(const Metrics& owner) : owner_(owner) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    // Relaxed: a lone time, read by trim_after_scrape().
+    owner_.collected_ns_.store(static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000u +
+                                   static_cast<std::uint64_t>(now.tv_nsec),
+                               std::memory_order_relaxed);
     std::vector<Dependency> deps;
     {
       const std::lock_guard<std::mutex> lock(owner_.mu_);
@@ -370,6 +378,15 @@ void Metrics::observe(Dependency& d, const Tick& t) {
 }
 
 void Metrics::observe_tick(double seconds) { tick_seconds_.Observe(seconds); }
+
+bool Metrics::trim_after_scrape(std::uint64_t now_ns) {
+  constexpr std::uint64_t kAfterNs = 1'000'000'000;
+  const std::uint64_t collected = collected_ns_.load(std::memory_order_relaxed);
+  if (collected == trimmed_ns_ || now_ns < collected + kAfterNs) return false;
+  trimmed_ns_ = collected;
+  ::malloc_trim(0);
+  return true;
+}
 
 void Metrics::count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).Increment(); }
 

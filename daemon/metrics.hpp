@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -124,6 +125,14 @@ class Metrics {
   void observe(Dependency& d, const Tick& tick);
 
   void observe_tick(double seconds);
+  // Gives the kernel back what a scrape's allocations left free
+  // (malloc_trim(3)): at thousands of dependencies its metric families,
+  // text and gzip are tens of MiB, which glibc keeps once they are freed,
+  // half the daemon's resident memory between scrapes. The control loop's
+  // thread calls it after each tick with CLOCK_MONOTONIC's now; it trims
+  // once per scrape, a second after the scrape collected, when its text is
+  // written and freed. True when it trimmed.
+  bool trim_after_scrape(std::uint64_t now_ns);
   void count_reload(bool ok);
   void count_reclaimed(const std::string& dependency, std::uint64_t permits);
   // The policy and the [min_limit, max_limit] the config gives the
@@ -159,6 +168,11 @@ class Metrics {
 
  private:
   class DependencySeries;
+
+  // CLOCK_MONOTONIC when a scrape last collected the dependencies' series
+  // (0: none has); written on the exposer's thread.
+  mutable std::atomic<std::uint64_t> collected_ns_{0};
+  std::uint64_t trimmed_ns_ = 0;  // the collected_ns_ last trimmed after
 
   // Created before the exposer and destroyed after it (see ECOSYSTEM.md).
   std::shared_ptr<prometheus::Registry> registry_;

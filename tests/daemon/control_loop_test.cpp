@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -250,6 +251,28 @@ TEST(ControlLoopLogs, JunkAndStuckSlotsAreLoggedAHundredAndACount) {
   EXPECT_EQ(log.count(": claim never finished; abandoned"), 100u) << log.text();
   EXPECT_EQ(log.count("5 more dependency slots whose claim never finished"), 1u) << log.text();
   EXPECT_TRUE(loop.view().empty());
+}
+
+// What a scrape's allocations leave free goes back to the kernel once per
+// scrape, a second after it collected (its text written by then), from
+// the control loop's thread.
+TEST_F(ControlLoopTest, AScrapesFreedMemoryIsTrimmedOnceASecondAfterIt) {
+  start("", {}, /*with_metrics=*/true);
+  const auto now_ns = [] {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+  };
+  constexpr std::uint64_t kSecond = 1'000'000'000;
+  EXPECT_FALSE(metrics_->trim_after_scrape(now_ns() + 5 * kSecond));  // no scrape yet
+  const std::uint64_t before = now_ns();
+  EXPECT_NE(testing::http_get(metrics_->port(), "/metrics").find("bulkhead_daemon_tick_seconds"), std::string::npos);
+  const std::uint64_t after = now_ns();
+  EXPECT_FALSE(metrics_->trim_after_scrape(before));
+  EXPECT_TRUE(metrics_->trim_after_scrape(after + kSecond));
+  EXPECT_FALSE(metrics_->trim_after_scrape(after + 2 * kSecond));  // once per scrape
+  testing::http_get(metrics_->port(), "/metrics");
+  EXPECT_TRUE(metrics_->trim_after_scrape(now_ns() + kSecond));
 }
 
 // A client claims a new name at [defaults]' initial_limit (the header's
