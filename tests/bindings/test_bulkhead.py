@@ -341,7 +341,7 @@ class StandaloneTest(unittest.TestCase):
             self.dep.try_acquire()
         held.release()
         self.assertFalse(held)
-        self.assertEqual(self.dep._client._call_release(bulkhead._c().bh_inflight, self.dep._handle), 0)
+        self.assertEqual(bulkhead._c().bh_inflight(self.dep._handle), 0)  # valid until close() ends
         go_on.set()
         waiter.join()
         closer.join()
@@ -366,6 +366,32 @@ class StandaloneTest(unittest.TestCase):
         finally:
             lib.bh_client_close = real_close
         self.assertEqual(closed, [handle])
+
+    def test_a_permit_collected_with_its_client_is_given_back_before_it_closes(self):
+        # The client is in a cycle with its dependencies, so the collector
+        # finalizes it, and a permit that became garbage with it, in one
+        # pass and in no promised order. Closed first, it would keep the
+        # permit taken host-wide (and its process slot) until the process
+        # exits, its limit reached for every process if that was the last.
+        lib, calls = bulkhead._c(), []
+        real_release, real_close = lib.bh_release, lib.bh_client_close
+        lib.bh_release = lambda permit, outcome: (calls.append(("release", outcome)), real_release(permit, outcome))
+        lib.bh_client_close = lambda handle: (calls.append(("close", handle.value)), real_close(handle))
+
+        class Service:
+            def __init__(self):
+                self.client = bulkhead.Client(segment=ABSENT)
+                self.permits = [self.client.dependency("payments").try_acquire() for _ in range(2)]
+                self.itself = self  # a cycle: garbage only the collector finds
+
+        try:
+            service = Service()
+            handle = service.client._handle.value
+            del service
+            gc.collect()
+        finally:
+            lib.bh_release, lib.bh_client_close = real_release, real_close
+        self.assertEqual(calls, [("release", bulkhead.IGNORE)] * 2 + [("close", handle)])
 
     def test_a_copy_of_the_module_high_in_the_tree_falls_back_to_the_system(self):
         # Vendored as /bulkhead/__init__.py: no checkout three levels up.

@@ -224,10 +224,9 @@ class Permit:
             return  # released already, or never admitted
         client = self._dependency._client  # its handle dies with the client
         if latency_ns is None:
-            client._call_release(_c().bh_release, ctypes.byref(self._permit), outcome)
+            client._call_release(_c().bh_release, self._permit, outcome)
         else:
-            client._call_release(_c().bh_release_latency, ctypes.byref(self._permit), outcome,
-                                 max(0, int(latency_ns)))
+            client._call_release(_c().bh_release_latency, self._permit, outcome, max(0, int(latency_ns)))
 
     def remaining(self):
         """Seconds left of the deadline of a permit acquire(timeout=...)
@@ -304,7 +303,7 @@ class Dependency:
         permit = Permit(self)
         deadline = None if timeout is None else _deadline_ns(timeout)
         if timeout is None or timeout == 0:
-            rc = self._client._call(_c().bh_try_acquire, self._handle, ctypes.byref(permit._permit))
+            rc = self._client._call_admitting(_c().bh_try_acquire, self._handle, ctypes.byref(permit._permit))
         else:
             fn = getattr(_c(), "bh_acquire", None)
             if fn is None or fn.argtypes is None:
@@ -390,6 +389,10 @@ class Client:
         self._lock = threading.RLock()
         self._waiting = 0
         self._closing = False
+        # Permits admitted and not released yet, and whether the collector
+        # finalized the client while some were (see __del__).
+        self._held = 0
+        self._collected = False
         self._no_waiters = threading.Condition(self._lock)
         _clients.add(self)
 
@@ -454,7 +457,16 @@ class Client:
         # another would fill the table for every process on the host.
         # Nothing can be waiting in it then (a waiter's frame would keep it
         # alive); at exit, once the module is torn down, it is left alone.
+        # A permit collected in the same pass (the client is always in a
+        # cycle with its dependencies) may be finalized after it, in no
+        # order Python promises: closed first, the client would keep the
+        # permit taken host-wide, and its process slot, until the process
+        # exits. Then the last such permit's release closes it.
         if _lib is not None and getattr(self, "_handle", None):
+            with self._lock:
+                if self._held > 0:
+                    self._collected = True
+                    return
             self.close()
 
     def _refuse_if_closed(self, releasing=False):
@@ -471,11 +483,29 @@ class Client:
             self._refuse_if_closed()
             return fn(*args)
 
-    def _call_release(self, fn, *args):
-        """fn(*args), a release, as _call() but allowed until close() ends."""
+    def _call_admitting(self, fn, *args):
+        """fn(*args), an admission, as _call(), counting the permit it gives."""
+        with self._lock:
+            self._refuse_if_closed()
+            rc = fn(*args)
+            if rc == 0:
+                self._held += 1
+            return rc
+
+    def _call_release(self, fn, permit, *args):
+        """fn(permit, *args), a release, as _call() but allowed until close()
+        ends; nothing when the permit is empty (another thread released it
+        meanwhile). The last permit of a client the collector finalized
+        closes it."""
         with self._lock:
             self._refuse_if_closed(releasing=True)
-            return fn(*args)
+            if not permit.dep:
+                return
+            fn(ctypes.byref(permit), *args)
+            if self._held > 0:  # 0: a permit admitted as an exception (Ctrl-C) came, so not counted
+                self._held -= 1
+            if self._collected and not self._held:
+                self.close()
 
     def _call_waiting(self, fn, *args, undo=None):
         """fn(*args), a call that may block, as _call() but without the lock
@@ -489,9 +519,11 @@ class Client:
         try:
             rc = fn(*args)
             with self._lock:
-                if self._closing and rc == 0 and undo is not None:
-                    undo()
-                    raise ValueError("the client closed while the call waited")
+                if rc == 0 and undo is not None:  # admitted: a permit
+                    if self._closing:
+                        undo()
+                        raise ValueError("the client closed while the call waited")
+                    self._held += 1
             return rc
         finally:
             with self._lock:
