@@ -4,7 +4,6 @@ permits as context managers, outcomes, rejections and errors. Run by ctest
 built library."""
 
 import copy
-import ctypes.util
 import gc
 import os
 import pickle
@@ -394,14 +393,39 @@ class StandaloneTest(unittest.TestCase):
         self.assertEqual(calls, [("release", bulkhead.IGNORE)] * 2 + [("close", handle)])
 
     def test_a_copy_of_the_module_high_in_the_tree_falls_back_to_the_system(self):
-        # Vendored as /bulkhead/__init__.py: no checkout three levels up.
+        # Vendored as /bulkhead/__init__.py: no checkout three levels up. The
+        # system's is the soname of this ABI, even with a libbulkhead.so.1
+        # (and its libbulkhead.so) on the loader's path.
         saved_file, saved_env = bulkhead.__file__, os.environ.pop("BULKHEAD_LIBRARY")
+        saved_path = os.environ.get("LD_LIBRARY_PATH")
+        other_abi = os.environ.get("BULKHEAD_TEST_OTHER_ABI")
         try:
             bulkhead.__file__ = "/bulkhead/__init__.py"
-            self.assertEqual(bulkhead.library_path(), ctypes.util.find_library("bulkhead") or "libbulkhead.so.0")
+            if other_abi:  # not in deb_package's run
+                os.environ["LD_LIBRARY_PATH"] = os.path.dirname(other_abi)
+            self.assertEqual(bulkhead.library_path(), "libbulkhead.so.0")
         finally:
             bulkhead.__file__ = saved_file
             os.environ["BULKHEAD_LIBRARY"] = saved_env
+            if saved_path is None:
+                os.environ.pop("LD_LIBRARY_PATH", None)
+            else:
+                os.environ["LD_LIBRARY_PATH"] = saved_path
+
+    @unittest.skipUnless(os.environ.get("BULKHEAD_TEST_OTHER_ABI"), "no library of another ABI to load")
+    def test_a_library_of_another_abi_is_refused_not_used(self):
+        # Functions of the same names, in another ABI's version node: called
+        # as libbulkhead.so.0's, they would take arguments of another shape.
+        other_abi = os.environ["BULKHEAD_TEST_OTHER_ABI"]
+        saved_lib, saved_env = bulkhead._lib, os.environ["BULKHEAD_LIBRARY"]
+        bulkhead._lib, os.environ["BULKHEAD_LIBRARY"] = None, other_abi
+        try:
+            with self.assertRaises(OSError) as caught:
+                bulkhead.Client(segment=ABSENT)
+        finally:
+            bulkhead._lib, os.environ["BULKHEAD_LIBRARY"] = saved_lib, saved_env
+        self.assertIn(f"{other_abi} is not libbulkhead of the ABI this module uses (libbulkhead.so.0",
+                      str(caught.exception))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ own static limit.
 
 The library is found through $BULKHEAD_LIBRARY (a path to libbulkhead.so),
 then the build tree of the checkout this file lies in (build/client/), then
-the system's (libbulkhead.so.0, as ldconfig knows it).
+the system's (libbulkhead.so.0, through the dynamic loader); one of another
+ABI is refused (OSError).
 
 ``payments.acquire(timeout=0.2)`` waits up to 0.2 s for a permit in the
 dependency's wait queue, when bulkheadd gives it one (max_queue).
@@ -38,7 +39,6 @@ a waiting acquire included, and those that come after it raise ValueError.
 """
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import math
@@ -111,7 +111,25 @@ def library_path():
         built = here.parents[3] / "build" / "client" / _SONAME
         if built.exists():
             return str(built)
-    return ctypes.util.find_library("bulkhead") or _SONAME
+    # The soname itself, not ctypes.util.find_library("bulkhead"): that
+    # answers with whichever libbulkhead.so.N the loader's path or cache
+    # holds first, of another ABI too, and runs ldconfig (or gcc) to learn it.
+    return _SONAME
+
+
+def _check_abi(lib, path):
+    """Raises OSError unless `lib` is of libbulkhead.so.0's ABI: its
+    functions in the version node BULKHEAD_1 (client/libbulkhead.map). A
+    library of another ABI may have functions of the same names that take
+    other arguments."""
+    dlvsym = getattr(ctypes.CDLL(None), "dlvsym", None)  # glibc's; elsewhere, no check
+    if dlvsym is None:
+        return
+    dlvsym.restype, dlvsym.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+    if not dlvsym(lib._handle, b"bh_client_open_opts", b"BULKHEAD_1"):
+        raise OSError(errno.ELIBBAD, f"{path} is not libbulkhead of the ABI this module uses ({_SONAME}: "
+                                     f"no bh_client_open_opts@BULKHEAD_1): install libbulkhead0, or set "
+                                     f"$BULKHEAD_LIBRARY to the path of {_SONAME}")
 
 
 def _load():
@@ -121,6 +139,7 @@ def _load():
     except OSError as e:
         raise OSError(e.errno, f"cannot load libbulkhead ({e}): install libbulkhead0, or set "
                                f"$BULKHEAD_LIBRARY to the path of libbulkhead.so") from e
+    _check_abi(lib, path)
     c_client, c_dep = ctypes.c_void_p, ctypes.c_void_p
     sigs = {
         "bh_client_open_opts": (ctypes.c_int, [ctypes.POINTER(_Options), ctypes.POINTER(c_client)]),
