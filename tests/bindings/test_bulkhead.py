@@ -141,6 +141,20 @@ class StandaloneTest(unittest.TestCase):
         with self.assertRaises(ValueError) as caught:
             self.client.dependency("bad name")
         self.assertIn("bad name", str(caught.exception))
+        # Named once, by libbulkhead's reason, even when it is empty.
+        with self.assertRaises(ValueError) as caught:
+            self.client.dependency("")
+        self.assertEqual(str(caught.exception), "dependency name '' is empty")
+
+    def test_a_name_that_is_no_str_is_a_type_error_that_names_it(self):
+        for make, message in ((lambda: self.client.dependency(b"payments"), "dependency name b'payments'"),
+                              (lambda: self.client.dependency(None), "dependency name None"),
+                              (lambda: self.dep.partition(b"batch"), "partition name b'batch'"),
+                              (lambda: bulkhead.Client(segment=b"bulkhead"), "segment name b'bulkhead'")):
+            with self.assertRaises(TypeError) as caught:
+                make()
+            self.assertIn(message, str(caught.exception))
+            self.assertIn("must be a str", str(caught.exception))
 
     def test_an_empty_segment_name_is_named_as_given(self):
         # "" is a name the library refuses, not the default "bulkhead".

@@ -182,6 +182,8 @@ def _c():
 
 def _c_string(text, what):
     """`text` as the C ABI takes it: a NUL inside would cut it short there."""
+    if not isinstance(text, str):
+        raise TypeError(f"{what} {text!r}: must be a str, not {type(text).__name__}")
     data = text.encode()
     if b"\0" in data:
         raise ValueError(f"{what} {text!r} has a NUL character")
@@ -432,7 +434,7 @@ class Client:
             handle = ctypes.c_void_p()
             rc = self._call_client(_c().bh_dependency, _c_string(name, "dependency name"), ctypes.byref(handle))
             if rc < 0:
-                _raise(rc, name)
+                _raise(rc, name, named="dependency ")
             dep = self._dependencies.setdefault(name, Dependency(self, name, handle))
         return dep
 
