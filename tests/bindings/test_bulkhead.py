@@ -246,6 +246,14 @@ class StandaloneTest(unittest.TestCase):
             self.assertIsNone(self.dep.try_acquire(timeout=float("inf")))
         self.assertEqual(self.dep.inflight, 0)
 
+    def test_a_timeout_too_long_for_the_clock_is_the_latest_deadline(self):
+        # A finite timeout past 2^64 ns from now: the latest deadline there
+        # is, not an OverflowError from the float or int arithmetic.
+        for timeout in (1e300, 1.7e308, 10**400, 2**64):
+            with self.dep.acquire(timeout=timeout) as permit:
+                self.assertGreater(permit.remaining(), 5e8, repr(timeout))  # 2^64 ns is 584 years
+        self.assertEqual(self.dep.inflight, 0)
+
     def test_a_bad_timeout_is_a_value_error(self):
         for timeout in (-1, float("nan"), "1", True):
             with self.assertRaises(ValueError, msg=repr(timeout)):

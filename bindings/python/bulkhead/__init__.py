@@ -207,9 +207,12 @@ def _deadline_ns(timeout):
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout >= 0:
         raise ValueError(f"timeout {timeout!r}: must be a number of seconds, 0 or more")
     no_deadline = 2**64 - 1  # BH_NO_DEADLINE
-    if math.isinf(timeout):
+    if isinstance(timeout, float) and math.isinf(timeout):  # an int too large for a float is finite
         return no_deadline
-    return min(time.monotonic_ns() + int(timeout * 1e9), no_deadline - 1)
+    now = time.monotonic_ns()
+    if timeout >= (no_deadline - 1 - now) / 1e9:  # before timeout * 1e9, which may overflow
+        return no_deadline - 1
+    return now + int(timeout * 1e9)
 
 
 def _outcome_of(exc_type):
