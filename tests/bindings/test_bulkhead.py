@@ -370,6 +370,39 @@ class StandaloneTest(unittest.TestCase):
         self.assertEqual(undone, [True])
         self.assertIsNone(self.client._handle)
 
+    def test_a_waiter_interrupted_as_it_is_admitted_gives_its_permit_back_to_a_closing_client(self):
+        # A Ctrl-C (or any signal handler's exception) that comes while
+        # bh_acquire() waits is raised as the call returns, admitted or not.
+        # If close() waits for that call meanwhile, a permit the call was
+        # given must go back before the client closes, or it stays taken
+        # host-wide (and the process slot with it) until the process exits.
+        outcome, undone, in_call, go_on = [], [], threading.Event(), threading.Event()
+
+        def admitted_then_interrupted():
+            in_call.set()
+            go_on.wait()
+            raise KeyboardInterrupt  # as Python raises it once bh_acquire() returned a permit
+
+        def wait():
+            try:
+                self.client._call_waiting(admitted_then_interrupted, undo=lambda: undone.append(True))
+            except KeyboardInterrupt:
+                outcome.append("KeyboardInterrupt")
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        in_call.wait()
+        closer = threading.Thread(target=self.client.close)
+        closer.start()
+        while not self.client._closing:
+            threading.Event().wait(0.001)
+        go_on.set()
+        waiter.join()
+        closer.join()
+        self.assertEqual(outcome, ["KeyboardInterrupt"])
+        self.assertEqual(undone, [True])
+        self.assertIsNone(self.client._handle)
+
     def test_a_client_dropped_unclosed_is_closed_when_collected(self):
         # In shared mode an open client holds one of the host's process
         # slots: clients dropped without close() must not fill the table.

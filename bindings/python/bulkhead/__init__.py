@@ -534,26 +534,32 @@ class Client:
     def _call_waiting(self, fn, *args, undo=None):
         """fn(*args), a call that may block, as _call() but without the lock
         held while it runs; close() waits for it all the same. If close()
-        began meanwhile and fn admitted (returned 0), undo() gives the
-        permit back while the handle is still valid, and ValueError says
-        the client closed."""
+        began meanwhile, undo() gives back the permit fn admitted (nothing
+        for one it left empty) while the handle is still valid, however fn
+        ended: a Ctrl-C that came while it waited is raised as it returns,
+        admitted or not. Admitted, it then raises ValueError: the client
+        closed."""
         with self._lock:
             self._refuse_if_closed()
             self._waiting += 1
+        rc = closing = None
         try:
             rc = fn(*args)
-            with self._lock:
-                if rc == 0 and undo is not None:  # admitted: a permit
-                    if self._closing:
-                        undo()
-                        raise ValueError("the client closed while the call waited")
-                    self._held += 1
-            return rc
         finally:
             with self._lock:
-                self._waiting -= 1
-                if not self._waiting:
-                    self._no_waiters.notify_all()
+                try:
+                    closing = self._closing
+                    if undo is not None and closing:
+                        undo()
+                    elif undo is not None and rc == 0:  # admitted: a permit
+                        self._held += 1
+                finally:
+                    self._waiting -= 1
+                    if not self._waiting:
+                        self._no_waiters.notify_all()
+        if closing and rc == 0 and undo is not None:
+            raise ValueError("the client closed while the call waited")
+        return rc
 
     def _call_client(self, fn, *args):
         """fn(the client's handle, *args), as _call()."""
