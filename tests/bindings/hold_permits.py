@@ -10,11 +10,17 @@ for shared_limit_test (C++): it and a C++ process share one host-wide limit.
   hold_permits.py SEGMENT DEPENDENCY wait SECONDS
       takes one permit, waiting up to SECONDS in the wait queue; prints
       "admitted" and gives it back, or "refused REASON" (exit 3)
+  hold_permits.py SEGMENT DEPENDENCY beside-a-stuck-claim NAME
+      looks NAME up on one thread (its slot held by a claim that does not
+      finish: bh_dependency() waits for it up to a second) while this one
+      takes and gives back a permit of DEPENDENCY; prints "others went on"
+      or "others waited" (for the look-up to end first)
 """
 
 import contextlib
 import os
 import sys
+import threading
 import time
 
 import bulkhead
@@ -41,6 +47,24 @@ def main(segment, dependency, mode, *args):
                 print(f"refused {e.reason}", flush=True)
                 return 3
             print("admitted", flush=True)
+            return 0
+        if mode == "beside-a-stuck-claim":
+            looked_up = threading.Event()
+
+            def look_up():
+                try:
+                    client.dependency(args[0])
+                except OSError:
+                    pass  # -EAGAIN: the claim never finished
+                looked_up.set()
+
+            other = threading.Thread(target=look_up)
+            other.start()
+            time.sleep(0.1)  # into bh_dependency(), which waits a second
+            with dep.acquire():
+                pass
+            print("others waited" if looked_up.is_set() else "others went on", flush=True)
+            other.join()
             return 0
         count, until = int(args[0]), args[1]
         for taken in range(count):

@@ -139,5 +139,23 @@ TEST_F(SharedLimit, PythonWaitsInTheQueueForThePermitCppGivesBack) {
   EXPECT_EQ(dep_->inflight(), kLimit - 1);
 }
 
+// A look-up of a name whose slot another process's claim holds (it died
+// claiming: bh_dependency() waits up to a second for the claim to finish)
+// holds up no other thread's calls on the client.
+TEST_F(SharedLimit, APythonLookUpWaitingForAStuckClaimHoldsUpNoOtherCall) {
+  const std::string name = "stuck";
+  {
+    shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadWrite);
+    const std::uint64_t hash = shm::dependency_name_hash(name);
+    shm::DependencyIdentity& id = segment.dependency(hash % segment.capacities().max_dependencies).identity;
+    std::uint64_t free = shm::kSlotFree;
+    ASSERT_TRUE(id.tag.compare_exchange_strong(free, (hash << 8) | shm::kSlotClaiming));
+  }
+  ChildProcess py = python({"beside-a-stuck-claim", name});
+  ASSERT_TRUE(py.wait_exit(60s));
+  EXPECT_EQ(py.exit_code(), 0) << py.log();
+  EXPECT_EQ(py.log(), "others went on\n");
+}
+
 }  // namespace
 }  // namespace bulkhead

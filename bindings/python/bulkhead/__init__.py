@@ -33,9 +33,11 @@ dependency's wait queue, when bulkheadd gives it one (max_queue).
 
 Thread safety: a Client and its Dependency objects may be shared by threads;
 a Permit belongs to the thread that acquired it. Each call into libbulkhead
-holds the client's lock, but for a waiting acquire, which other threads'
-calls do not wait for; close() waits for every call other threads are in,
-a waiting acquire included, and those that come after it raise ValueError.
+holds the client's lock, but for a waiting acquire and a look-up of a new
+dependency (which waits up to a second for another process's unfinished
+claim of the name), which other threads' calls do not wait for; close()
+waits for every call other threads are in, those included, and those that
+come after it raise ValueError.
 """
 
 import ctypes
@@ -435,7 +437,12 @@ class Client:
         dep = self._dependencies.get(name)
         if dep is None:
             handle = ctypes.c_void_p()
-            rc = self._call_client(_c().bh_dependency, _c_string(name, "dependency name"), ctypes.byref(handle))
+            # Without the lock, as a waiting acquire: bh_dependency() waits up
+            # to a second for another process's unfinished claim of the name's
+            # slot, and every other call on the client would wait with it.
+            # A handle read after close() began is refused before it is used.
+            rc = self._call_waiting(_c().bh_dependency, self._handle, _c_string(name, "dependency name"),
+                                    ctypes.byref(handle))
             if rc < 0:
                 _raise(rc, name, named="dependency ")
             dep = self._dependencies.setdefault(name, Dependency(self, name, handle))
