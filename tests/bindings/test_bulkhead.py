@@ -3,6 +3,8 @@ permits as context managers, outcomes, rejections and errors. Run by ctest
 (python_bindings) with the system python3 and $BULKHEAD_LIBRARY set to the
 built library."""
 
+import asyncio
+import concurrent.futures
 import copy
 import gc
 import os
@@ -53,7 +55,10 @@ class StandaloneTest(unittest.TestCase):
         lib, outcomes = bulkhead._c(), []
         real_release = lib.bh_release
         lib.bh_release = lambda permit, outcome: (outcomes.append(outcome), real_release(permit, outcome))
+        # The timeouts of socket, asyncio and concurrent.futures are
+        # TimeoutError only from Python 3.10 and 3.11 on.
         cases = [(None, bulkhead.SUCCESS), (TimeoutError, bulkhead.DROPPED), (socket.timeout, bulkhead.DROPPED),
+                 (asyncio.TimeoutError, bulkhead.DROPPED), (concurrent.futures.TimeoutError, bulkhead.DROPPED),
                  (ConnectionError, bulkhead.FAILED), (KeyError, bulkhead.FAILED),
                  (lambda: bulkhead.Rejected("other", bulkhead.REJECT_LIMIT), bulkhead.IGNORE),
                  (KeyboardInterrupt, bulkhead.IGNORE), (SystemExit, bulkhead.IGNORE)]

@@ -45,6 +45,7 @@ import errno
 import os
 import math
 import pathlib
+import sys
 import threading
 import time
 import weakref
@@ -217,10 +218,24 @@ def _deadline_ns(timeout):
     return now + int(timeout * 1e9)
 
 
+def _is_timeout(exc_type):
+    """TimeoutError, or a timeout of socket, asyncio or concurrent.futures,
+    which are TimeoutError only from Python 3.10 (socket) and 3.11 (the
+    others) on; each from sys.modules, as no such exception is raised
+    before its module is imported."""
+    if issubclass(exc_type, TimeoutError):
+        return True
+    for module, name in (("socket", "timeout"), ("asyncio", "TimeoutError"), ("concurrent.futures", "TimeoutError")):
+        timeout = getattr(sys.modules.get(module), name, None)
+        if timeout is not None and issubclass(exc_type, timeout):
+            return True
+    return False
+
+
 def _outcome_of(exc_type):
     """How a call whose ``with`` block ended with ``exc_type`` ended, as C++
-    execute() counts a call that threw: none, a success; TimeoutError
-    (socket.timeout and asyncio's are the same), dropped; any other Exception,
+    execute() counts a call that threw: none, a success; a timeout
+    (TimeoutError, socket.timeout, asyncio's), dropped; any other Exception,
     failed (the circuit breaker counts both, and the limit policy backs off
     on drops); Rejected (another dependency's refusal inside the block) and
     what is no Exception (KeyboardInterrupt, SystemExit, a cancelled task),
@@ -229,7 +244,7 @@ def _outcome_of(exc_type):
         return SUCCESS
     if issubclass(exc_type, Rejected) or not issubclass(exc_type, Exception):
         return IGNORE
-    return DROPPED if issubclass(exc_type, TimeoutError) else FAILED
+    return DROPPED if _is_timeout(exc_type) else FAILED
 
 
 class Permit:
