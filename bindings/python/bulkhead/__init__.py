@@ -140,8 +140,10 @@ def _load():
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
-        raise OSError(e.errno, f"cannot load libbulkhead ({e}): install libbulkhead0, or set "
-                               f"$BULKHEAD_LIBRARY to the path of libbulkhead.so") from e
+        why = (f"cannot load libbulkhead ({e}): install libbulkhead0, or set $BULKHEAD_LIBRARY to the path of "
+               f"libbulkhead.so")
+        # dlopen() gives no errno: OSError(None, why) would begin "[Errno None] ".
+        raise (OSError(why) if e.errno is None else OSError(e.errno, why)) from e
     _check_abi(lib, path)
     c_client, c_dep = ctypes.c_void_p, ctypes.c_void_p
     sigs = {
