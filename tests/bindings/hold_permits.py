@@ -10,6 +10,12 @@ for shared_limit_test (C++): it and a C++ process share one host-wide limit.
   hold_permits.py SEGMENT DEPENDENCY wait SECONDS
       takes one permit, waiting up to SECONDS in the wait queue; prints
       "admitted" and gives it back, or "refused REASON" (exit 3)
+  hold_permits.py SEGMENT DEPENDENCY wait-on-a-thread SECONDS IN_QUEUE_FILE
+      waits for a permit on another thread, up to SECONDS; once IN_QUEUE_FILE
+      exists (the test sees that thread in the wait queue; 30 s at most:
+      exit 4), prints "running while it waits", which this thread can only
+      do if the waiting one let go of the GIL; then "admitted" (or "refused
+      REASON", exit 3) when the other thread's wait ends
   hold_permits.py SEGMENT DEPENDENCY beside-a-stuck-claim NAME
       looks NAME up on one thread (its slot held by a claim that does not
       finish: bh_dependency() waits for it up to a second) while this one
@@ -48,6 +54,28 @@ def main(segment, dependency, mode, *args):
                 return 3
             print("admitted", flush=True)
             return 0
+        if mode == "wait-on-a-thread":
+            outcome = []
+
+            def wait():
+                try:
+                    with dep.acquire(timeout=float(args[0])):
+                        outcome.append("admitted")
+                except bulkhead.Rejected as e:
+                    outcome.append(f"refused {e.reason}")
+
+            threading.Thread(target=wait, daemon=True).start()
+            give_up = time.monotonic() + 30
+            while not os.path.exists(args[1]):
+                if time.monotonic() > give_up:
+                    print(f"{args[1]} never appeared", flush=True)
+                    return 4
+                time.sleep(0.01)
+            print("running while it waits", flush=True)
+            while not outcome:
+                time.sleep(0.01)
+            print(outcome[0], flush=True)
+            return 0 if outcome[0] == "admitted" else 3
         if mode == "beside-a-stuck-claim":
             looked_up = threading.Event()
 

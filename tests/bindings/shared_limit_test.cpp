@@ -139,6 +139,34 @@ TEST_F(SharedLimit, PythonWaitsInTheQueueForThePermitCppGivesBack) {
   EXPECT_EQ(dep_->inflight(), kLimit - 1);
 }
 
+// A Python thread waiting in the queue (in bh_acquire(), through ctypes)
+// lets the process's other threads run: it let go of the GIL.
+TEST_F(SharedLimit, APythonThreadWaitingInTheQueueLetsTheOthersRun) {
+  std::vector<Permit> held;
+  ASSERT_EQ(take_all(held), kLimit);
+  const std::string in_queue = dir_ + "/in_queue";
+  ChildProcess py = python({"wait-on-a-thread", "60", in_queue});
+  const shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadOnly);
+  const std::uint32_t slot = *shm::find_dependency(segment, "shared");
+  const auto waiting = [&] { return shm::queue_length(segment.queue(slot), segment.queue_slots()); };
+  for (auto give_up = std::chrono::steady_clock::now() + 60s;
+       waiting() == 0 && !py.exited() && std::chrono::steady_clock::now() < give_up;)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(waiting(), 1u) << py.log();
+
+  testing::write_file(in_queue, "");
+  for (auto give_up = std::chrono::steady_clock::now() + 30s;
+       py.log().empty() && !py.exited() && std::chrono::steady_clock::now() < give_up;)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(py.log(), "running while it waits\n");  // the permit has not come yet
+  EXPECT_EQ(waiting(), 1u);
+
+  held.pop_back();
+  ASSERT_TRUE(py.wait_exit(60s));
+  EXPECT_EQ(py.exit_code(), 0) << py.log();
+  EXPECT_EQ(py.log(), "running while it waits\nadmitted\n");
+}
+
 // A look-up of a name whose slot another process's claim holds (it died
 // claiming: bh_dependency() waits up to a second for the claim to finish)
 // holds up no other thread's calls on the client.
