@@ -11,6 +11,7 @@ import os
 import pickle
 import signal
 import socket
+import tempfile
 import threading
 import unittest
 
@@ -453,6 +454,25 @@ class StandaloneTest(unittest.TestCase):
         finally:
             lib.bh_release, lib.bh_client_close = real_release, real_close
         self.assertEqual(calls, [("release", bulkhead.IGNORE)] * 2 + [("close", handle)])
+
+    def test_a_module_installed_under_a_prefix_loads_the_library_installed_with_it(self):
+        # cmake --install --prefix PREFIX: the module in PREFIX/lib/python3/
+        # dist-packages/bulkhead/, libbulkhead.so.0 in PREFIX/lib/, which
+        # the dynamic loader does not search.
+        saved_file, saved_env = bulkhead.__file__, os.environ.pop("BULKHEAD_LIBRARY")
+        try:
+            with tempfile.TemporaryDirectory() as prefix:
+                lib = os.path.join(os.path.realpath(prefix), "lib")
+                module = os.path.join(lib, "python3", "dist-packages", "bulkhead")
+                os.makedirs(module)
+                os.symlink(saved_env, os.path.join(lib, "libbulkhead.so.0"))
+                bulkhead.__file__ = os.path.join(module, "__init__.py")
+                self.assertEqual(bulkhead.library_path(), os.path.join(lib, "libbulkhead.so.0"))
+                os.remove(os.path.join(lib, "libbulkhead.so.0"))  # none there: the system's
+                self.assertEqual(bulkhead.library_path(), "libbulkhead.so.0")
+        finally:
+            bulkhead.__file__ = saved_file
+            os.environ["BULKHEAD_LIBRARY"] = saved_env
 
     def test_a_copy_of_the_module_high_in_the_tree_falls_back_to_the_system(self):
         # Vendored as /bulkhead/__init__.py: no checkout three levels up. The

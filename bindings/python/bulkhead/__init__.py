@@ -25,8 +25,9 @@ own static limit.
 
 The library is found through $BULKHEAD_LIBRARY (a path to libbulkhead.so),
 then the build tree of the checkout this file lies in (build/client/), then
-the system's (libbulkhead.so.0, through the dynamic loader); one of another
-ABI is refused (OSError).
+the one installed with this file (PREFIX/lib/ for PREFIX/lib/python3/
+dist-packages/bulkhead/), then the system's (libbulkhead.so.0, through the
+dynamic loader); one of another ABI is refused (OSError).
 
 ``payments.acquire(timeout=0.2)`` waits up to 0.2 s for a permit in the
 dependency's wait queue, when bulkheadd gives it one (max_queue).
@@ -105,7 +106,8 @@ class _Permit(ctypes.Structure):
 
 
 def library_path():
-    """The libbulkhead this module loads: $BULKHEAD_LIBRARY, the build tree, the system."""
+    """The libbulkhead this module loads: $BULKHEAD_LIBRARY, the build tree,
+    the one installed with it, the system."""
     env = os.environ.get("BULKHEAD_LIBRARY")
     if env:
         return env
@@ -114,6 +116,13 @@ def library_path():
         built = here.parents[3] / "build" / "client" / _SONAME
         if built.exists():
             return str(built)
+        # cmake --install (and the .deb) put this file in
+        # PREFIX/lib/python3/dist-packages/bulkhead/ and the library in
+        # PREFIX/lib/, where the dynamic loader does not look under a
+        # prefix it was not told of (nor before ldconfig ran).
+        installed = here.parents[3] / _SONAME
+        if here.parents[1].name == "dist-packages" and here.parents[2].name == "python3" and installed.exists():
+            return str(installed)
     # The soname itself, not ctypes.util.find_library("bulkhead"): that
     # answers with whichever libbulkhead.so.N the loader's path or cache
     # holds first, of another ABI too, and runs ldconfig (or gcc) to learn it.
