@@ -16,6 +16,11 @@ for shared_limit_test (C++): it and a C++ process share one host-wide limit.
       exit 4), prints "running while it waits", which this thread can only
       do if the waiting one let go of the GIL; then "admitted" (or "refused
       REASON", exit 3) when the other thread's wait ends
+  hold_permits.py SEGMENT DEPENDENCY close-on-sigterm SECONDS
+      waits for a permit up to SECONDS, with a SIGTERM handler that closes
+      the client; prints "closed by the handler" when it ran, then
+      "ValueError" when the wait, admitted as the client closed, gave its
+      permit back
   hold_permits.py SEGMENT DEPENDENCY beside-a-stuck-claim NAME
       looks NAME up on one thread (its slot held by a claim that does not
       finish: bh_dependency() waits for it up to a second) while this one
@@ -25,6 +30,7 @@ for shared_limit_test (C++): it and a C++ process share one host-wide limit.
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -76,6 +82,20 @@ def main(segment, dependency, mode, *args):
                 time.sleep(0.01)
             print(outcome[0], flush=True)
             return 0 if outcome[0] == "admitted" else 3
+        if mode == "close-on-sigterm":
+            def on_sigterm(signum, frame):
+                client.close()
+                print("closed by the handler", flush=True)
+
+            signal.signal(signal.SIGTERM, on_sigterm)
+            print("handler set", flush=True)
+            try:
+                held.enter_context(dep.acquire(timeout=float(args[0])))
+            except ValueError:
+                print("ValueError", flush=True)
+                return 0
+            print("admitted", flush=True)
+            return 3
         if mode == "beside-a-stuck-claim":
             looked_up = threading.Event()
 

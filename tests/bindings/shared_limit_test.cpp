@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -165,6 +166,30 @@ TEST_F(SharedLimit, APythonThreadWaitingInTheQueueLetsTheOthersRun) {
   ASSERT_TRUE(py.wait_exit(60s));
   EXPECT_EQ(py.exit_code(), 0) << py.log();
   EXPECT_EQ(py.log(), "running while it waits\nadmitted\n");
+}
+
+// A SIGTERM handler that closes the client runs as the wait it interrupted
+// returns, on the waiting thread: its close() must not wait for that very
+// call. The call, admitted, gives its permit back and raises ValueError.
+TEST_F(SharedLimit, APythonSignalHandlerClosesTheClientItsThreadWaitsIn) {
+  std::vector<Permit> held;
+  ASSERT_EQ(take_all(held), kLimit);
+  ChildProcess py = python({"close-on-sigterm", "60"});
+  const shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadOnly);
+  const std::uint32_t slot = *shm::find_dependency(segment, "shared");
+  const auto waiting = [&] { return shm::queue_length(segment.queue(slot), segment.queue_slots()); };
+  for (auto give_up = std::chrono::steady_clock::now() + 60s;
+       waiting() == 0 && !py.exited() && std::chrono::steady_clock::now() < give_up;)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(waiting(), 1u) << py.log();
+  ASSERT_EQ(py.log(), "handler set\n");
+
+  py.signal(SIGTERM);  // Python runs the handler once bh_acquire() returns
+  held.pop_back();     // which it does, admitted
+  ASSERT_TRUE(py.wait_exit(60s)) << py.log();
+  EXPECT_EQ(py.exit_code(), 0) << py.log();
+  EXPECT_EQ(py.log(), "handler set\nclosed by the handler\nValueError\n");
+  EXPECT_EQ(dep_->inflight(), kLimit - 1);  // its permit came back
 }
 
 // A look-up of a name whose slot another process's claim holds (it died

@@ -411,6 +411,33 @@ class StandaloneTest(unittest.TestCase):
         self.assertEqual(undone, [True])
         self.assertIsNone(self.client._handle)
 
+    def test_closing_on_a_thread_in_a_waiting_call_does_not_wait_for_itself(self):
+        # A signal handler runs on the main thread as a wait there returns:
+        # one that closes the client (on SIGTERM, say) must not wait for
+        # that very call to end, which it never would. The call gives back
+        # the permit it was given, and the client closes as it ends.
+        client = bulkhead.Client(segment=ABSENT)  # not self.client: a hang here must not hang tearDown
+        outcome, undone = [], []
+
+        def admitted_and_closed_by_a_handler():
+            client.close()  # as a signal handler would, on this thread, as the wait returns
+            outcome.append("close() returned")
+            return 0
+
+        def wait():
+            try:
+                client._call_waiting(admitted_and_closed_by_a_handler, undo=lambda: undone.append(True))
+            except ValueError:
+                outcome.append("ValueError")
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        waiter.join(30)  # a give-up: on failure, close() waits forever
+        self.assertFalse(waiter.is_alive(), "close() waits for the call of the thread it runs on")
+        self.assertEqual(outcome, ["close() returned", "ValueError"])
+        self.assertEqual(undone, [True])
+        self.assertIsNone(client._handle)
+
     def test_a_client_dropped_unclosed_is_closed_when_collected(self):
         # In shared mode an open client holds one of the host's process
         # slots: clients dropped without close() must not fill the table.

@@ -434,13 +434,17 @@ class Client:
         # run meanwhile), so that close() never frees what a call uses.
         # Reentrant: a Permit collected during a call may release itself.
         # A waiting acquire does not hold it while it waits (every other
-        # call would wait behind it), but counts itself in _waiting, which
-        # close() waits to see at 0. Meanwhile (_closing) permits may still
-        # be released, which may be what a waiter waits for, and nothing
-        # else may start.
+        # call would wait behind it), but counts itself in _waiting (per
+        # thread), which close() waits to see empty. Meanwhile (_closing)
+        # permits may still be released, which may be what a waiter waits
+        # for, and nothing else may start. A close() on a thread that is in
+        # a waiting call itself (a signal handler's, run as the wait
+        # returned) cannot wait for it: that call closes the client as it
+        # ends (_close_after_waits).
         self._lock = threading.RLock()
-        self._waiting = 0
+        self._waiting = {}
         self._closing = False
+        self._close_after_waits = False
         # Permits admitted and not released yet, and whether the collector
         # finalized the client while some were (see __del__).
         self._held = 0
@@ -456,7 +460,7 @@ class Client:
         to a process slot of the child's (its own fork handlers)."""
         self._lock = threading.RLock()
         self._no_waiters = threading.Condition(self._lock)
-        self._waiting = 0
+        self._waiting = {}
 
     def dependency(self, name):
         """The Dependency called name (1 to 47 of A-Z a-z 0-9 . _ -)."""
@@ -490,10 +494,15 @@ class Client:
         a waiting acquire until it is admitted or refused (its timeout at
         most). While it waits, permits may still be released (a waiter may
         be waiting for one) but nothing else starts, and a waiter admitted
-        meanwhile gives its permit back and raises ValueError."""
+        meanwhile gives its permit back and raises ValueError. Called on a
+        thread in a waiting call (a signal handler's), it returns at once,
+        and the client closes as the last waiting call ends."""
         with self._lock:
             self._closing = True  # calls from now on raise ValueError, but for releases
             self._dependencies.clear()
+            if threading.get_ident() in self._waiting:
+                self._close_after_waits = True  # waiting for that call here would wait forever
+                return
             while self._waiting:
                 self._no_waiters.wait()
             handle, self._handle = self._handle, None
@@ -572,10 +581,12 @@ class Client:
         ended: a Ctrl-C that came while it waited is raised as it returns,
         admitted or not. Admitted, it then raises ValueError: the client
         closed."""
+        me = threading.get_ident()
         with self._lock:
             self._refuse_if_closed()
-            self._waiting += 1
+            self._waiting[me] = self._waiting.get(me, 0) + 1
         rc = closing = None
+        kept = False
         try:
             rc = fn(*args)
         finally:
@@ -586,10 +597,19 @@ class Client:
                         undo()
                     elif undo is not None and rc == 0:  # admitted: a permit
                         self._held += 1
+                        kept = True
                 finally:
-                    self._waiting -= 1
+                    self._waiting[me] -= 1
+                    if not self._waiting[me]:
+                        del self._waiting[me]
                     if not self._waiting:
                         self._no_waiters.notify_all()
+                        if self._close_after_waits:
+                            if kept:  # this thread's signal handler closed it since
+                                undo()
+                                self._held -= 1
+                                closing = True
+                            self.close()
         if closing and rc == 0 and undo is not None:
             raise ValueError("the client closed while the call waited")
         return rc
