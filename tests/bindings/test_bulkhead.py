@@ -177,6 +177,33 @@ class StandaloneTest(unittest.TestCase):
         self.assertTrue(caught.exception.strerror.startswith(f"segment /dev/shm/{ABSENT}: cannot open: "),
                         caught.exception.strerror)
 
+    def test_closing_with_permits_out_closes_at_the_last_release(self):
+        # Closed while permits are out, the client could never give them
+        # back: they would stay taken host-wide, with its process slot,
+        # until the process exits. They go back as they are released (the
+        # with-block's, and one dropped unreleased), and then it closes.
+        lib, calls = bulkhead._c(), []
+        real_release, real_close = lib.bh_release, lib.bh_client_close
+        lib.bh_release = lambda permit, outcome: (calls.append(("release", outcome)), real_release(permit, outcome))
+        lib.bh_client_close = lambda handle: (calls.append(("close", handle.value)), real_close(handle))
+        try:
+            client = bulkhead.Client(segment=ABSENT)
+            handle = client._handle.value
+            dep = client.dependency("payments")
+            forgotten = dep.try_acquire()
+            with dep.acquire():
+                client.close()
+                with self.assertRaises(ValueError):
+                    dep.try_acquire()  # closing: no call starts
+            self.assertEqual(calls, [("release", bulkhead.SUCCESS)])
+            del forgotten
+            self.assertEqual(calls, [("release", bulkhead.SUCCESS), ("release", bulkhead.IGNORE), ("close", handle)])
+            self.assertIsNone(client._handle)
+            client.close()  # closed: nothing
+        finally:
+            lib.bh_release, lib.bh_client_close = real_release, real_close
+        self.assertEqual(len(calls), 3)
+
     def test_a_closed_client_is_refused_not_crashed(self):
         permit = self.dep.try_acquire()
         permit.release()
@@ -337,6 +364,23 @@ class StandaloneTest(unittest.TestCase):
         for t in threads:
             t.join()
         _, status = os.waitpid(pid, 0)
+        self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status)
+
+    def test_a_child_closes_a_client_at_once_whatever_permits_the_parent_held(self):
+        # Permits held at the fork are the parent's (their release in the
+        # child gives nothing back): the child's close() waits for none.
+        permit = self.dep.try_acquire()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)
+            code = 1
+            try:
+                self.client.close()
+                code = 0 if self.client._handle is None else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        permit.release()
         self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status)
 
     def test_closing_lets_permits_go_and_a_waiter_admitted_meanwhile_gives_its_back(self):

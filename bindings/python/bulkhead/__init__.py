@@ -445,10 +445,10 @@ class Client:
         self._waiting = {}
         self._closing = False
         self._close_after_waits = False
-        # Permits admitted and not released yet, and whether the collector
-        # finalized the client while some were (see __del__).
+        # Permits admitted and not released yet, and whether close() came
+        # while some were: then the last one's release closes the client.
         self._held = 0
-        self._collected = False
+        self._close_at_last_release = False
         self._no_waiters = threading.Condition(self._lock)
         _clients.add(self)
 
@@ -461,6 +461,7 @@ class Client:
         self._lock = threading.RLock()
         self._no_waiters = threading.Condition(self._lock)
         self._waiting = {}
+        self._held = 0  # those held at the fork are the parent's: the child's close() waits for none
 
     def dependency(self, name):
         """The Dependency called name (1 to 47 of A-Z a-z 0-9 . _ -)."""
@@ -489,14 +490,18 @@ class Client:
         return self._call_client(_c().bh_client_status).decode(errors="replace")
 
     def close(self):
-        """Closes the client; release every permit first. Idempotent, and
+        """Closes the client: no call starts after it. Idempotent, and
         safe while other threads use it: it waits for the call each is in,
         a waiting acquire until it is admitted or refused (its timeout at
         most). While it waits, permits may still be released (a waiter may
         be waiting for one) but nothing else starts, and a waiter admitted
         meanwhile gives its permit back and raises ValueError. Called on a
         thread in a waiting call (a signal handler's), it returns at once,
-        and the client closes as the last waiting call ends."""
+        and the client closes as the last waiting call ends. With permits
+        still held, it returns, and the client closes at the last one's
+        release: closed before, it would keep them taken host-wide, and its
+        process slot, until the process exits (nothing could give them back
+        then)."""
         with self._lock:
             self._closing = True  # calls from now on raise ValueError, but for releases
             self._dependencies.clear()
@@ -505,6 +510,9 @@ class Client:
                 return
             while self._waiting:
                 self._no_waiters.wait()
+            if self._held > 0:
+                self._close_at_last_release = True
+                return
             handle, self._handle = self._handle, None
             if handle:
                 _c().bh_client_close(handle)
@@ -525,14 +533,8 @@ class Client:
         # alive); at exit, once the module is torn down, it is left alone.
         # A permit collected in the same pass (the client is always in a
         # cycle with its dependencies) may be finalized after it, in no
-        # order Python promises: closed first, the client would keep the
-        # permit taken host-wide, and its process slot, until the process
-        # exits. Then the last such permit's release closes it.
+        # order Python promises: then its release closes the client.
         if _lib is not None and getattr(self, "_handle", None):
-            with self._lock:
-                if self._held > 0:
-                    self._collected = True
-                    return
             self.close()
 
     def _refuse_if_closed(self, releasing=False):
@@ -561,7 +563,7 @@ class Client:
     def _call_release(self, fn, permit, *args):
         """fn(permit, *args), a release, as _call() but allowed until close()
         ends; nothing when the permit is empty (another thread released it
-        meanwhile). The last permit of a client the collector finalized
+        meanwhile). The last permit of a client close() was called on
         closes it."""
         with self._lock:
             self._refuse_if_closed(releasing=True)
@@ -570,7 +572,7 @@ class Client:
             fn(ctypes.byref(permit), *args)
             if self._held > 0:  # 0: a permit admitted as an exception (Ctrl-C) came, so not counted
                 self._held -= 1
-            if self._collected and not self._held:
+            if self._close_at_last_release and not self._held:
                 self.close()
 
     def _call_waiting(self, fn, *args, undo=None):
