@@ -189,6 +189,20 @@ TEST(SimScenario, ErrorsNameFileLineKeyAndReason) {
   }
 }
 
+// The description heads the table and titles the plot: a carriage return
+// or another control character is refused as a line break is, a tab is not.
+TEST(SimScenario, ADescriptionIsOneLineOfText) {
+  EXPECT_EQ(error_of("description = \"two\\r\\nlines\"\n"),
+            "s.toml:1: description: must be one line of text: control character \\r at byte 4");
+  EXPECT_EQ(error_of("description = \"a\\u0000b\"\n"),
+            "s.toml:1: description: must be one line of text: control character \\0 at byte 2");
+  EXPECT_EQ(error_of("description = \"bell\\u0007\"\n"),
+            "s.toml:1: description: must be one line of text: control character \\x07 at byte 5");
+  EXPECT_EQ(error_of("description = \"del\\u007f\"\n"),
+            "s.toml:1: description: must be one line of text: control character \\x7f at byte 4");
+  EXPECT_EQ(parse_scenario("description = \"a\\tb\"\n" + std::string(kMinimal), "s.toml").description, "a\tb");
+}
+
 // Without a name key the file's name names the scenario, and must be one.
 TEST(SimScenario, AFileNameThatIsNoScenarioNameNeedsANameKey) {
   try {

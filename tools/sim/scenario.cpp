@@ -110,6 +110,20 @@ const char* check_name(std::string_view name) {
   return nullptr;
 }
 
+// A control character as an error shows it: \r, \0 or \xNN.
+std::string printable_byte(unsigned char c) {
+  switch (c) {
+    case '\r':
+      return "\\r";
+    case '\0':
+      return "\\0";
+    default: {
+      static constexpr char kHex[] = "0123456789abcdef";
+      return std::string("\\x") + kHex[c >> 4] + kHex[c & 0xf];
+    }
+  }
+}
+
 std::string stem_of(std::string_view source) {
   const std::size_t slash = source.rfind('/');
   std::string_view base = slash == std::string_view::npos ? source : source.substr(slash + 1);
@@ -433,8 +447,17 @@ Scenario parse_scenario(std::string_view text, std::string_view source) {
       if (const char* why = check_name(s.name)) report.fail(e.line, path, why);
     } else if (e.key == "description") {
       s.description = read_string(report, e, path);
-      if (s.description.find('\n') != std::string::npos) {
-        report.fail(e.line, path, "must be one line");
+      // It heads the table and titles the plot: one line of text. A
+      // carriage return would rewrite the table's first line on a terminal;
+      // a tab is as good as a space.
+      const auto control = [](char c) { return (static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f; };
+      if (const auto bad = std::find_if(s.description.begin(), s.description.end(), control);
+          bad != s.description.end()) {
+        report.fail(e.line, path,
+                    *bad == '\n' ? std::string("must be one line")
+                                  : "must be one line of text: control character " +
+                                        printable_byte(static_cast<unsigned char>(*bad)) + " at byte " +
+                                        std::to_string(bad - s.description.begin() + 1));
       }
     } else if (e.key == "duration_s") {
       s.duration_s = read_real(report, e, path, 0, kMaxDurationS, true);
