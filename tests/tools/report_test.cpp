@@ -361,6 +361,29 @@ TEST(SimReport, NothingOfferedHasNoShareOfCapacity) {
   EXPECT_NE(format_json({r}).find("\"goodput_pct\": null"), std::string::npos);
 }
 
+// The scenario's own numbers are printed as given, not to six digits: a
+// change at 0.1234567 s is not one at 0.123457 s.
+TEST(SimReport, TheScenariosNumbersArePrintedExactly) {
+  RunOptions options;
+  options.policies = {"aimd"};
+  options.references = false;
+  const ScenarioReport r = run_scenario(
+      parse_scenario("duration_s = 1.2345678\n[dependency]\nworkers = 4\nbase_latency_ms = 10\n"
+                     "[[dependency.change]]\nat_s = 0.1234567\nworkers = 2\n"
+                     "[clients]\nrate = 100\ntimeout_ms = 600000\nretries = 1\nretry_delay_ms = 12.345678\n",
+                     "exact.toml"),
+      options);
+  const std::string table = format_table(r);
+  EXPECT_NE(table.find("   1.2345678 s simulated, "), std::string::npos) << table;
+  EXPECT_NE(table.find("; timeout 600000 ms, 1 retry after 12.345678 ms\n"), std::string::npos) << table;
+  EXPECT_NE(table.find(" at 0.1234567 s"), std::string::npos) << table;
+  EXPECT_NE(table.find("settle s after 0 / 0.1234567\n"), std::string::npos) << table;
+  const std::string json = format_json({r});
+  EXPECT_NE(json.find("\"duration_s\": 1.2345678,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"changes_s\": [0, 0.1234567],"), std::string::npos) << json;
+  EXPECT_NE(gnuplot_script(r, "exact.png").find("set xrange [0:1.2345678]\n"), std::string::npos);
+}
+
 TEST(SimReport, JsonStringsEscapeQuotesBackslashesAndControlsOnly) {
   Scenario s = busy_scenario(9);
   s.description = "a \"quoted\" path\\to\tend";

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -330,7 +331,15 @@ std::string fmt_settle(const Summary& m) {
   return out;
 }
 
-std::string fmt_seconds(double s) { return printf_string("%g", s); }
+// A number the scenario gives (a duration, a change's time, a timeout) as
+// %g writes it, with as many digits as it takes to read back exactly:
+// %g's six would make 3599.999 s 3600.
+std::string fmt_given(double v) {
+  for (int digits = 6;; ++digits) {
+    std::string text = printf_string("%.*g", digits, v);
+    if (digits >= 17 || std::strtod(text.c_str(), nullptr) == v) return text;
+  }
+}
 
 const char* limiter_name(LimiterMode mode) { return mode == LimiterMode::kHost ? "host" : "per-process"; }
 
@@ -355,13 +364,13 @@ std::string format_table(const ScenarioReport& r) {
   if (!s.description.empty()) out += ": " + s.description;
   out += "\n";
   out += printf_string("   %s s simulated, seed %llu, tick %u ms; %u process%s, %s; timeout %s ms",
-                       fmt_seconds(s.duration_s).c_str(), static_cast<unsigned long long>(s.seed),
+                       fmt_given(s.duration_s).c_str(), static_cast<unsigned long long>(s.seed),
                        s.tick_ms, s.processes, s.processes == 1 ? "" : "es",
                        s.limiter == LimiterMode::kHost ? "one host-wide limit" : "a limiter per process",
-                       fmt_seconds(s.timeout_ms).c_str());
+                       fmt_given(s.timeout_ms).c_str());
   out += s.retries == 0 ? ", no retries\n"
                         : printf_string(", %u retr%s after %s ms\n", s.retries, s.retries == 1 ? "y" : "ies",
-                                        fmt_seconds(s.retry_delay_ms).c_str());
+                                        fmt_given(s.retry_delay_ms).c_str());
   out += printf_string("   %s service, no-load p99 %s ms; capacity %.1f/s, offered %.1f/s on average\n",
                        service_name(s.service), fmt_ms(t.noload_p99_ms()).c_str(), t.mean_capacity(),
                        t.mean_offered());
@@ -370,7 +379,7 @@ std::string format_table(const ScenarioReport& r) {
   out += "   ideal concurrency:";
   for (double c : t.change_times_s()) {
     const std::uint64_t at = to_ns(c);
-    out += printf_string(" %.1f at %s s%s,", t.ideal_concurrency(at), fmt_seconds(c).c_str(),
+    out += printf_string(" %.1f at %s s%s,", t.ideal_concurrency(at), fmt_given(c).c_str(),
                          t.saturated(at) ? "" : " (below capacity)");
   }
   out += printf_string(" %.1f at the end\n", t.ideal_concurrency(t.duration_ns()));
@@ -379,7 +388,7 @@ std::string format_table(const ScenarioReport& r) {
   for (const Summary& m : r.summaries) width = std::max(width, m.label.size());
   std::string settle_head = "settle s after";
   for (double c : t.change_times_s()) {
-    settle_head += " " + fmt_seconds(c) + (c == t.change_times_s().back() ? "" : " /");
+    settle_head += " " + fmt_given(c) + (c == t.change_times_s().back() ? "" : " /");
   }
   out += printf_string("%-*s %9s %6s %7s %7s %8s %6s %9s %9s %7s %6s  %s\n", static_cast<int>(width),
                        "policy", "goodput/s", "%cap", "p50 ms", "p99 ms", "p999 ms", "p99/nl", "rejected",
@@ -528,7 +537,7 @@ std::string format_json(const std::vector<ScenarioReport>& reports) {
     field("name", json_string(s.name));
     field("file", json_string(s.source));
     field("description", json_string(s.description));
-    field("duration_s", json_number(s.duration_s));
+    field("duration_s", fmt_given(s.duration_s));
     field("seed", std::to_string(s.seed));
     field("tick_ms", std::to_string(s.tick_ms));
     field("processes", std::to_string(s.processes));
@@ -540,7 +549,7 @@ std::string format_json(const std::vector<ScenarioReport>& reports) {
     std::string changes = "[", ideal = "[";
     for (std::size_t k = 0; k < t.change_times_s().size(); ++k) {
       const double c = t.change_times_s()[k];
-      changes += (k ? ", " : "") + json_number(c);
+      changes += (k ? ", " : "") + fmt_given(c);
       ideal += (k ? ", " : "") + json_number(t.ideal_concurrency(to_ns(c)));
     }
     field("changes_s", changes + "]");
@@ -597,7 +606,7 @@ std::string gnuplot_script(const ScenarioReport& r, const std::string& png_path)
   std::string title = r.scenario.name;
   if (!r.scenario.description.empty()) title += ": " + r.scenario.description;
   o += "set multiplot layout 3,1 title " + quoted(title) + "\n";
-  o += "set key outside right top\nset grid\nset xrange [0:" + fmt_seconds(r.scenario.duration_s) + "]\n";
+  o += "set key outside right top\nset grid\nset xrange [0:" + fmt_given(r.scenario.duration_s) + "]\n";
   const auto panel = [&](const char* ylabel, int column, bool with_ideal, bool log) {
     o += std::string("set ylabel ") + quoted(ylabel) + "\n";
     o += log ? "set logscale y\nset yrange [*:*]\n" : "unset logscale y\nset yrange [0:" + cut + "]\n";
