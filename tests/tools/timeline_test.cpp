@@ -47,6 +47,24 @@ TEST(SimTimeline, WorkerRampMovesOneWorkerAtATime) {
   EXPECT_EQ(t.workers_at(to_ns(50)), 14u);
 }
 
+// A change at once is one step, not one per worker: from 10 to 100000
+// workers and back would otherwise be 199980 events in every run.
+TEST(SimTimeline, AChangeAtOnceIsOneStep) {
+  const Timeline t(scenario("[[dependency.change]]\nat_s = 10\nworkers = 100000\n"
+                            "[[dependency.change]]\nat_s = 20\nworkers = 10\n"
+                            "[[dependency.change]]\nat_s = 30\nworkers = 12\nramp_s = 1e-10\n",
+                            ""));
+  ASSERT_EQ(t.worker_steps().size(), 4u);
+  EXPECT_EQ(t.worker_steps()[1].t_ns, to_ns(10));
+  EXPECT_EQ(t.worker_steps()[1].workers, 100000u);
+  EXPECT_EQ(t.worker_steps()[2].workers, 10u);
+  // Two workers over a tenth of a nanosecond: both steps round to one instant.
+  EXPECT_EQ(t.worker_steps()[3].t_ns, to_ns(30));
+  EXPECT_EQ(t.worker_steps()[3].workers, 12u);
+  EXPECT_EQ(t.workers_at(to_ns(10) - 1), 10u);
+  EXPECT_EQ(t.workers_at(to_ns(15)), 100000u);
+}
+
 TEST(SimTimeline, IdealConcurrencyIsLittlesLawAtNoLoad) {
   // Capacity 10 / 10 ms = 1000/s; demand 500/s, then 2000/s from 50 s.
   const Timeline t(scenario("", "[[clients.change]]\nat_s = 50\nrate = 2000\n"));

@@ -70,7 +70,15 @@ Timeline::Timeline(const Scenario& s)
       for (std::uint32_t j = 1; j <= steps; ++j) {
         const double at = c.ramp_s > 0 ? c.at_s + c.ramp_s * (j - 0.5) / steps : c.at_s;
         const std::int64_t step = static_cast<std::int64_t>(workers) + sign * static_cast<std::int64_t>(j);
-        worker_steps_.push_back({to_ns(at), static_cast<std::uint32_t>(step)});
+        // Steps at one instant (a change at once, a ramp too short for its
+        // workers) are one step: 1 -> 100000 workers at once would be 99999
+        // events in every run.
+        const WorkerStep next{to_ns(at), static_cast<std::uint32_t>(step)};
+        if (worker_steps_.back().t_ns == next.t_ns) {
+          worker_steps_.back() = next;
+        } else {
+          worker_steps_.push_back(next);
+        }
       }
       workers = to;
     }

@@ -52,8 +52,9 @@ class Timeline {
 
   double duration_s() const { return duration_s_; }
   std::uint64_t duration_ns() const { return duration_ns_; }
-  // Every change of the worker count, the first at 0. A ramp moves one
-  // worker at a time, at the instants the linear ramp crosses k + 1/2.
+  // Every change of the worker count, the first at 0, each at its own
+  // instant. A ramp moves one worker at a time, at the instants the linear
+  // ramp crosses k + 1/2; a change at once is one step.
   const std::vector<WorkerStep>& worker_steps() const { return worker_steps_; }
   std::uint32_t workers_at(std::uint64_t t_ns) const;
   // Mean service time (base latency), in seconds.
