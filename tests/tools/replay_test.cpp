@@ -38,6 +38,17 @@ TEST(SimReplay, AimdByHand) {
   EXPECT_EQ(replay_text(csv, aimd()), "21\n21\n18\n19\n17\n15\n");
 }
 
+// Output nobody reads (a closed pipe) ends the replay: its input may be
+// endless (`yes 1000000,20,0 | bulkhead-sim replay ... | head -1`).
+TEST(SimReplay, AFailedWriteEndsTheReplay) {
+  std::string csv;
+  for (int i = 0; i < 1000; ++i) csv += "1000000,20,0\n";
+  std::istringstream in(csv);
+  std::ostringstream out;
+  out.setstate(std::ios::badbit);
+  EXPECT_EQ(replay(in, out, aimd()), 1u);
+}
+
 TEST(SimReplay, ParamsAndBoundsApply) {
   ReplayOptions o = aimd();
   o.params["backoff"] = 0.5;

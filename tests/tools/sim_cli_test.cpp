@@ -2,11 +2,15 @@
 // output does not depend on --jobs, that `replay` answers what the library
 // does, and its errors. The library under it has its own tests (sim_test);
 // these hold the command the docs quote to what they say it does.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -110,6 +114,43 @@ TEST_F(SimCli, AnUnwritableStandardOutputIsAnError) {
               std::string::npos)
         << r.err;
   }
+}
+
+// A reader that went away (`bulkhead-sim run ... | head -1`) is an error that
+// says so, exit 1, as a full disk is: not a death by SIGPIPE with no word,
+// after which a pipeline without pipefail reports success.
+TEST_F(SimCli, AClosedPipeOnStandardOutputIsAnError) {
+  const std::string sim_path = BULKHEAD_SIM_PATH, out = (dir_ / "out").string();
+  const std::string input = (dir_ / "windows.csv").string(), err = (dir_ / "err").string();
+  write_file(input, "1000000,20,0\n1000000,21,1\n");
+  for (const std::vector<std::string>& argv :
+       {std::vector<std::string>{sim_path, "run", kScenario, "--policy", "aimd", "--out", out, "--no-plot"},
+        std::vector<std::string>{sim_path, "replay", "--policy", "aimd"}}) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    ::close(fds[0]);  // no reader: the first write fails
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::signal(SIGPIPE, SIG_DFL);  // as a shell leaves it, whatever the test runner does
+      ::dup2(::open(input.c_str(), O_RDONLY), 0);
+      ::dup2(fds[1], 1);
+      ::dup2(::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600), 2);
+      ::execv(args[0], args.data());
+      std::_Exit(127);
+    }
+    ::close(fds[1]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status)) << argv[1] << ": killed by signal " << WTERMSIG(status);
+    EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1) << argv[1];
+    EXPECT_NE(read_file(err).find("bulkhead-sim: cannot write to standard output: Broken pipe"), std::string::npos)
+        << argv[1] << ": " << read_file(err);
+  }
+  // The scenario's files were written before the table's failure was told.
+  EXPECT_TRUE(fs::exists(fs::path(out) / "steady-overload.csv"));
 }
 
 TEST_F(SimCli, TheSameBytesWhateverTheJobsAndOnEveryRun) {

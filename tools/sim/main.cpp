@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -64,8 +65,17 @@ void run_gnuplot(const std::filesystem::path& script) {
   posix_spawn_file_actions_t actions;
   ::posix_spawn_file_actions_init(&actions);
   ::posix_spawn_file_actions_addchdir_np(&actions, dir.c_str());
+  // bulkhead-sim ignores SIGPIPE (see main()); gnuplot gets the default.
+  posix_spawnattr_t attributes;
+  ::posix_spawnattr_init(&attributes);
+  sigset_t pipe_signal;
+  ::sigemptyset(&pipe_signal);
+  ::sigaddset(&pipe_signal, SIGPIPE);
+  ::posix_spawnattr_setsigdefault(&attributes, &pipe_signal);
+  ::posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF);
   pid_t pid = 0;
-  const int rc = ::posix_spawnp(&pid, "gnuplot", &actions, nullptr, argv, environ);
+  const int rc = ::posix_spawnp(&pid, "gnuplot", &actions, &attributes, argv, environ);
+  ::posix_spawnattr_destroy(&attributes);
   ::posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) throw Failure("cannot run gnuplot: " + std::string(std::strerror(rc)));
   int status = 0;
@@ -137,6 +147,9 @@ int run(const RunArgs& args) {
         run_gnuplot(script);
       }
     }
+    // A table that did not get out stops the run now, with this scenario's
+    // files written, rather than after simulating the others for nobody.
+    if (!args.json) check_written();
   }
   const std::string json = bulkhead::sim::format_json(reports);
   if (!args.out_dir.empty()) write_file(dir / "summary.json", json);
@@ -214,6 +227,11 @@ int main(int argc, char** argv) {
                          "how long each window lasted, in ms (default 100, the daemon's tick)")
       ->type_name("MS");
 
+  // A reader that goes away (`| head`) makes a write fail with EPIPE, told
+  // as any failed write to stdout is (check_written: exit 1), rather than
+  // kill the run with no word, which a pipeline without pipefail reports as
+  // a success, and which leaves --out DIR half written.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI11_PARSE(app, argc, argv);
   try {
     if (run_cmd->parsed()) return run(run_args);

@@ -104,6 +104,7 @@ std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& opt
     limit = std::clamp(std::isfinite(answer) ? answer : b.min, b.min, b.max);
     out << policies::format_number(limit) << '\n';
     ++windows;
+    if (!out) break;  // nobody reads on (a closed pipe): the caller tells it, and stdin may never end
   }
   if (in.bad()) throw ReplayError(source + ": read error");
   return windows;

@@ -36,9 +36,10 @@ class ReplayError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Reads lines until the end of `in`. Empty lines, lines starting with '#'
-// and a first line "rtt_ns,inflight,dropped" are skipped. Returns the
-// number of windows replayed.
+// Reads lines until the end of `in`, or until a write to `out` fails (the
+// caller checks `out`). Empty lines, lines starting with '#' and a first
+// line "rtt_ns,inflight,dropped" are skipped. Returns the number of windows
+// replayed.
 std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& options,
                    const std::string& source = "<stdin>");
 
