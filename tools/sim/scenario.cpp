@@ -9,8 +9,10 @@
 #include "tools/sim/scenario.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -497,7 +499,8 @@ Scenario load_scenario_file(const std::string& path) {
     throw ScenarioError(path + ": cannot read: it is a directory (give its .toml files)");
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ScenarioError(path + ": cannot read");
+  // Why: a missing file and one without read permission are fixed differently.
+  if (!in) throw ScenarioError(path + ": cannot read: " + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw ScenarioError(path + ": cannot read");
