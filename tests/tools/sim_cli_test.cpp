@@ -210,6 +210,23 @@ TEST_F(SimCli, BadArgumentsSayWhatWasWrongAndWriteNothing) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// --out DIR that cannot be made, or a file in it that cannot be written,
+// is an error naming it and why.
+TEST_F(SimCli, AnOutDirectoryThatCannotBeWrittenSaysWhy) {
+  const fs::path file = dir_ / "file";
+  write_file(file, "");
+  auto r = sim({"run", kScenario, "--policy", "aimd", "--out", file.string(), "--no-plot"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "bulkhead-sim: --out " + file.string() + ": cannot create the directory: Not a directory\n");
+  EXPECT_EQ(r.out, "");  // before any run
+
+  const fs::path out = dir_ / "out";
+  fs::create_directories(out / "steady-overload.csv");  // a directory where the CSV goes
+  r = sim({"run", kScenario, "--policy", "aimd", "--out", out.string(), "--no-plot"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "bulkhead-sim: cannot write " + (out / "steady-overload.csv").string() + ": Is a directory\n");
+}
+
 TEST_F(SimCli, PlotsNeedGnuplotUnlessToldNot) {
   const fs::path out = dir_ / "out";
   const std::string empty = (dir_ / "empty").string();

@@ -19,6 +19,7 @@
 #include <iostream>
 #include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "policies/policy.hpp"
@@ -51,9 +52,12 @@ bool on_path(const std::string& program) {
 
 void write_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  // Why, from the open or the write: a directory in the file's place, no
+  // permission, a full disk.
+  if (!out) throw Failure("cannot write " + path.string() + ": " + std::strerror(errno));
   out << text;
   out.close();
-  if (!out) throw Failure("cannot write " + path.string());
+  if (!out) throw Failure("cannot write " + path.string() + ": " + std::strerror(errno));
 }
 
 // Runs gnuplot on `script` in the script's directory: the script names its
@@ -129,7 +133,11 @@ int run(const RunArgs& args) {
                   "(apt-get install gnuplot-nox), or pass --no-plot");
   }
   const std::filesystem::path dir(args.out_dir);
-  if (!args.out_dir.empty()) std::filesystem::create_directories(dir);
+  if (!args.out_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    if (error) throw Failure("--out " + args.out_dir + ": cannot create the directory: " + error.message());
+  }
 
   bulkhead::sim::RunOptions options;
   options.policies = args.policies;
