@@ -119,5 +119,15 @@ TEST(SimTimeline, NoLoadP99OfEachServiceDistribution) {
   EXPECT_NEAR(Timeline(scenario("service = \"lognormal\"\nsigma = 1\n", "")).noload_p99_ms(), 62.1, 0.05);
 }
 
+// At t = 0 means with a change at 0 s, which the run starts with; a ramp
+// from 0 s starts from the [dependency] values.
+TEST(SimTimeline, NoLoadP99IsThatOfTheValuesAtZero) {
+  const Timeline at_once(scenario("[[dependency.change]]\nat_s = 0\nbase_latency_ms = 100\nnetwork_ms = 50\n", ""));
+  EXPECT_NEAR(at_once.noload_p99_ms(), 100 * std::log(100.0) + 50, 1e-9);
+  EXPECT_DOUBLE_EQ(at_once.mean_service_s(0), 0.1);  // as the run's first calls are served
+  const Timeline ramp(scenario("[[dependency.change]]\nat_s = 0\nbase_latency_ms = 100\nramp_s = 10\n", ""));
+  EXPECT_NEAR(ramp.noload_p99_ms(), 10 * std::log(100.0), 1e-9);
+}
+
 }  // namespace
 }  // namespace bulkhead::sim

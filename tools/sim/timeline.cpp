@@ -113,18 +113,27 @@ Timeline::Timeline(const Scenario& s)
   mean_offered_ = offered_sum / duration_s_;
   mean_achievable_ = achievable_sum / duration_s_;
 
+  // The values at t = 0, as the run starts with them: a change at 0 s at
+  // once replaces [dependency]'s (as latency_s_.at(0) does); a ramp from
+  // 0 s starts from them. Taken as written, in ms, not through the knots.
+  double latency_ms = s.base_latency_ms, network_ms = s.network_ms;
+  for (const DependencyChange& c : s.dependency_changes) {
+    if (c.at_s != 0 || c.ramp_s != 0) continue;
+    if (c.base_latency_ms) latency_ms = *c.base_latency_ms;
+    if (c.network_ms) network_ms = *c.network_ms;
+  }
   switch (s.service) {
     case ServiceKind::kConstant:
-      noload_p99_ms_ = s.base_latency_ms;
+      noload_p99_ms_ = latency_ms;
       break;
     case ServiceKind::kExponential:
-      noload_p99_ms_ = s.base_latency_ms * std::log(100.0);
+      noload_p99_ms_ = latency_ms * std::log(100.0);
       break;
     case ServiceKind::kLognormal:
-      noload_p99_ms_ = s.base_latency_ms * std::exp(s.sigma * kZ99 - s.sigma * s.sigma / 2);
+      noload_p99_ms_ = latency_ms * std::exp(s.sigma * kZ99 - s.sigma * s.sigma / 2);
       break;
   }
-  noload_p99_ms_ += s.network_ms;
+  noload_p99_ms_ += network_ms;
 }
 
 std::uint32_t Timeline::workers_at(std::uint64_t t_ns) const {
