@@ -307,6 +307,18 @@ TEST_F(SimSettle, OscillationIsMeanMoveOverMeanLimit) {
 // The series carries what the policy takes for the dependency's own latency:
 // at 12% load of a constant 10 ms, 10 ms; nothing for a policy that keeps
 // no baseline, nor for the references.
+// A run's latencies are summarized and then let go: each was reserved for
+// every call of the run (400 MB at the 5e7 calls a scenario may offer), and
+// kept by ~50 runs of the static sweep they would take GBs.
+TEST(SimReport, ARunsLatenciesAreLetGoOnceSummarized) {
+  const ScenarioReport r = run_scenario(busy_scenario(9), RunOptions{});
+  ASSERT_FALSE(r.runs.empty());
+  for (const RunResult& run : r.runs) {
+    EXPECT_GT(run.ok, 0u) << run.label;
+    EXPECT_EQ(run.latencies_ns.capacity(), 0u) << run.label;
+  }
+}
+
 TEST(SimReport, TheSeriesCarriesThePolicysBaseline) {
   const Scenario s = parse_scenario(
       "duration_s = 5\nseed = 3\n[dependency]\nworkers = 8\nbase_latency_ms = 10\nservice = \"constant\"\n"

@@ -223,7 +223,10 @@ std::vector<Done> run_all(const Scenario& s, const Timeline& timeline, const Wor
   run_parallel(specs.size(), jobs, [&](std::size_t i) {
     done[i].result = simulate(s, timeline, workload, specs[i]);
     done[i].summary = summarize(timeline, done[i].result);
-    done[i].result.latencies_ns = {};  // summarized; the series is what remains
+    // Summarized; the series is what remains. Not `= {}`: that assigns an
+    // empty initializer list and keeps the capacity, a vector reserved for
+    // every call of the run.
+    done[i].result.latencies_ns = std::vector<std::uint64_t>();
   });
   return done;
 }
