@@ -319,6 +319,25 @@ TEST(SimReport, ARunsLatenciesAreLetGoOnceSummarized) {
   }
 }
 
+// The sweep keeps no series; the run it chooses is run again for its own,
+// which is the series of that static limit run on its own.
+TEST(SimReport, TheStaticBestRunHasItsSeries) {
+  const Scenario s = busy_scenario(9);
+  const ScenarioReport r = run_scenario(s, RunOptions{});
+  const Summary& best = r.summaries.back();
+  ASSERT_EQ(best.kind, "static-best");
+  control::LimitSettings settings = s.limits;
+  settings.policy = "fixed";
+  settings.bounds = {1, static_cast<double>(*best.static_limit), static_cast<double>(*best.static_limit)};
+  const RunResult alone = simulate(s, r.timeline, make_workload(s, r.timeline), {best.label, true, settings});
+  ASSERT_EQ(r.runs.back().series.size(), 120u);  // 12 s of 100-ms ticks
+  ASSERT_EQ(alone.series.size(), r.runs.back().series.size());
+  for (std::size_t i = 0; i < alone.series.size(); ++i) {
+    EXPECT_EQ(r.runs.back().series[i].inflight, alone.series[i].inflight) << i;
+    EXPECT_EQ(r.runs.back().series[i].goodput_per_s, alone.series[i].goodput_per_s) << i;
+  }
+}
+
 TEST(SimReport, TheSeriesCarriesThePolicysBaseline) {
   const Scenario s = parse_scenario(
       "duration_s = 5\nseed = 3\n[dependency]\nworkers = 8\nbase_latency_ms = 10\nservice = \"constant\"\n"

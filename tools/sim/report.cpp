@@ -217,8 +217,13 @@ struct Done {
   Summary summary;
 };
 
+// Runs every spec; the series is kept of the first `keep_series` only. The
+// static sweep's runs are compared by their summaries, and the one chosen
+// is run again for its series (a run is a function of its inputs): the
+// series of every limit tried would hold ~50 series where one is reported,
+// a GB for an hour of 10-ms ticks.
 std::vector<Done> run_all(const Scenario& s, const Timeline& timeline, const Workload& workload,
-                          const std::vector<RunSpec>& specs, unsigned jobs) {
+                          const std::vector<RunSpec>& specs, unsigned jobs, std::size_t keep_series) {
   std::vector<Done> done(specs.size());
   run_parallel(specs.size(), jobs, [&](std::size_t i) {
     done[i].result = simulate(s, timeline, workload, specs[i]);
@@ -227,6 +232,7 @@ std::vector<Done> run_all(const Scenario& s, const Timeline& timeline, const Wor
     // empty initializer list and keeps the capacity, a vector reserved for
     // every call of the run.
     done[i].result.latencies_ns = std::vector<std::uint64_t>();
+    if (i >= keep_series) done[i].result.series = std::vector<TickRow>();
   });
   return done;
 }
@@ -264,7 +270,8 @@ ScenarioReport run_scenario(const Scenario& s, const RunOptions& options) {
     grid = sweep_limits(s, timeline);
     for (std::uint32_t limit : grid) specs.push_back(static_spec(s, limit));
   }
-  std::vector<Done> done = run_all(s, timeline, workload, specs, options.jobs);
+  std::vector<Done> done = run_all(s, timeline, workload, specs, options.jobs,
+                                   options.references ? policy_runs + 1 : specs.size());
   for (std::size_t i = 0; i < policy_runs; ++i) done[i].summary.kind = "policy";
   if (!options.references) {
     for (Done& d : done) {
@@ -297,7 +304,7 @@ ScenarioReport run_scenario(const Scenario& s, const RunOptions& options) {
       finer_limits.push_back(limit);
       finer.push_back(static_spec(s, limit));
     }
-    std::vector<Done> more = run_all(s, timeline, workload, finer, options.jobs);
+    std::vector<Done> more = run_all(s, timeline, workload, finer, options.jobs, 0);
     for (std::size_t k = 0; k < more.size(); ++k) sweep.emplace_back(finer_limits[k], std::move(more[k]));
     std::sort(sweep.begin(), sweep.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   }
@@ -307,6 +314,9 @@ ScenarioReport run_scenario(const Scenario& s, const RunOptions& options) {
     sweep_runs.push_back(std::move(d));
   }
   const std::size_t best = best_static(sweep_runs);
+  // Its series, which the sweep did not keep: the same run again.
+  sweep_runs[best].result = simulate(s, timeline, workload, static_spec(s, report.sweep[best].limit));
+  sweep_runs[best].result.latencies_ns = std::vector<std::uint64_t>();
   sweep_runs[best].summary.kind = "static-best";
   sweep_runs[best].summary.static_limit = report.sweep[best].limit;
   done.push_back(std::move(sweep_runs[best]));
