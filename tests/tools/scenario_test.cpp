@@ -276,6 +276,25 @@ TEST(SimScenario, ARunThatOffersMoreCallsThanFitInMemoryIsRefused) {
 
 // The policies act at the ticks only: a run without one would report every
 // policy at its initial limit.
+// A worker ramp is an event per worker in every run: ramps that move more
+// than a million workers in all are refused rather than left to run for
+// minutes. A change at once is one event, whatever it moves.
+TEST(SimScenario, RampsThatMoveMoreThanAMillionWorkersAreRefused) {
+  const auto ramps = [](int count, const char* ramp_s) {
+    std::string text = "duration_s = 100\n[dependency]\nworkers = 1\nbase_latency_ms = 10\n";
+    for (int i = 0; i < count; ++i) {
+      text += "[[dependency.change]]\nat_s = " + std::to_string(2 * i) + "\nworkers = " +
+              (i % 2 == 0 ? "100000" : "1") + "\nramp_s = " + ramp_s + "\n";
+    }
+    return text + "[clients]\nrate = 10\n";
+  };
+  EXPECT_NO_THROW(parse_scenario(ramps(10, "1"), "s.toml"));  // 10 x 99999
+  EXPECT_NO_THROW(parse_scenario(ramps(40, "0"), "s.toml"));
+  EXPECT_EQ(error_of(ramps(11, "1")),
+            "s.toml:47: dependency.change#11.workers: the ramps so far move 1099989 workers one at a time: more "
+            "than the 1000000 the simulator schedules; ramp fewer, or change the workers at once (ramp_s = 0)");
+}
+
 TEST(SimScenario, ARunShorterThanATickIsRefused) {
   const std::string rest = "[dependency]\nworkers = 4\nbase_latency_ms = 10\n[clients]\nrate = 100\n";
   EXPECT_EQ(error_of("duration_s = 0.05\n" + rest),
