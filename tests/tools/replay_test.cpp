@@ -49,6 +49,13 @@ TEST(SimReplay, AFailedWriteEndsTheReplay) {
   EXPECT_EQ(replay(in, out, aimd()), 1u);
 }
 
+// CSV saved as UTF-8 by a spreadsheet starts with a byte order mark: the
+// header after it is still the header (CRLF line ends too).
+TEST(SimReplay, AByteOrderMarkBeforeTheHeaderIsSkipped) {
+  EXPECT_EQ(replay_text("\xef\xbb\xbfrtt_ns,inflight,dropped\r\n1000000,20,0\r\n", aimd()), "21\n");
+  EXPECT_EQ(replay_text("\xef\xbb\xbf" "1000000,20,0\n", aimd()), "21\n");
+}
+
 TEST(SimReplay, ParamsAndBoundsApply) {
   ReplayOptions o = aimd();
   o.params["backoff"] = 0.5;

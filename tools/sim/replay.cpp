@@ -69,6 +69,9 @@ std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& opt
     ++number;
     std::string_view text = line;
     if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
+    // A byte order mark, as spreadsheets save CSV as UTF-8: not part of the
+    // header it comes before.
+    if (number == 1 && text.starts_with("\xef\xbb\xbf")) text.remove_prefix(3);
     if (text.find_first_not_of(" \t") == std::string_view::npos || text.front() == '#') continue;
     if (number == 1 && text == "rtt_ns,inflight,dropped") continue;
 
