@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "policies/params.hpp"
@@ -132,6 +133,22 @@ TEST(SimReplay, EachWindowLastsWindowMs) {
   EXPECT_GT(long_windows, short_windows);
   o.window_ms = 0;
   EXPECT_THROW(replay_text(trace, o), ReplayError);
+  // Beyond an hour, and past what nanoseconds can count: refused, not a
+  // window length that overflowed.
+  o.window_ms = 3'600'000;
+  EXPECT_NO_THROW(replay_text(trace, o));
+  for (const double bad : {3'600'001.0, 1e30, std::numeric_limits<double>::infinity(),
+                           std::numeric_limits<double>::quiet_NaN()}) {
+    o.window_ms = bad;
+    try {
+      replay_text(trace, o);
+      ADD_FAILURE() << bad;
+    } catch (const ReplayError& e) {
+      EXPECT_NE(std::string(e.what()).find(": must be a positive number of ms, at most 3600000 (an hour)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(SimReplay, BadPolicyOrParamIsAParamError) {

@@ -50,6 +50,9 @@ void check_bounds(const policies::Bounds& bounds) {
 // holds).
 constexpr std::uint64_t kMaxDropped = 0xffffffffu;
 
+// The longest window --window-ms may give, in ms.
+constexpr double kMaxWindowMs = 3'600'000;
+
 }  // namespace
 
 std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& options,
@@ -58,8 +61,13 @@ std::size_t replay(std::istream& in, std::ostream& out, const ReplayOptions& opt
   const std::unique_ptr<policies::Policy> policy =
       policies::builtin_registry().create(options.policy, options.bounds, options.params);
   const policies::Bounds& b = options.bounds;
-  if (!(options.window_ms > 0) || !std::isfinite(options.window_ms)) {
-    throw ReplayError("--window-ms " + policies::format_number(options.window_ms) + ": must be a positive number");
+  // At most an hour: the daemon's windows close within window_max_ms
+  // (10 min at most) of a tick (1 min at most), and nanoseconds past 2^63
+  // would not round to an integer window length at all.
+  if (!(options.window_ms > 0) || !(options.window_ms <= kMaxWindowMs)) {
+    throw ReplayError("--window-ms " + policies::format_number(options.window_ms) +
+                      ": must be a positive number of ms, at most " + policies::format_number(kMaxWindowMs) +
+                      " (an hour)");
   }
   const auto duration_ns = static_cast<std::uint64_t>(std::llround(options.window_ms * 1e6));
   double limit = std::clamp(policy->limit(), b.min, b.max);
