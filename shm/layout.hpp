@@ -218,7 +218,8 @@ inline constexpr std::uint32_t kMaxLimit = 1'000'000;
 
 // DependencyControl::limit_pin: an operator's pin of the limit (bulkheadctl
 // pin), (until << 32) | limit, `until` in whole seconds of CLOCK_MONOTONIC
-// (the host's, the same in every process). 0: no pin. While now is before
+// (the host's: a process in a time namespace of its own takes its offset
+// off, shm::monotonic_offset_ns()). 0: no pin. While now is before
 // `until`, the daemon publishes `limit` (at most kMaxLimit) whatever the
 // policy says; once it passes, or when the word is junk (pin_junk()), the
 // daemon clears the word.

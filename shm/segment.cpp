@@ -546,19 +546,44 @@ bool matches_pattern(const Segment& segment, std::string_view name) {
 
 namespace {
 
-// The boottime offset of /proc/self/timens_offsets ("boottime SECONDS
-// NANOSECONDS"), in nanoseconds; 0 when the file or the line is missing.
-std::int64_t read_boottime_offset_ns() {
+// The offset of one clock in /proc/self/timens_offsets ("boottime SECONDS
+// NANOSECONDS", "monotonic ..."), in nanoseconds; 0 when the file or the
+// line is missing. `format` is the line's sscanf format.
+std::int64_t read_timens_offset_ns(const char* format) {
   std::FILE* f = std::fopen("/proc/self/timens_offsets", "re");
   if (f == nullptr) return 0;
   char line[128];
   long long seconds = 0, nanoseconds = 0;
   bool found = false;
   while (!found && std::fgets(line, sizeof line, f) != nullptr) {
-    found = std::sscanf(line, "boottime %lld %lld", &seconds, &nanoseconds) == 2;
+    found = std::sscanf(line, format, &seconds, &nanoseconds) == 2;
   }
   std::fclose(f);
   return found ? seconds * 1'000'000'000LL + nanoseconds : 0;
+}
+
+std::int64_t read_boottime_offset_ns() { return read_timens_offset_ns("boottime %lld %lld"); }
+std::int64_t read_monotonic_offset_ns() { return read_timens_offset_ns("monotonic %lld %lld"); }
+
+// `read()`'s answer, read once per process, not once: a child forked after
+// its parent unshared a time namespace runs in it, its parent does not.
+// Forgotten at fork() (a child in new pid and time namespaces, pid 1 there,
+// has the pid of a parent that is pid 1 of its own: a container's init),
+// and when the pid changes (a child clone() made, which runs no fork
+// handler). One instance per clock: each has its own statics.
+template <std::int64_t (*read)()>
+std::int64_t offset_of_this_process() {
+  static std::atomic<pid_t> read_by{0};
+  static std::atomic<std::int64_t> offset{0};
+  static const bool forgotten_at_fork =
+      ::pthread_atfork(nullptr, nullptr, [] { read_by.store(0, std::memory_order_relaxed); }) == 0;
+  (void)forgotten_at_fork;
+  const pid_t self = ::getpid();
+  if (read_by.load(std::memory_order_acquire) != self) {
+    offset.store(read(), std::memory_order_relaxed);
+    read_by.store(self, std::memory_order_release);
+  }
+  return offset.load(std::memory_order_relaxed);
 }
 
 std::uint64_t tick_ns() {
@@ -642,24 +667,9 @@ std::optional<ProcessStat> read_process_stat(pid_t pid) {
   return read_stat_file(path);
 }
 
-std::int64_t boottime_offset_ns() {
-  // Read once per process, not once: a child forked after its parent
-  // unshared a time namespace runs in it, its parent does not. Forgotten at
-  // fork() (a child in new pid and time namespaces, pid 1 there, has the
-  // pid of a parent that is pid 1 of its own: a container's init), and
-  // when the pid changes (a child clone() made, which runs no fork handler).
-  static std::atomic<pid_t> read_by{0};
-  static std::atomic<std::int64_t> offset{0};
-  static const bool forgotten_at_fork =
-      ::pthread_atfork(nullptr, nullptr, [] { read_by.store(0, std::memory_order_relaxed); }) == 0;
-  (void)forgotten_at_fork;
-  const pid_t self = ::getpid();
-  if (read_by.load(std::memory_order_acquire) != self) {
-    offset.store(read_boottime_offset_ns(), std::memory_order_relaxed);
-    read_by.store(self, std::memory_order_release);
-  }
-  return offset.load(std::memory_order_relaxed);
-}
+std::int64_t boottime_offset_ns() { return offset_of_this_process<read_boottime_offset_ns>(); }
+
+std::int64_t monotonic_offset_ns() { return offset_of_this_process<read_monotonic_offset_ns>(); }
 
 std::optional<std::uint64_t> own_start_time() {
   const auto stat = read_stat_file("/proc/self/stat");

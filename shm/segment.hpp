@@ -215,6 +215,11 @@ std::optional<std::uint64_t> own_start_time();
 // (btime of /proc/stat) (/proc/self/timens_offsets; 0 outside a time
 // namespace, or where the kernel has none). Read once per process.
 std::int64_t boottime_offset_ns();
+// The calling process's monotonic offset in nanoseconds: how far its
+// CLOCK_MONOTONIC reads ahead of the host's, which the segment's times are
+// in (the daemon's heartbeat, a pin's end) (/proc/self/timens_offsets; 0
+// outside a time namespace). Read once per process.
+std::int64_t monotonic_offset_ns();
 
 // Whether the process a slot names (pid and the start time recorded with
 // it, 0 if unknown) still runs. kDead: no such pid, a zombie, or the pid

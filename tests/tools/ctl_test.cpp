@@ -1189,6 +1189,49 @@ TEST_F(CtlBinary, PinWritesTheLimitAndWhenItEnds) {
   EXPECT_EQ(pin.load(), 0u);
 }
 
+// bulkheadctl in a time namespace of its own (unshare --time, a container
+// CRIU restored), whose CLOCK_MONOTONIC runs a day and more ahead of the
+// host's: the pin it writes ends when asked on the host's clock, which the
+// daemon reads it with, and it reads the heartbeat and a pin as outside.
+TEST_F(CtlBinary, APinAndTheHeartbeatAreInTheHostsClockFromATimeNamespace) {
+  const std::string ahead = "100000";  // seconds
+  const std::vector<std::string> in_namespace{"/usr/bin/unshare", "--time", "--monotonic", ahead};
+  std::vector<std::string> probe = in_namespace;
+  probe.push_back("/bin/true");
+  if (::access(in_namespace[0].c_str(), X_OK) != 0 || testing::run_command(probe, dir_).exit_code != 0) {
+    GTEST_SKIP() << "no time namespace here: needs unshare(1), root and a kernel with CONFIG_TIME_NS";
+  }
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  const std::uint32_t index = shm::find_or_claim_dependency(s, "payments", 12, 0).index;
+  std::atomic<std::uint64_t>& pin = s.dependency(index).control.limit_pin;
+  shm::publish_daemon(s.header());  // this process plays the daemon, outside
+  const auto run_inside = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {BULKHEADCTL_PATH, "--segment", name.str()});
+    args.insert(args.begin(), in_namespace.begin(), in_namespace.end());
+    return testing::run_command(args, dir_);
+  };
+
+  const std::uint64_t before_s = monotonic_now_ns() / kSecond;
+  auto r = run_inside({"pin", "payments", "8", "--for", "15m"});
+  const std::uint64_t after_s = monotonic_now_ns() / kSecond + 1;
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(shm::pin_limit(pin.load()), 8u);
+  EXPECT_GE(shm::pin_until_s(pin.load()), before_s + 900);
+  EXPECT_LE(shm::pin_until_s(pin.load()), after_s + 900);
+
+  s.header().heartbeat.store(42);
+  s.header().heartbeat_ns.store(monotonic_now_ns());
+  r = run_inside({"get", "payments", "--json", "--interval", "0.05", "--stale-after", "86400"});
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  const Json get = JsonParser::parse(r.out);
+  EXPECT_EQ(get["daemon"]["state"].string, "running") << r.out;
+  EXPECT_LT(get["daemon"]["heartbeat_age_s"].number, 86400) << r.out;
+  ASSERT_FALSE(get["dependency"]["pin"].is_null()) << r.out;
+  EXPECT_EQ(get["dependency"]["pin"]["limit"].number, 8);
+  EXPECT_LE(get["dependency"]["pin"]["seconds_left"].number, 901) << r.out;  // its end rounded up
+}
+
 // Forcing a breaker writes to the segment: a user who may only read it is
 // told so, with the fix.
 TEST_F(CtlBinary, BreakerWithoutWriteAccessSaysWhatItNeeds) {

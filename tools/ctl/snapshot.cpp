@@ -117,7 +117,11 @@ const DependencyReading* Snapshot::at_index(std::uint32_t index) const {
 std::uint64_t monotonic_now_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+  // In a time namespace of its own (unshare --time, a container CRIU
+  // restored) this process's clock runs its offset ahead of the host's,
+  // which the heartbeat and the pins are in: the offset comes off.
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec) -
+         static_cast<std::uint64_t>(shm::monotonic_offset_ns());
 }
 
 Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {

@@ -131,6 +131,9 @@ struct Snapshot {
   const DependencyReading* at_index(std::uint32_t index) const;
 };
 
+// The host's CLOCK_MONOTONIC now, in which the segment holds times (the
+// daemon's heartbeat, a pin's end): this process's, less its offset when
+// it runs in a time namespace of its own (shm::monotonic_offset_ns()).
 std::uint64_t monotonic_now_ns();
 
 // Reads everything bulkheadctl shows. `now_ns` is taken_ns (CLOCK_MONOTONIC;
