@@ -558,10 +558,14 @@ TEST_F(CtlSegment, APinShowsWhileItHolds) {
   }
   const DependencyStatus& r = st.dependencies[0].now.name == "recs" ? st.dependencies[0] : st.dependencies[1];
   const std::string get = dependency_text(st, r);
-  EXPECT_NE(get.find("  limit       25* (pinned by an operator at 25, 2 min 30 s left; `bulkheadctl pin recs off` "
-                     "ends it)\n"),
+  EXPECT_NE(get.find("  limit       25* (pinned by an operator at 25, 2 min 30 s left; `bulkheadctl --segment " +
+                     name_.str() + " pin recs off` ends it)\n"),
             std::string::npos)
       << get;
+  Status on_default = st;  // the segment bulkheadctl reads without --segment
+  on_default.after.default_segment = true;
+  const std::string plain = dependency_text(on_default, r);
+  EXPECT_NE(plain.find("; `bulkheadctl pin recs off` ends it)\n"), std::string::npos) << plain;
   EXPECT_EQ(JsonParser::parse(dependency_json(st, r))["dependency"]["pin"]["limit"].number, 25);
 
   // A word ending further away than bulkheadctl writes is junk: it pins
@@ -1187,6 +1191,36 @@ TEST_F(CtlBinary, PinWritesTheLimitAndWhenItEnds) {
   EXPECT_NE(r.output().find("has segment ABI 4.0, whose daemon does not read pins"), std::string::npos)
       << r.output();
   EXPECT_EQ(pin.load(), 0u);
+}
+
+// The command a pin's output gives to end it works as printed: on the
+// segment pinned, for a name the command line would take for an option too.
+TEST_F(CtlBinary, TheCommandThatEndsAPinWorksAsPrinted) {
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  for (const std::string dependency : {"payments", "-db", "--json"}) {
+    std::atomic<std::uint64_t>& pin =
+        s.dependency(shm::find_or_claim_dependency(s, dependency, 12, 0).index).control.limit_pin;
+    auto r = run({"--segment", name.str(), "pin", "--", dependency, "8"});
+    ASSERT_EQ(r.exit_code, 0) << r.output();
+    ASSERT_EQ(shm::pin_limit(pin.load()), 8u);
+    const auto from = r.out.find("(`"), to = r.out.find("` ends it sooner)");
+    ASSERT_TRUE(from != std::string::npos && to != std::string::npos && from < to) << r.out;
+    const std::string command = r.out.substr(from + 2, to - from - 2);
+    r = run({"--segment", name.str(), "get", "--interval", "0.05", "--", dependency});
+    ASSERT_EQ(r.exit_code, 0) << r.output();
+    EXPECT_NE(r.out.find("; `" + command + "` ends it)"), std::string::npos) << command << "\n" << r.out;
+
+    std::istringstream words(command);
+    std::vector<std::string> args;
+    for (std::string w; words >> w;) args.push_back(w);
+    ASSERT_FALSE(args.empty());
+    EXPECT_EQ(args[0], "bulkheadctl") << command;
+    args.erase(args.begin());
+    r = run(args);
+    EXPECT_EQ(r.exit_code, 0) << command << ": " << r.output();
+    EXPECT_EQ(pin.load(), 0u) << command;
+  }
 }
 
 // bulkheadctl in a time namespace of its own (unshare --time, a container

@@ -226,7 +226,8 @@ int run_pin(const Options& o) {
   control->limit_pin.store(shm::pin_word(limit, static_cast<std::uint32_t>(until_s)), std::memory_order_relaxed);
   std::cout << "limit of " << o.dependency << ": pinned at " << limit << " for " << ctl::describe_duration(seconds)
             << "; " << when_applied(segment) << " and hands the limit back to the policy when it ends"
-            << " (`bulkheadctl pin " << o.dependency << " off` ends it sooner)\n";
+            << " (`" << ctl::unpin_command(o.segment, o.segment == ctl::default_segment_name(), o.dependency)
+            << "` ends it sooner)\n";
   return 0;
 }
 

@@ -363,8 +363,9 @@ std::string dependency_text(const Status& st, const DependencyStatus& d) {
                            st.after.segment.c_str());
   out += format("  limit       %s", limit_cell(r).c_str());
   if (r.pin_limit != 0) {
-    out += format(" (pinned by an operator at %u, %s left; `bulkheadctl pin %s off` ends it)", r.pin_limit,
-                  describe_duration(r.pin_left_s).c_str(), r.name.c_str());
+    out += format(" (pinned by an operator at %u, %s left; `%s` ends it)", r.pin_limit,
+                  describe_duration(r.pin_left_s).c_str(),
+                  unpin_command(st.after.segment, st.after.default_segment, r.name).c_str());
   }
   out += format("\n  in flight   %u\n", r.inflight);
   out += std::string("  config      ") +
@@ -527,6 +528,11 @@ std::string dependency_json(const Status& st, const DependencyStatus& d) {
   j.end_object();
   j.end_object();
   return j.str();
+}
+
+std::string unpin_command(const std::string& segment, bool default_segment, const std::string& name) {
+  return "bulkheadctl " + (default_segment ? std::string() : "--segment " + segment + " ") + "pin " +
+         (!name.empty() && name[0] == '-' ? "-- " : "") + name + " off";
 }
 
 std::string describe_duration(std::uint64_t s) {

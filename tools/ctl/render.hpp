@@ -39,6 +39,12 @@ std::string dependency_json(const Status& status, const DependencyStatus& depend
 std::string processes_text(const Snapshot& snapshot);
 std::string processes_json(const Snapshot& snapshot);
 
+// The command line that ends the pin of `name` on `segment`, as an
+// operator types it: with --segment unless that is the default segment
+// (Snapshot::default_segment), and with -- before a name that starts with
+// '-' (an option else).
+std::string unpin_command(const std::string& segment, bool default_segment, const std::string& name);
+
 // Seconds as "90 s", "10 min", "1 h 30 min", "2 d 4 h".
 std::string describe_duration(std::uint64_t seconds);
 

@@ -130,6 +130,7 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
   const shm::Header& h = segment.header();
   Snapshot s;
   s.segment = segment.name();
+  s.default_segment = s.segment == default_segment_name();
   s.abi_major = h.abi_major;
   s.abi_minor = h.abi_minor;
   s.size = segment.size();

@@ -112,6 +112,9 @@ struct ProcessReading {
 
 struct Snapshot {
   std::string segment;  // name, without /dev/shm/
+  // Whether bulkheadctl without --segment reads this one (default_segment_name()):
+  // the commands it suggests then need no --segment.
+  bool default_segment = false;
   std::uint16_t abi_major = 0;
   std::uint16_t abi_minor = 0;
   std::uint64_t size = 0;      // bytes
