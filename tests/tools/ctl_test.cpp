@@ -1193,6 +1193,44 @@ TEST_F(CtlBinary, PinWritesTheLimitAndWhenItEnds) {
   EXPECT_EQ(pin.load(), 0u);
 }
 
+// Output that cannot be written (a full disk: /dev/full) is an error, exit
+// 1 with the reason, never a silent 0 over a missing or cut-off document.
+TEST_F(CtlBinary, OutputThatCannotBeWrittenExitsOne) {
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no /dev/full here";
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  std::atomic<std::uint64_t>& pin =
+      s.dependency(shm::find_or_claim_dependency(s, "payments", 12, 0).index).control.limit_pin;
+  const std::string err = dir_ + "/full.err";
+  const auto run_to_full = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {BULKHEADCTL_PATH, "--segment", name.str()});
+    std::vector<char*> argv = testing::exec_args(args);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int out = ::open("/dev/full", O_WRONLY), error = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(out, STDOUT_FILENO);
+      ::dup2(error, STDERR_FILENO);
+      testing::exec_child(argv, {});
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  };
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"status", "--json", "--interval", "0.05"}, {"status", "--interval", "0.05"},
+        {"get", "payments", "--interval", "0.05"}, {"processes", "--json"}, {"top", "-n", "3", "-i", "0.05"},
+        {"breaker", "payments", "open"}, {"pin", "payments", "8"}, {"--help"}}) {
+    EXPECT_EQ(run_to_full(args), 1) << args[0];
+    const std::string said = testing::read_file(err);
+    EXPECT_NE(said.find("bulkheadctl: cannot write the output: No space left on device"), std::string::npos)
+        << args[0] << ": " << said;
+  }
+  // What it wrote to the segment stays written.
+  EXPECT_EQ(shm::pin_limit(pin.load()), 8u);
+  EXPECT_EQ(s.dependency(shm::find_dependency(s, "payments").value()).control.breaker_override.load(),
+            shm::kOverrideOpen);
+}
+
 // The command a pin's output gives to end it works as printed: on the
 // segment pinned, for a name the command line would take for an option too.
 TEST_F(CtlBinary, TheCommandThatEndsAPinWorksAsPrinted) {

@@ -11,11 +11,11 @@
 //   bulkheadctl [--segment NAME] breaker NAME open|closed|auto
 //   bulkheadctl [--segment NAME] pin NAME LIMIT|off [--for DURATION]
 //
-// Exit status: 0 done, 1 the segment cannot be opened or trusted, 2 usage,
-// 3 no dependency of that name. docs/operations.md describes the output and
-// the JSON schema. The readings and their rendering live in the bulkhead_ctl
-// library (snapshot, render); this file parses the command line, waits, and
-// drives the terminal for `top`.
+// Exit status: 0 done, 1 the segment cannot be opened or trusted (or the
+// output not written), 2 usage, 3 no dependency of that name.
+// docs/operations.md describes the output and the JSON schema. The readings
+// and their rendering live in the bulkhead_ctl library (snapshot, render);
+// this file parses the command line, waits, and drives the terminal for `top`.
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -25,10 +25,12 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <functional>
 #include <iostream>
@@ -47,6 +49,7 @@ namespace ctl = bulkhead::ctl;
 namespace shm = bulkhead::shm;
 
 constexpr int kExitSegment = 1;
+constexpr int kExitOutput = 1;  // the output could not be written
 constexpr int kExitUsage = 2;
 constexpr int kExitNoDependency = 3;
 
@@ -84,9 +87,27 @@ struct Options {
   double pin_for_s = 600;  // pin --for
 };
 
+// The first error writing the output (an errno value); 0 while all of it
+// went out.
+int g_output_error = 0;
+
 void write_all(const std::string& text) {
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
+  if ((std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) &&
+      g_output_error == 0) {
+    g_output_error = errno != 0 ? errno : EIO;
+  }
+}
+
+// `code`, or kExitOutput when the output could not all be written (a full
+// disk): a script must not take a missing or cut-off document, or a
+// breaker's or a pin's lost confirmation, for bulkheadctl's answer.
+int finish(int code) {
+  if ((std::fflush(stdout) != 0 || std::ferror(stdout) != 0) && g_output_error == 0) {
+    g_output_error = errno != 0 ? errno : EIO;
+  }
+  if (g_output_error == 0) return code;
+  std::cerr << "bulkheadctl: cannot write the output: " << std::strerror(g_output_error) << "\n";
+  return code == 0 ? kExitOutput : code;
 }
 
 // Two readings `interval_s` apart.
@@ -386,7 +407,9 @@ int run_top(shm::Segment segment, const Options& o) {
   }
   const bool keys = tty && ::isatty(STDIN_FILENO) != 0;
   ctl::Snapshot previous = ctl::read_snapshot(segment, ctl::monotonic_now_ns());
-  for (unsigned frame = 0; o.frames == 0 || frame < o.frames; ++frame) {
+  // Until q, a signal or -n frames; or until the output fails (no terminal
+  // to quit from).
+  for (unsigned frame = 0; (o.frames == 0 || frame < o.frames) && g_output_error == 0; ++frame) {
     if (wait_or_quit(o.interval_s, keys, redraw, suspend)) break;
     if (segment_gone(segment)) {
       // Rates start over on the segment under the name, if there is one.
@@ -412,18 +435,16 @@ int run_top(shm::Segment segment, const Options& o) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   Options o;
   CLI::App app{
       "bulkheadctl: inspect a live bulkhead segment (read-only; works with bulkheadd down);\n"
       "force a dependency's circuit breaker (`breaker`) or pin its limit for a while (`pin`):\n"
       "each writes one word the daemon reads."};
   app.footer(
-      "Exit status: 0 done; 1 the segment is missing, unreadable or not a valid segment;\n"
-      "2 usage; 3 get, breaker, pin: no dependency of that name (status: none matches). Output and JSON\n"
-      "schema: docs/operations.md, \"bulkheadctl\".");
+      "Exit status: 0 done; 1 the segment is missing, unreadable or not a valid segment, or the output\n"
+      "could not be written; 2 usage; 3 get, breaker, pin: no dependency of that name (status: none\n"
+      "matches). Output and JSON schema: docs/operations.md, \"bulkheadctl\".");
   app.require_subcommand(1);
   app.fallthrough();
   app.add_option("--segment", o.segment,
@@ -530,3 +551,7 @@ int main(int argc, char** argv) {
     return kExitSegment;
   }
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return finish(run(argc, argv)); }
