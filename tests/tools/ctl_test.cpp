@@ -1030,12 +1030,22 @@ TEST_F(CtlBinary, CorruptSegmentExitsOneWithTheReason) {
 TEST_F(CtlBinary, UsageErrorsExitTwoAndUnknownDependencyThree) {
   EXPECT_EQ(run({}).exit_code, 2);
   EXPECT_EQ(run({"status", "--interval", "0"}).exit_code, 2);
-  // NaN is in no range, though every comparison with it is false.
+  // NaN is in no range, though every comparison with it is false; in every
+  // spelling the option's conversion (strtold) takes.
   for (const char* option : {"--interval", "--stale-after"}) {
-    const auto nan = run({"status", option, "nan"});
-    EXPECT_EQ(nan.exit_code, 2) << option;
-    EXPECT_NE(nan.output().find(std::string(option) + ": must be a finite number, got nan"), std::string::npos)
-        << nan.output();
+    for (const std::string spelling : {"nan", "+nan", " nan", "-nan", "+NaN(1)"}) {
+      const auto nan = run({"status", option, spelling});
+      EXPECT_EQ(nan.exit_code, 2) << option << " '" << spelling << "': " << nan.output();
+      EXPECT_NE(nan.output().find(std::string(option) + ": must be a finite number, got " + spelling),
+                std::string::npos)
+          << nan.output();
+    }
+  }
+  const TempSegmentName unmade{"ctl-bin"};  // never pinned in, whatever the parse
+  for (const std::string spelling : {"nan s", " nan s", "+nan m", "-nan d"}) {  // NaN seconds, minutes, days
+    const auto nan = run({"--segment", unmade.str(), "pin", "payments", "8", "--for", spelling});
+    EXPECT_EQ(nan.exit_code, 2) << "--for '" << spelling << "': " << nan.output();
+    EXPECT_NE(nan.output().find("--for: must be a finite number"), std::string::npos) << nan.output();
   }
   EXPECT_EQ(run({"top", "--interval", "nan"}).exit_code, 2);
   EXPECT_EQ(run({"get", "x", "--interval", "nan"}).exit_code, 2);

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <functional>
@@ -54,13 +55,15 @@ constexpr int kExitUsage = 2;
 constexpr int kExitNoDependency = 3;
 
 // CLI::Range lets NaN through (every comparison with it is false): a number
-// option is checked with this first. A value that is no number at all is
-// left to the option's own conversion, which names it.
+// option is checked with this first. It reads the text as the option's own
+// conversion does (CLI11's: std::strtold, the whole text), which takes "+nan"
+// and " nan" as much as "nan". A value that is no number at all is left to
+// that conversion, which names it.
 const CLI::Validator kFinite(
     [](std::string& text) -> std::string {
-      double value = 0;
-      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-      return error == std::errc{} && end == text.data() + text.size() && !std::isfinite(value)
+      char* end = nullptr;
+      const long double value = std::strtold(text.c_str(), &end);
+      return !text.empty() && end == text.c_str() + text.size() && !std::isfinite(value)
                  ? "must be a finite number, got " + text
                  : "";
     },
@@ -520,6 +523,7 @@ int run(int argc, char** argv) {
       ->transform(CLI::AsNumberWithUnit(std::map<std::string, double>{{"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}},
                                         CLI::AsNumberWithUnit::CASE_SENSITIVE)
                       .description(""))
+      ->check(kFinite)  // "nan s" is NaN seconds
       ->check(CLI::Range(1.0, static_cast<double>(shm::kMaxPinSeconds)).description(""))
       ->type_name("DURATION")
       ->default_str("10m");
