@@ -309,6 +309,38 @@ TEST_F(CtlSegment, AJunkNameCannotDriveTheTerminal) {
   EXPECT_EQ(junk_dep["name"].string, "??2Jrecs");
 }
 
+// A segment made anew under its name between the two readings (bulkheadd
+// --recreate-segment): what they would show is one no longer in use, its
+// daemon gone; they are taken again of the one under the name.
+TEST_F(CtlSegment, ASampleSpanningASegmentMadeAnewIsOfTheNewOne) {
+  shm::Segment seen = open_read_only(name_.str());
+  std::optional<shm::Segment> remade;
+  int waits = 0;
+  const Status st = sample(
+      seen,
+      [&] {
+        if (waits++ > 0) return;
+        shm::Segment::remove(name_.str());
+        remade.emplace(shm::Segment::create(name_, testing::small_segment(16, 8, 4)));
+        shm::find_or_claim_dependency(*remade, "orders", 7, 0);
+      },
+      {});
+  EXPECT_EQ(waits, 2);
+  ASSERT_EQ(st.dependencies.size(), 1u);
+  EXPECT_EQ(st.dependencies[0].now.name, "orders");
+  EXPECT_EQ(st.before.find("payments"), nullptr);
+  EXPECT_FALSE(segment_replaced(seen));
+  EXPECT_NE(read_snapshot(seen, kT0).find("orders"), nullptr);
+
+  // Removed, and none under the name: an error, as if it had been missing.
+  try {
+    sample(seen, [&] { shm::Segment::remove(name_.str()); }, {});
+    ADD_FAILURE() << "sampled a segment removed meanwhile";
+  } catch (const shm::SegmentError& e) {
+    EXPECT_EQ(e.code(), ENOENT) << e.what();
+  }
+}
+
 TEST_F(CtlSegment, RatesAndPercentilesComeFromTheIntervalOnly) {
   const Status st = standard_status();
   EXPECT_DOUBLE_EQ(st.interval_s, 2.0);

@@ -113,27 +113,28 @@ int finish(int code) {
   return code == 0 ? kExitOutput : code;
 }
 
-// Two readings `interval_s` apart.
-ctl::Status sample(const shm::Segment& segment, const Options& o) {
-  ctl::Snapshot before = ctl::read_snapshot(segment, ctl::monotonic_now_ns());
-  std::this_thread::sleep_for(std::chrono::duration<double>(o.interval_s));
-  ctl::Snapshot after = ctl::read_snapshot(segment, ctl::monotonic_now_ns());
-  return ctl::derive_status(std::move(before), std::move(after), o.status);
+// Two readings `interval_s` apart, of the segment under its name then
+// (ctl::sample()).
+ctl::Status sample(shm::Segment& segment, const Options& o) {
+  return ctl::sample(
+      segment, [&o] { std::this_thread::sleep_for(std::chrono::duration<double>(o.interval_s)); }, o.status);
 }
 
-int run_status(const shm::Segment& segment, const Options& o) {
+int no_dependency(const Options& o) {
+  std::cerr << "bulkheadctl: no dependency '" << o.dependency << "' in /dev/shm/" << o.segment
+            << " (bulkheadctl status lists them)\n";
+  return kExitNoDependency;
+}
+
+int run_status(shm::Segment& segment, const Options& o) {
   const ctl::Status st = sample(segment, o);
   write_all(o.json ? ctl::status_json(st) : ctl::status_text(st));
   // Patterns that match nothing are as a name get does not know.
   return !o.status.names.empty() && st.dependencies.empty() ? kExitNoDependency : 0;
 }
 
-int run_get(const shm::Segment& segment, const Options& o) {
-  if (ctl::read_snapshot(segment, ctl::monotonic_now_ns()).find(o.dependency) == nullptr) {
-    std::cerr << "bulkheadctl: no dependency '" << o.dependency << "' in /dev/shm/" << o.segment
-              << " (bulkheadctl status lists them)\n";
-    return kExitNoDependency;
-  }
+int run_get(shm::Segment& segment, const Options& o) {
+  if (ctl::read_snapshot(segment, ctl::monotonic_now_ns()).find(o.dependency) == nullptr) return no_dependency(o);
   const ctl::Status st = sample(segment, o);
   for (const ctl::DependencyStatus& d : st.dependencies) {
     if (d.now.name == o.dependency) {
@@ -141,7 +142,7 @@ int run_get(const shm::Segment& segment, const Options& o) {
       return 0;
     }
   }
-  return kExitNoDependency;
+  return no_dependency(o);  // not in a segment made anew meanwhile
 }
 
 int run_processes(const shm::Segment& segment, const Options& o) {
@@ -170,8 +171,7 @@ shm::Segment attach_to_write(const Options& o, const std::string& what) {
 shm::DependencyControl* control_of(shm::Segment& segment, const Options& o) {
   const auto index = shm::find_dependency(segment, o.dependency);
   if (!index) {
-    std::cerr << "bulkheadctl: no dependency '" << o.dependency << "' in /dev/shm/" << o.segment
-              << " (bulkheadctl status lists them)\n";
+    no_dependency(o);
     return nullptr;
   }
   return &segment.dependency(*index).control;
@@ -361,17 +361,6 @@ std::string fit_to_screen(const std::string& frame) {
   return out + "\x1b[J";
 }
 
-// Whether `segment` is no longer the one under its name: removed, or
-// replaced by one made anew (bulkheadd --recreate-segment, or an operator's
-// rm before a restart), which the daemon and clients use instead.
-bool segment_gone(const shm::Segment& segment) {
-  try {
-    return segment.file_access().links == 0;
-  } catch (const shm::SegmentError&) {
-    return false;
-  }
-}
-
 int run_top(shm::Segment segment, const Options& o) {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -414,7 +403,7 @@ int run_top(shm::Segment segment, const Options& o) {
   // to quit from).
   for (unsigned frame = 0; (o.frames == 0 || frame < o.frames) && g_output_error == 0; ++frame) {
     if (wait_or_quit(o.interval_s, keys, redraw, suspend)) break;
-    if (segment_gone(segment)) {
+    if (ctl::segment_replaced(segment)) {
       // Rates start over on the segment under the name, if there is one.
       const std::string title = "bulkheadctl top - " + clock_utc() + (tty ? " - q quits" : "") + "\n";
       try {

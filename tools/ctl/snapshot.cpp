@@ -100,6 +100,14 @@ shm::Segment open_read_only(const std::string& name) {
   }
 }
 
+bool segment_replaced(const shm::Segment& segment) {
+  try {
+    return segment.file_access().links == 0;
+  } catch (const shm::SegmentError&) {
+    return false;
+  }
+}
+
 const DependencyReading* Snapshot::find(std::string_view name) const {
   for (const auto& d : dependencies) {
     if (d.name == name) return &d;
@@ -422,6 +430,16 @@ Status derive_status(Snapshot before, Snapshot after, const StatusOptions& optio
   st.before = std::move(before);
   st.after = std::move(after);
   return st;
+}
+
+Status sample(shm::Segment& segment, const std::function<void()>& wait, const StatusOptions& options) {
+  for (int attempt = 1;; ++attempt) {
+    Snapshot before = read_snapshot(segment, monotonic_now_ns());
+    wait();
+    Snapshot after = read_snapshot(segment, monotonic_now_ns());
+    if (attempt == 3 || !segment_replaced(segment)) return derive_status(std::move(before), std::move(after), options);
+    segment = open_read_only(segment.name());
+  }
 }
 
 }  // namespace bulkhead::ctl

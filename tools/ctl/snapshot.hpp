@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +31,11 @@ std::string default_segment_name();
 // do). Throws shm::SegmentError whose what() is ready to print: for a
 // missing or unreadable segment it adds what an operator should check.
 shm::Segment open_read_only(const std::string& name);
+
+// Whether `segment` is no longer the one under its name: removed, or
+// replaced by one made anew (bulkheadd --recreate-segment, or an operator's
+// rm before a restart), which the daemon and clients use instead.
+bool segment_replaced(const shm::Segment& segment);
 
 struct DaemonReading {
   std::int32_t pid = 0;  // 0: none recorded (stopped cleanly, or never ticked); in its pid namespace
@@ -207,5 +213,14 @@ struct Status {
 // Derives the status from two readings of one segment, `before` first.
 // A dependency that appeared between them counts from zero.
 Status derive_status(Snapshot before, Snapshot after, const StatusOptions& options = {});
+
+// Two readings of `segment`, `wait` between them (bulkheadctl sleeps
+// --interval), derived. When the segment was replaced under its name
+// meanwhile, they would show one no longer in use (its daemon gone, its
+// last limits) while another daemon runs on the new one: they are taken
+// again of the segment under the name, which `segment` becomes (three
+// times at most). Throws shm::SegmentError (open_read_only()) when the
+// name holds no usable segment any more.
+Status sample(shm::Segment& segment, const std::function<void()>& wait, const StatusOptions& options);
 
 }  // namespace bulkhead::ctl
