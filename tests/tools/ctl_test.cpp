@@ -1180,6 +1180,18 @@ TEST_F(CtlBinary, PinWritesTheLimitAndWhenItEnds) {
   EXPECT_NE(r.output().find("limit of payments: pinned at 8 for 15 min; bulkheadd applies it at its next tick"),
             std::string::npos)
       << r.output();
+  // A daemon that lives but stopped ticking a minute ago (SIGSTOP, hung):
+  // said so, rather than that its next tick applies the pin.
+  s.header().heartbeat.store(5);
+  s.header().heartbeat_ns.store(monotonic_now_ns() - 60 * kSecond);
+  r = run({"--segment", name.str(), "pin", "payments", "8", "--for", "15m"});
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.output().find("pinned at 8 for 15 min; bulkheadd (pid " + std::to_string(::getpid()) +
+                            ") has not ticked for 60 s (stopped or hung?): it applies it at its next tick and hands"),
+            std::string::npos)
+      << r.output();
+  s.header().heartbeat.store(0);
+  s.header().heartbeat_ns.store(0);
   EXPECT_EQ(shm::pin_limit(pin.load()), 8u);
   EXPECT_GE(shm::pin_until_s(pin.load()), before_s + 900);
   EXPECT_LE(shm::pin_until_s(pin.load()), after_s + 900);

@@ -178,10 +178,23 @@ shm::DependencyControl* control_of(shm::Segment& segment, const Options& o) {
 }
 
 // When what bulkheadctl wrote takes effect: at the daemon's next tick, or
-// when a daemon next starts if none runs on the segment now.
+// when a daemon next starts if none runs on the segment now. A daemon that
+// lives but has not ticked for longer than status calls stale (stopped,
+// hung) is said to be so: its next tick may not come.
 std::string when_applied(const shm::Segment& segment) {
   shm::ProcessSnapshot daemon = shm::read_daemon(segment.header());
   if (daemon.pid > 0 && shm::daemon_liveness(daemon, shm::own_pid_namespace()) != shm::Liveness::kDead) {
+    // Relaxed: lone values; a tick an instant ago or not changes nothing.
+    const shm::Header& h = segment.header();
+    const std::uint64_t beat_ns = h.heartbeat_ns.load(std::memory_order_relaxed);
+    const std::uint64_t now_ns = ctl::monotonic_now_ns();
+    const double stale_s = ctl::StatusOptions{}.stale_after_s;
+    if (h.heartbeat.load(std::memory_order_relaxed) > 0 && now_ns > beat_ns &&
+        static_cast<double>(now_ns - beat_ns) / 1e9 > stale_s) {
+      return "bulkheadd (pid " + std::to_string(daemon.pid) + ") has not ticked for " +
+             std::to_string((now_ns - beat_ns) / 1'000'000'000) + " s (stopped or hung?): it applies it at its " +
+             "next tick";
+    }
     return "bulkheadd applies it at its next tick";
   }
   return "no bulkheadd runs on /dev/shm/" + segment.name() + " now: the next one to start applies it";
