@@ -1483,6 +1483,20 @@ std::vector<std::string> frames_of(const std::string& out) {
   return frames;
 }
 
+// Before its first frame, top on a terminal says how long it samples: the
+// interval as given (it cut "100.000000" to "100.").
+TEST_F(CtlBinary, TopOnATerminalSaysTheIntervalItSamples) {
+  TempSegmentName name{"ctl-bin"};
+  shm::Segment s = shm::Segment::create(name, testing::small_segment());
+  const auto sampling = [](const std::string& out, int, pid_t) { return out.find(" s ...") != std::string::npos; };
+  for (const std::string interval : {"100", "0.25", "2.5"}) {
+    int exit_code = -1;
+    const std::string out = drive_top(name.str(), window(24, 80), interval.c_str(), sampling, nullptr, &exit_code);
+    EXPECT_EQ(exit_code, 0) << out;
+    EXPECT_NE(out.find(": sampling for " + interval + " s ..."), std::string::npos) << out;
+  }
+}
+
 // On a terminal, top takes keys without Enter, fits each frame to the
 // screen, quits on q, and gives the terminal back as it found it.
 TEST_F(CtlBinary, TopOnATerminalFitsTheScreenAndQuitsOnQ) {

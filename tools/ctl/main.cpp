@@ -387,8 +387,9 @@ int run_top(shm::Segment segment, const Options& o) {
     sa.sa_handler = on_resize_signal;
     ::sigaction(SIGWINCH, &sa, nullptr);
     terminal.emplace();
-    screen = "bulkheadctl top: /dev/shm/" + o.segment + ": sampling for " +
-             std::to_string(o.interval_s).substr(0, 4) + " s ...";
+    char interval[32];
+    std::snprintf(interval, sizeof interval, "%g", o.interval_s);  // 100, not "100."
+    screen = "bulkheadctl top: /dev/shm/" + o.segment + ": sampling for " + interval + " s ...";
     write_all(fit_to_screen(screen));
   }
   const auto redraw = [&] { write_all(fit_to_screen(screen)); };
