@@ -65,13 +65,14 @@ std::optional<Breaker::Transition> Breaker::move_to(BreakerState to, std::uint64
 }
 
 std::optional<Breaker::Transition> Breaker::observe(const BreakerCounts& tick, BreakerForce force,
-                                                    std::uint32_t trials_left, std::uint64_t now_ns) {
+                                                    std::string_view forced_by, std::uint32_t trials_left,
+                                                    std::uint64_t now_ns) {
   // An operator's word first.
   if (force != BreakerForce::kAuto) {
     const BreakerState to = force == BreakerForce::kOpen ? BreakerState::kOpen : BreakerState::kClosed;
     if (forced_ && state_ == to) return std::nullopt;
     forced_ = true;
-    return move_to(to, now_ns, std::string("forced ") + breaker_force_name(force) + " by the operator");
+    return move_to(to, now_ns, std::string("forced ") + breaker_force_name(force) + " by " + std::string(forced_by));
   }
   if (forced_) {
     forced_ = false;

@@ -40,6 +40,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace bulkhead::daemon {
 
@@ -105,10 +106,11 @@ class Breaker {
   void reconfigure(const BreakerSettings& settings) { settings_ = settings; }
 
   // Once per tick, at `now_ns`. `force` is the operator's (bulkheadctl's
-  // override when it has one, else the config's); `trials_left` the trial
-  // permits not yet taken (read from the segment; matters half open).
-  // Returns the transition it made, if any.
-  std::optional<Transition> observe(const BreakerCounts& tick, BreakerForce force,
+  // override when it has one, else the config's), `forced_by` whose it is
+  // for the transition's reason ("bulkheadctl", "the config");
+  // `trials_left` the trial permits not yet taken (read from the segment;
+  // matters half open). Returns the transition it made, if any.
+  std::optional<Transition> observe(const BreakerCounts& tick, BreakerForce force, std::string_view forced_by,
                                     std::uint32_t trials_left, std::uint64_t now_ns);
 
   BreakerState state() const { return state_; }

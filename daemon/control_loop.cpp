@@ -678,10 +678,13 @@ void ControlLoop::update_breaker(Dependency& d, const shm::DependencyCounters& d
   // segment may write it) and counts as none.
   const std::uint32_t override_value = control.breaker_override.load(std::memory_order_relaxed);
   BreakerForce force = b.settings().force;
+  const char* forced_by = "the config (breaker.force)";
   if (override_value == shm::kOverrideOpen) {
     force = BreakerForce::kOpen;
+    forced_by = "bulkheadctl";
   } else if (override_value == shm::kOverrideClosed) {
     force = BreakerForce::kClosed;
+    forced_by = "bulkheadctl";
   } else if (override_value != shm::kOverrideAuto && override_value != d.bad_override) {
     spdlog::warn("dependency {}: breaker override {} is not one bulkheadctl writes; ignored", d.name,
                  override_value);
@@ -691,7 +694,7 @@ void ControlLoop::update_breaker(Dependency& d, const shm::DependencyCounters& d
   const std::uint64_t trials = control.trials.load(std::memory_order_relaxed);
   const BreakerCounts counts{delta.ok, delta.failed + delta.dropped,
                              slow_calls(delta, b.settings().slow_call_duration)};
-  const auto transition = b.observe(counts, force, shm::trials_left(trials), now_ns);
+  const auto transition = b.observe(counts, force, forced_by, shm::trials_left(trials), now_ns);
   if (transition) {
     if (transition->to == BreakerState::kHalfOpen) {
       // A fresh episode: permits of the last one that clients give back

@@ -21,7 +21,7 @@ class BreakerTest : public ::testing::Test {
   // (of ok). Returns the state after it.
   BreakerState feed(std::uint64_t ok, std::uint64_t failed, std::uint64_t slow = 0,
                     BreakerForce force = BreakerForce::kAuto) {
-    last_ = breaker_->observe({ok, failed, slow}, force, trials_left_, now_ns_ += kTickNs);
+    last_ = breaker_->observe({ok, failed, slow}, force, "a test", trials_left_, now_ns_ += kTickNs);
     return breaker_->state();
   }
   BreakerState advance(std::chrono::milliseconds t, BreakerForce force = BreakerForce::kAuto) {

@@ -160,6 +160,8 @@ TEST_F(BreakerIntegration, ForcedByConfigReloadAndByBulkheadctl) {
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_NE(r.output().find("breaker of pay: override closed"), std::string::npos) << r.output();
   ASSERT_TRUE(eventually([&] { return pay.breaker() == BreakerState::kClosed; })) << daemon.log();
+  EXPECT_NE(daemon.log().find("circuit breaker open -> closed: forced closed by bulkheadctl"), std::string::npos)
+      << daemon.log();
   report(2, 20, Outcome::kFailed);
   ASSERT_TRUE(testing::wait_ticks(*seg, 10)) << daemon.log();  // which counted the failures
   EXPECT_EQ(pay.breaker(), BreakerState::kClosed);
@@ -174,7 +176,8 @@ TEST_F(BreakerIntegration, ForcedByConfigReloadAndByBulkheadctl) {
   r = ctl({"breaker", "pay", "auto"});
   ASSERT_EQ(r.exit_code, 0) << r.output();
   ASSERT_TRUE(eventually([&] { return pay.breaker() == BreakerState::kOpen; })) << daemon.log();
-  EXPECT_NE(daemon.log().find("circuit breaker closed -> open: forced open by the operator"), std::string::npos)
+  EXPECT_NE(daemon.log().find("circuit breaker closed -> open: forced open by the config (breaker.force)"),
+            std::string::npos)
       << daemon.log();
 
   // Usage errors and unknown names.
