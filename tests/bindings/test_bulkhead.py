@@ -125,6 +125,30 @@ class StandaloneTest(unittest.TestCase):
         self.assertFalse(permit)
         self.assertEqual(self.dep.inflight, 0)
 
+    def test_a_bad_outcome_is_a_value_error_and_gives_nothing_back(self):
+        permit = self.dep.try_acquire()
+        for bad in ("x", 7, -1, None, True, 1.0):
+            with self.assertRaises(ValueError) as raised:
+                permit.release(bad)
+            self.assertIn("still held", str(raised.exception))
+            self.assertTrue(permit)
+            self.assertEqual(self.dep.inflight, 1)
+        permit.release(bulkhead.FAILED)
+        self.assertEqual(self.dep.inflight, 0)
+
+    def test_a_latency_too_large_for_the_abi_is_given_as_its_largest(self):
+        lib = bulkhead._c()
+        given = []
+        real = lib.bh_release_latency
+        lib.bh_release_latency = lambda *args: given.append(args[2]) or real(*args)
+        try:
+            self.dep.try_acquire().release(bulkhead.SUCCESS, latency_ns=2**64 + 5)
+            self.dep.try_acquire().release(bulkhead.SUCCESS, latency_ns=-3)
+        finally:
+            lib.bh_release_latency = real
+        self.assertEqual(given, [2**64 - 1, 0])
+        self.assertEqual(self.dep.inflight, 0)
+
     def test_a_failed_call_and_the_breaker_of_a_standalone_client(self):
         permit = self.dep.try_acquire()
         permit.failed()

@@ -274,11 +274,20 @@ class Permit:
         itself (saves two clock reads). Releasing twice does nothing."""
         if not self._permit.dep:
             return  # released already, or never admitted
+        # Checked before anything is given back: ctypes would refuse a str
+        # with its own ArgumentError, and take any other int as ignored.
+        if not isinstance(outcome, int) or isinstance(outcome, bool) or outcome not in (SUCCESS, DROPPED, IGNORE,
+                                                                                          FAILED):
+            raise ValueError(f"outcome {outcome!r}: must be bulkhead.SUCCESS, DROPPED, IGNORE or FAILED; "
+                             f"the permit is still held")
         client = self._dependency._client  # its handle dies with the client
         if latency_ns is None:
             client._call_release(_c().bh_release, self._permit, outcome)
         else:
-            client._call_release(_c().bh_release_latency, self._permit, outcome, max(0, int(latency_ns)))
+            # At most 2**64 - 1, which ctypes would otherwise take modulo
+            # 2**64 (2**64 + 5 as 5 ns); the library counts 2**63 or more as 0.
+            latency = min(max(0, int(latency_ns)), 2**64 - 1)
+            client._call_release(_c().bh_release_latency, self._permit, outcome, latency)
 
     def remaining(self):
         """Seconds left of the deadline of a permit acquire(timeout=...)
@@ -426,8 +435,8 @@ class Client:
         handle = ctypes.c_void_p()
         rc = _c().bh_client_open_opts(ctypes.byref(options), ctypes.byref(handle))
         if rc < 0:
-            _raise(rc, f"segment {segment if segment is not None else os.environ.get('BULKHEAD_SEGMENT') or 'bulkhead'}",
-                   named="segment ")
+            named = segment if segment is not None else os.environ.get("BULKHEAD_SEGMENT") or "bulkhead"
+            _raise(rc, f"segment {named}", named="segment ")
         self._handle = handle
         self._dependencies = {}
         # Held across each call into libbulkhead (ctypes lets other threads
