@@ -33,7 +33,8 @@ dynamic loader); one of another ABI is refused (OSError).
 dependency's wait queue, when bulkheadd gives it one (max_queue).
 
 Thread safety: a Client and its Dependency objects may be shared by threads;
-a Permit belongs to the thread that acquired it. Each call into libbulkhead
+a Permit may be released by a thread other than the one that acquired it
+(once: a second release does nothing). Each call into libbulkhead
 holds the client's lock, but for a waiting acquire and a look-up of a new
 dependency (which waits up to a second for another process's unfinished
 claim of the name), which other threads' calls do not wait for; close()
