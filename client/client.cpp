@@ -1270,10 +1270,19 @@ int bh_try_acquire_untimed(bh_dep* d, bh_permit* out) {
   return try_acquire(d, out, false);
 }
 
-int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
-  if (d == nullptr || out == nullptr) return fail_permit(out, "bh_acquire: NULL argument");
+int bh_acquire(bh_dep* handle, std::uint64_t deadline_ns, bh_permit* out) {
+  if (handle == nullptr || out == nullptr) return fail_permit(out, "bh_acquire: NULL argument");
   out->dep_ = nullptr;
   claim_if_forked();
+  // A partition handle of a dependency a reload left without partitions
+  // admits as "default", the dependency's own handle: waiting in its queue
+  // too. Partitions that come back meanwhile send it to the rule under its
+  // own name (kDivert below). Acquire, as in admit_partitioned().
+  bh_dep* d = handle;
+  if (handle->parent != nullptr &&
+      (handle->flags->load(std::memory_order_acquire) & shm::kDependencyPartitioned) == 0) {
+    d = handle->parent;
+  }
   std::uint64_t now_ns = monotonic_ns();
   // A call whose budget is spent never reaches the dependency.
   if (now_ns >= deadline_ns) return reject_deadline(d);
@@ -1319,7 +1328,7 @@ int bh_acquire(bh_dep* d, std::uint64_t deadline_ns, bh_permit* out) {
     // Partitions: no wait queue. One partitioned admission, or its reason
     // at once, whatever the deadline.
     bh_dep* tagged = nullptr;
-    rc = admit_partitioned(d, true, &tagged);
+    rc = admit_partitioned(handle, true, &tagged);
     if (rc == 0) fill_permit(out, tagged, deadline_ns);
   }
   if (rc != 0) return_trial(d, trial);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "bulkhead/bulkhead.h"
@@ -19,6 +20,7 @@
 #include "daemon/config.hpp"
 #include "daemon/control_loop.hpp"
 #include "shm/partitions.hpp"
+#include "shm/wait_queue.hpp"
 #include "tests/support/children.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/log_capture.hpp"
@@ -293,6 +295,32 @@ TEST_F(PartitionTest, AReloadMovesNoPermitAndAGonePartitionAdmitsAsDefault) {
   ASSERT_TRUE(waited);
   EXPECT_EQ(db.inflight(), 1);
   waited.success();
+  EXPECT_EQ(word("db").load(), 0u);
+  EXPECT_EQ(held_total("db"), 0u);
+}
+
+// A handle of a partition that a reload removed with every other admits as
+// "default": bh_acquire() waits in the dependency's queue, as a call
+// through the dependency's own handle does (it was refused at once).
+TEST_F(PartitionTest, AHandleOfPartitionsAReloadRemovedWaitsInTheQueueAsDefault) {
+  start(dependency("db", 2, "batch = 0.5\n"));
+  Dependency db = client_->dependency("db");
+  Dependency batch = db.partition("batch");
+  reload(dependency("db", 2, "") + "max_queue = 4\n");
+  auto held = take_all(db);
+  ASSERT_EQ(held.size(), 2u);
+  const auto waiting = [&] { return shm::queue_length(segment_->queue(slot_of("db")), segment_->queue_slots()); };
+  std::atomic<int> result{-1};
+  std::thread waiter([&] {
+    Permit p = batch.acquire(std::chrono::seconds(60));
+    result = p ? 0 : p.reason();
+  });
+  while (waiting() == 0 && result.load() == -1) std::this_thread::yield();
+  EXPECT_EQ(result.load(), -1) << "refused at once";
+  held.pop_back();  // a permit comes back: the waiter takes it
+  waiter.join();
+  EXPECT_EQ(result.load(), 0);
+  held.clear();
   EXPECT_EQ(word("db").load(), 0u);
   EXPECT_EQ(held_total("db"), 0u);
 }
