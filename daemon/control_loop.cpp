@@ -158,7 +158,7 @@ void ControlLoop::apply(const Config& config) {
     }
     publish_limit(d);
     publish_settings(index, d.name, table);
-    if (hold_pin_within_partitions(d)) publish_limit(d);  // partitions new with this config
+    if (hold_pin_within_partitions(d)) publish_limit(d);  // partitions new with this config, or gone
     segment_.dependency(index).control.generation.store(generation, std::memory_order_relaxed);
     // Waiters look at the new settings at once: shadow mode admits them,
     // partitions send them to their rule, a larger limit may have room.
@@ -855,6 +855,7 @@ void ControlLoop::follow_pin(Dependency& d, std::uint64_t now_ns) {
     pin = 0;
   }
   if (pin == d.pin) return;
+  d.pin = pin;
   if (pin == 0) {
     const std::uint32_t pinned = d.controller->pinned();
     d.controller->unpin(now_ns);
@@ -866,18 +867,27 @@ void ControlLoop::follow_pin(Dependency& d, std::uint64_t now_ns) {
                  d.controller->limit(), shm::pin_until_s(pin) - now_ns / 1'000'000'000);
     hold_pin_within_partitions(d);
   }
-  d.pin = pin;
   publish_limit(d);
 }
 
 bool ControlLoop::hold_pin_within_partitions(Dependency& d) {
   // Partitions count in 16-bit fields (the config keeps a partitioned
   // max_limit within them): a pin past that would publish a limit the
-  // partitions' rule does not enforce.
-  if (plan_of(d.index) == nullptr || d.controller->pinned() <= shm::kPartitionFieldMax) return false;
-  spdlog::warn("dependency {}: limit pin {} is more than a dependency with partitions can have; pinned at {}",
-               d.name, d.controller->pinned(), shm::kPartitionFieldMax);
-  d.controller->pin(shm::kPartitionFieldMax);
+  // partitions' rule does not enforce. Without partitions the pin is the
+  // operator's word again, whole: a reload that removes them does not
+  // leave the limit held at the most they could count.
+  if (d.pin == 0) return false;
+  const std::uint32_t asked = std::max<std::uint32_t>(shm::pin_limit(d.pin), 1);
+  const bool partitioned = plan_of(d.index) != nullptr;
+  const std::uint32_t held = partitioned ? std::min(asked, shm::kPartitionFieldMax) : asked;
+  if (d.controller->pinned() == held) return false;
+  if (held < asked) {
+    spdlog::warn("dependency {}: limit pin {} is more than a dependency with partitions can have; pinned at {}",
+                 d.name, asked, held);
+  } else {
+    spdlog::info("dependency {}: limit pinned at {} again, as the operator asked (no partitions now)", d.name, held);
+  }
+  d.controller->pin(held);
   return true;
 }
 

@@ -170,8 +170,9 @@ class ControlLoop {
   // controller, publishes the limit when that changes it, and clears a pin
   // that has ended.
   void follow_pin(Dependency& d, std::uint64_t now_ns);
-  // Lowers a pin to what a partitioned dependency's limit can be; true when
-  // it did (the limit is then to be published).
+  // Holds the operator's pin (d.pin) at what a partitioned dependency's
+  // limit can be, or whole again once a reload took the partitions away;
+  // true when the pinned limit moved (it is then to be published).
   bool hold_pin_within_partitions(Dependency& d);
   // Runs the breaker on a tick's deltas; publishes its state (and trial
   // permits on entering half open); logs and counts transitions.

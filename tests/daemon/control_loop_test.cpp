@@ -968,6 +968,25 @@ TEST_F(ControlLoopTest, APinOfAPartitionedDependencyIsHeldWithinItsPartitions) {
   EXPECT_EQ(shm::rule_limit(slot.partitions.rule.load()), 300u);
 }
 
+// The pin held within partitions is the operator's whole again once a
+// reload takes the partitions away (it stayed at 32767 until it ended).
+TEST_F(ControlLoopTest, APinHeldWithinPartitionsIsWholeAgainWhenAReloadRemovesThem) {
+  Dependency pay = pinned_pay(40'000, 600);
+  const char* split = "[dependency.pay]\npolicy = \"aimd\"\nmax_limit = 40\n[dependency.pay.partitions]\nbatch = 0.5\n";
+  loop_->apply(parse(split, "split.toml"));
+  advance_ticks(1);
+  ASSERT_EQ(pay.limit(), static_cast<int>(shm::kPartitionFieldMax));
+  const testing::LogCapture log;
+  loop_->apply(parse("[dependency.pay]\npolicy = \"aimd\"\nmax_limit = 40\n", "plain.toml"));
+  EXPECT_EQ(pay.limit(), 40'000);  // at the reload, not a tick later
+  advance_ticks(1);
+  EXPECT_EQ(pay.limit(), 40'000);
+  EXPECT_EQ(view_of("pay").pinned, 40'000u);
+  EXPECT_EQ(log.count("limit pinned at 40000 again, as the operator asked (no partitions now)"), 1u) << log.text();
+  loop_->apply(parse(split, "split.toml"));  // and held again when they come back
+  EXPECT_EQ(pay.limit(), static_cast<int>(shm::kPartitionFieldMax));
+}
+
 // The segment's tables are counted every tick, for the metrics and the
 // operator: a full one is logged once as it fills (and the process table
 // once as it frees), since what it refuses happens in the clients.
