@@ -254,10 +254,15 @@ void ControlLoop::publish_partitions(std::uint32_t index, std::string_view name,
   plans_[index] = plan.partitioned ? std::make_unique<PartitionPlan>(plan) : nullptr;
   publish_rule(index, slot.control.limit.load(std::memory_order_relaxed));
   // A new version whenever a handle's cached field may mean another name
-  // now (or none).
-  if ((shape & 0xffffffffu) != plan.fields || renamed || shm::shape_version(shape) == 0) {
+  // now (or none). So too at this daemon's first publication: one killed
+  // between a new name and its version left names that handles resolved
+  // under the version before, which would go on holding for them.
+  if (shapes_published_.size() <= index) shapes_published_.resize(segment_.capacities().max_dependencies);
+  if ((shape & 0xffffffffu) != plan.fields || renamed || shm::shape_version(shape) == 0 ||
+      !shapes_published_[index]) {
     store_new_shape(line, shape, plan.fields);
   }
+  shapes_published_[index] = true;
 }
 
 void ControlLoop::publish_rule(std::uint32_t index, std::uint32_t limit) {

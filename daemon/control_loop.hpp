@@ -265,6 +265,9 @@ class ControlLoop {
   std::map<std::uint32_t, std::uint64_t> process_claiming_since_;
   // By slot index: the plan of a partitioned dependency, null for the others.
   std::vector<std::unique_ptr<PartitionPlan>> plans_;
+  // By slot index: whether this daemon has published the partitions' shape
+  // yet (its first publication always brings a new version).
+  std::vector<bool> shapes_published_;
   // By slot index: the flags and max_queue publish_settings() stored, which
   // each tick puts back if a client changed them.
   struct PublishedSettings {

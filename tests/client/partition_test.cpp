@@ -370,6 +370,36 @@ TEST_F(PartitionTest, AReloadInAnotherOrderKeepsEachPartitionOnItsField) {
   EXPECT_EQ(word("db").load(), 0u);
 }
 
+// A daemon killed mid-reload, after it wrote a new name into a field and
+// before it published the shape's new version, leaves handles of the old
+// name with that field cached under a version that still holds. The daemon
+// that adopts the segment publishes a version of its own, so that they look
+// their names up again rather than count in a field another name has now.
+TEST_F(PartitionTest, ADaemonThatAdoptsTheSegmentMakesHandlesLookTheirNamesUpAgain) {
+  std::optional<Client> before_restart;
+  std::optional<Dependency> batch;
+  LoopFixture::start(dependency("db", 10, "critical = 0.5\n"), [&](shm::Segment& segment) {
+    // What the killed daemon had published: "batch" in field 1, version 5.
+    const std::uint32_t index =
+        shm::find_or_claim_dependency(segment, "db", 10, shm::kDependencyPartitioned, std::chrono::seconds(1)).index;
+    shm::DependencySlot& slot = segment.dependency(index);
+    slot.control.generation.store(1);
+    shm::store_partition_name(slot.partitions, 1, shm::pack_partition_name("batch"));
+    slot.partitions.rule.store(shm::partition_rule(10, 0, 5, 0));
+    slot.partitions.admit_limit.store(5);
+    slot.partitions.shape.store(std::uint64_t{5} << 32 | (1u << 1) << 8);
+    before_restart.emplace(name_.str());
+    batch.emplace(before_restart->dependency("db").partition("batch"));
+    ASSERT_TRUE(batch->try_acquire());  // resolved: field 1 under version 5
+    // Its reload to "critical" got as far as the name.
+    shm::store_partition_name(slot.partitions, 1, shm::pack_partition_name("critical"));
+  });
+  advance_ticks(1);
+  Permit p = batch->try_acquire();  // batch is gone: a call of "default"
+  ASSERT_TRUE(p);
+  EXPECT_EQ(word("db").load(), word_of(1, 0, 0));  // not counted as critical's
+}
+
 TEST_F(PartitionTest, APartitionThatLeftTheConfigAdmitsAsDefaultThoughItsNameStays) {
   start(dependency("db", 10, "critical = 0.5\nbatch = 0.2\n"));
   Dependency batch = client_->dependency("db").partition("batch");
