@@ -1215,8 +1215,11 @@ std::uint32_t resolve(bh_dep* h, std::uint64_t shape) {
     if (over && (verdict == shm::PartitionVerdict::kFieldFull ||
                  (d->flags->load(std::memory_order_relaxed) & shm::kDependencyShadow) == 0)) {
       if (count_rejection) {
-        // Relaxed: statistics, as in record().
-        add_stat(d, d->stats->rejected, 1, std::memory_order_relaxed);
+        // Relaxed: statistics, as in record(). `rejected` is the refusals
+        // at the limit (layout.hpp), which a policy reads as demand that
+        // reached it; a share or cap refusing under the limit is the
+        // partition's alone (the daemon's requests_total adds them back).
+        if (verdict == shm::PartitionVerdict::kAtLimit) add_stat(d, d->stats->rejected, 1, std::memory_order_relaxed);
         add_stat(d, d->stats->partition_rejected[p], 1, std::memory_order_relaxed);
       }
       // A call that names no partition keeps the reason it always had.

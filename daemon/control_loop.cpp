@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <numeric>
 
 #include <spdlog/spdlog.h>
 
@@ -609,7 +610,12 @@ void ControlLoop::update(Dependency& d, std::uint64_t now_ns) {
     t.success = o.delta.ok;
     t.dropped = o.delta.dropped;
     t.ignored = o.delta.ignored;
-    t.rejected = o.delta.rejected;
+    // Every refusal, the partitions' under the limit too: with partitions
+    // each one counts in its partition, those at the limit in `rejected` as
+    // well.
+    const std::uint64_t partition_rejected =
+        std::accumulate(o.delta.partition_rejected.begin(), o.delta.partition_rejected.end(), std::uint64_t{0});
+    t.rejected = std::max(o.delta.rejected, partition_rejected);
     t.failed = o.delta.failed;
     t.shadow = o.delta.shadow_admitted;
     t.queue_full = o.delta.queue_full;

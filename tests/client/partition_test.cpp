@@ -96,15 +96,47 @@ TEST_F(PartitionTest, EachPartitionGetsItsGuaranteeAndBorrowsOnlyWhatNoneReserve
   EXPECT_EQ(held_total("db"), w);  // the held words mirror the admission word
   // Calls that name no partition: nothing left.
   EXPECT_EQ(db.try_acquire().reason(), BH_REJECT_LIMIT);
-  // Each refusal counted once, and under the partition it was for.
+  // Each refusal counted once, and under the partition it was for; those
+  // at the limit (critical's and the unnamed call's) as the dependency's too.
   const shm::DependencyCounters c = shm::read_counters(*segment_, slot_of("db"));
-  EXPECT_EQ(c.rejected, 3u);
+  EXPECT_EQ(c.rejected, 2u);
   EXPECT_EQ(c.partition_rejected[0], 1u);  // the call that named none
   EXPECT_EQ(c.partition_rejected[1] + c.partition_rejected[2], 2u);
   batch_permits.clear();
   critical_permits.clear();
   EXPECT_EQ(word("db").load(), 0u);
   EXPECT_EQ(held_total("db"), 0u);
+}
+
+// A policy reads the refusals at the limit as demand that reached it
+// (balance grows a limit that is "used"). A hard cap refusing its
+// partition under the limit is no such demand: it does not raise the
+// limit, and with it the cap, while the dependency is far from its limit.
+// Every refusal still counts in bulkhead_requests_total.
+TEST_F(PartitionTest, RefusalsUnderTheLimitDoNotGrowTheLimit) {
+  const std::string table = "max_limit = 200\ninitial_limit = 20\n[dependency.db.partitions]\n"
+                            "batch = { share = 0.2, hard_cap = true }\n";
+  LoopFixture::start("[dependency.db]\n" + table, {}, true);
+  advance_ticks(1);
+  Dependency batch = client_->dependency("db").partition("batch");
+  std::uint64_t refused = 0;
+  for (int t = 0; t < 300; ++t) {
+    for (int k = 0; k < 10; ++k) {
+      std::vector<Permit> held;
+      for (int i = 0; i < 6; ++i) {  // 4 (its cap at 20) and 2 refused, with 16 free
+        Permit p = batch.try_acquire();
+        if (p) held.push_back(std::move(p));
+        else ++refused;
+      }
+      for (Permit& p : held) p.release(Outcome::kSuccess, std::chrono::milliseconds(5));
+    }
+    advance_ticks(1);
+  }
+  EXPECT_EQ(refused, 300u * 10 * 2);
+  EXPECT_EQ(client_->dependency("db").limit(), 20);
+  const std::string scrape = testing::http_get(metrics_->port(), "/metrics");
+  EXPECT_NE(scrape.find("bulkhead_requests_total{dependency=\"db\",outcome=\"rejected\"} 6000"), std::string::npos)
+      << scrape;
 }
 
 // The circuit breaker is the dependency's: partition handles pass its gate,
