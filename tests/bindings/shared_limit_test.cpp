@@ -66,6 +66,19 @@ class SharedLimit : public ::testing::Test {
     return admitted;
   }
 
+  // Calls waiting in the queue of "shared", read through a mapping of
+  // the segment of the test's own.
+  std::uint32_t waiting() {
+    if (!view_) view_.emplace(shm::Segment::attach(segment_.str(), shm::Access::kReadOnly));
+    return shm::queue_length(view_->queue(*shm::find_dependency(*view_, "shared")), view_->queue_slots());
+  }
+  // Until a call waits in that queue, `py` exits, or a minute passes.
+  void wait_until_one_waits(ChildProcess& py) {
+    for (auto give_up = std::chrono::steady_clock::now() + 60s;
+         waiting() == 0 && !py.exited() && std::chrono::steady_clock::now() < give_up;)
+      std::this_thread::sleep_for(10ms);
+  }
+
   TempSegmentName segment_{"py"};
   testing::TempDir temp_dir_;
   std::string dir_ = temp_dir_.path();
@@ -77,6 +90,7 @@ class SharedLimit : public ::testing::Test {
                             "initial_limit = 5\nmax_queue = 4\n"};
   std::optional<Client> client_;
   std::optional<Dependency> dep_;
+  std::optional<shm::Segment> view_;
 };
 
 TEST_F(SharedLimit, PythonGetsWhatCppLeaves) {
@@ -123,12 +137,7 @@ TEST_F(SharedLimit, PythonWaitsInTheQueueForThePermitCppGivesBack) {
   std::vector<Permit> held;
   ASSERT_EQ(take_all(held), kLimit);
   ChildProcess py = python({"wait", "60"});
-  const shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadOnly);
-  const std::uint32_t slot = *shm::find_dependency(segment, "shared");
-  const auto waiting = [&] { return shm::queue_length(segment.queue(slot), segment.queue_slots()); };
-  for (auto give_up = std::chrono::steady_clock::now() + 60s;
-       waiting() == 0 && !py.exited() && std::chrono::steady_clock::now() < give_up;)
-    std::this_thread::sleep_for(10ms);
+  wait_until_one_waits(py);
   ASSERT_EQ(waiting(), 1u) << py.log();
   EXPECT_EQ(py.log(), "");  // not admitted while every permit is held
 
@@ -147,12 +156,7 @@ TEST_F(SharedLimit, APythonThreadWaitingInTheQueueLetsTheOthersRun) {
   ASSERT_EQ(take_all(held), kLimit);
   const std::string in_queue = dir_ + "/in_queue";
   ChildProcess py = python({"wait-on-a-thread", "60", in_queue});
-  const shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadOnly);
-  const std::uint32_t slot = *shm::find_dependency(segment, "shared");
-  const auto waiting = [&] { return shm::queue_length(segment.queue(slot), segment.queue_slots()); };
-  for (auto give_up = std::chrono::steady_clock::now() + 60s;
-       waiting() == 0 && !py.exited() && std::chrono::steady_clock::now() < give_up;)
-    std::this_thread::sleep_for(10ms);
+  wait_until_one_waits(py);
   ASSERT_EQ(waiting(), 1u) << py.log();
 
   testing::write_file(in_queue, "");
@@ -175,12 +179,7 @@ TEST_F(SharedLimit, APythonSignalHandlerClosesTheClientItsThreadWaitsIn) {
   std::vector<Permit> held;
   ASSERT_EQ(take_all(held), kLimit);
   ChildProcess py = python({"close-on-sigterm", "60"});
-  const shm::Segment segment = shm::Segment::attach(segment_.str(), shm::Access::kReadOnly);
-  const std::uint32_t slot = *shm::find_dependency(segment, "shared");
-  const auto waiting = [&] { return shm::queue_length(segment.queue(slot), segment.queue_slots()); };
-  for (auto give_up = std::chrono::steady_clock::now() + 60s;
-       waiting() == 0 && !py.exited() && std::chrono::steady_clock::now() < give_up;)
-    std::this_thread::sleep_for(10ms);
+  wait_until_one_waits(py);
   ASSERT_EQ(waiting(), 1u) << py.log();
   ASSERT_EQ(py.log(), "handler set\n");
 

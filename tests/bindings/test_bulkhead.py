@@ -427,13 +427,7 @@ class StandaloneTest(unittest.TestCase):
             except ValueError:
                 outcome.append("ValueError")
 
-        waiter = threading.Thread(target=wait)
-        waiter.start()
-        in_call.wait()
-        closer = threading.Thread(target=self.client.close)
-        closer.start()
-        while not self.client._closing:
-            threading.Event().wait(0.001)
+        waiter, closer = self._close_while_in_a_call(wait, in_call)
         with self.assertRaises(ValueError):
             self.dep.try_acquire()
         held.release()
@@ -445,6 +439,19 @@ class StandaloneTest(unittest.TestCase):
         self.assertEqual(outcome, ["ValueError"])
         self.assertEqual(undone, [True])
         self.assertIsNone(self.client._handle)
+
+    def _close_while_in_a_call(self, wait, in_call):
+        """Runs `wait` on a thread and, once its call set `in_call`,
+        self.client.close() on another; returns both threads once close()
+        has begun."""
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        in_call.wait()
+        closer = threading.Thread(target=self.client.close)
+        closer.start()
+        while not self.client._closing:
+            threading.Event().wait(0.001)
+        return waiter, closer
 
     def test_a_waiter_interrupted_as_it_is_admitted_gives_its_permit_back_to_a_closing_client(self):
         # A Ctrl-C (or any signal handler's exception) that comes while
@@ -465,13 +472,7 @@ class StandaloneTest(unittest.TestCase):
             except KeyboardInterrupt:
                 outcome.append("KeyboardInterrupt")
 
-        waiter = threading.Thread(target=wait)
-        waiter.start()
-        in_call.wait()
-        closer = threading.Thread(target=self.client.close)
-        closer.start()
-        while not self.client._closing:
-            threading.Event().wait(0.001)
+        waiter, closer = self._close_while_in_a_call(wait, in_call)
         go_on.set()
         waiter.join()
         closer.join()
