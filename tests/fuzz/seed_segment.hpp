@@ -8,7 +8,8 @@
 // partitions; recs runs balance, search gradient2 in shadow mode. The
 // seed also holds a pattern slot, db-shard-*, as a strict daemon left it
 // before a reload to this loose config; `strict` is the same config made
-// strict with two pattern tables, one that has that slot and one without.
+// strict with two pattern tables, one that has that slot and one without;
+// `reload` is what the harnesses reload each daemon to between its ticks.
 //
 // Input: a sequence of patches, each
 //   region (1 byte) | index (1 byte) | offset (2 bytes, LE) | length (1 byte) | bytes
@@ -90,12 +91,54 @@ max_limit = 30
 min_limit = 4
 max_limit = 20
 )";
+// What the daemon is reloaded to between its ticks, and back: every
+// dependency's policy, bounds and flags moved, payments' partitions renamed
+// and its breaker given more trial calls, recs given partitions.
+inline constexpr char kReloadTables[] = R"(
+[defaults]
+min_limit = 1
+max_limit = 70
+initial_limit = 12
+max_queue = 8
+queue_order = "lifo"
+
+[dependency.payments]
+policy = "gradient2"
+min_limit = 5
+max_limit = 60
+max_queue = 0
+enforce = false
+
+[dependency.payments.partitions]
+critical = 0.5
+bulk = { share = 0.2, hard_cap = true }
+
+[dependency.payments.breaker]
+enabled = true
+minimum_calls = 1
+sleep_window_ms = 1000
+half_open_calls = 5
+
+[dependency.recs]
+policy = "aimd"
+max_limit = 9
+initial_limit = 6
+max_queue = 0
+
+[dependency.recs.partitions]
+critical = 0.5
+
+[dependency.search]
+policy = "balance"
+)";
+
 inline constexpr std::pair<const char*, const char*> kMatches[] = {{"db-shard-*", "db-shard-12"},
                                                                   {"cache-?", "cache-1"}};
 
 struct SeedSegment {
   daemon::Config config;
   daemon::Config strict;
+  daemon::Config reload;
   std::string name = "bulkhead-fuzz-" + std::to_string(::getpid());
   std::unique_ptr<shm::Segment> segment;
   std::vector<char> image;  // the segment's bytes before any patch
@@ -105,7 +148,8 @@ struct SeedSegment {
   explicit SeedSegment(bool keep_name)
       : config(daemon::parse_config(std::string(kDaemon) + kTables, "seed.toml")),
         strict(daemon::parse_config(std::string(kDaemon) + "strict = true\n" + kTables + kPatterns,
-                                    "seed_strict.toml")) {
+                                    "seed_strict.toml")),
+        reload(daemon::parse_config(std::string(kDaemon) + kReloadTables, "seed_reload.toml")) {
     spdlog::set_level(spdlog::level::off);  // the daemon's log lines, by the million
     shm::Segment::remove(name);
     shm::CreateOptions options;

@@ -25,6 +25,11 @@
 // claim of its name that never finished) and flags no other slot; a client
 // that cleared the flag between its ticks has it restored; a fuzzed name
 // that a pattern matches runs on that pattern's bounds.
+//
+// Each daemon is reloaded between its ticks, to another config and back
+// (the loose one to tables with other policies, bounds, partitions and
+// trial calls; the strict one to the loose config, which withdraws its
+// patterns): what each config leaves is checked against that config.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -68,8 +73,9 @@ void check_dependencies(const shm::Segment& segment, const daemon::Config& confi
       std::abort();
     }
     // Whatever the partition line held, the daemon republished it: the
-    // configured partitions, guarantees within the limit.
-    if (v.partitions.size() != (d.partitions.empty() ? 0 : 3)) std::abort();
+    // configured partitions and "default", guarantees within the limit.
+    const auto named = std::ranges::count_if(d.partitions, [](const auto& p) { return p.name != "default"; });
+    if (v.partitions.size() != (d.partitions.empty() ? 0 : 1 + static_cast<std::size_t>(named))) std::abort();
     std::uint64_t guaranteed = 0;
     for (const auto& p : v.partitions) guaranteed += p.guaranteed;
     if (guaranteed > v.limit) std::abort();
@@ -126,7 +132,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (shm::matches_pattern(*f.segment, "db-shard-12") && !publishes_pattern(*f.segment)) std::abort();
 
   daemon::ControlLoop loop(*f.segment, f.config, nullptr);
-  for (std::uint64_t t = 2; t <= 5; ++t) loop.tick(t * 1'000'000'000);
+  for (std::uint64_t t = 2; t <= 3; ++t) loop.tick(t * 1'000'000'000);
+  loop.apply(f.reload);
+  loop.tick(4'000'000'000);
+  check_dependencies(*f.segment, f.reload, loop);
+  loop.apply(f.config);
+  loop.tick(5'000'000'000);
   if (publishes_pattern(*f.segment)) std::abort();
   check_dependencies(*f.segment, f.config, loop);
 
@@ -138,7 +149,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto& flags = f.segment->dependency(i).control.flags;
     if (flags.load() == shm::kDependencyPattern) flags.store(shm::kDependencyConfigured);
   }
-  for (std::uint64_t t = 2; t <= 5; ++t) strict.tick(t * 1'000'000'000);
+  for (std::uint64_t t = 2; t <= 3; ++t) strict.tick(t * 1'000'000'000);
+  strict.apply(f.config);
+  strict.tick(4'000'000'000);
+  if (publishes_pattern(*f.segment)) std::abort();
+  check_dependencies(*f.segment, f.config, strict);
+  strict.apply(f.strict);
+  strict.tick(5'000'000'000);
   check_patterns(*f.segment);
   check_dependencies(*f.segment, f.strict, strict);
   return 0;
