@@ -12,7 +12,8 @@
 // a new one (a header the input made strict refuses the last two unless a
 // published pattern matches them; a name whose slot holds a claim that
 // never finished is skipped: its lookup waits a second of patience), and
-// a partition of each; through every handle it got, reads the limit, the
+// two partitions of each (payments has both, one with a hard cap); through
+// every handle it got, reads the limit, the
 // in-flight count and the breaker and makes a call of each kind
 // (bh_try_acquire, the untimed pair, bh_acquire with a deadline 100 us
 // ahead), each released with its outcome; then closes the client.
@@ -22,7 +23,10 @@
 // call; on a filled permit with a refusal or an empty one with an
 // admission; and when the calls, each released, leave any dependency's
 // admission word or any process's held counts other than they found
-// them: a permit taken is given back, to the count it was taken from.
+// them: a permit taken is given back, to the count it was taken from. A
+// half-open breaker's trial permits are spent only by calls admitted: no
+// trials word may grow, and all of them together may lose at most one
+// trial per call admitted.
 // Nothing else writes the segment meanwhile, so the words must be equal to
 // the bit.
 #include <cerrno>
@@ -57,6 +61,15 @@ std::vector<std::uint64_t> permit_words(const shm::Segment& s) {
   return words;
 }
 
+// Every dependency's trials word, in slot order.
+std::vector<std::uint64_t> trial_words(const shm::Segment& s) {
+  std::vector<std::uint64_t> words;
+  for (std::uint32_t d = 0; d < s.capacities().max_dependencies; ++d) {
+    words.push_back(s.dependency(d).control.trials.load());
+  }
+  return words;
+}
+
 // Whether bh_try_acquire()'s `result` admitted the call; aborts on a
 // reason it does not give (BH_REJECT_PARTITION: a partition's handle only)
 // or a permit that says otherwise.
@@ -69,8 +82,9 @@ bool admitted(int result, const bh_permit& permit, bool partition) {
   return result == 0;
 }
 
-// A call of each kind through `d`, each given back with `outcome`.
-void calls(bh_dep* d, int outcome, bool partition) {
+// A call of each kind through `d`, each given back with `outcome`; returns
+// how many were admitted.
+int calls(bh_dep* d, int outcome, bool partition) {
   // Read for the sanitizers: both are unsigned words of the segment, so
   // any value is one the call may return.
   (void)bh_limit(d);
@@ -78,15 +92,17 @@ void calls(bh_dep* d, int outcome, bool partition) {
   const int state = bh_breaker_state(d);
   if (state != BH_BREAKER_CLOSED && state != BH_BREAKER_OPEN && state != BH_BREAKER_HALF_OPEN) std::abort();
 
+  int n = 0;
   bh_permit permit{};
   if (admitted(bh_try_acquire(d, &permit), permit, partition)) {
     if (bh_permit_remaining_ns(&permit) != UINT64_MAX) std::abort();  // no deadline
+    ++n;
   }
   bh_release(&permit, outcome);
   if (permit.dep_ != nullptr) std::abort();
   bh_release(&permit, outcome);  // twice: does nothing
 
-  admitted(bh_try_acquire_untimed(d, &permit), permit, partition);
+  n += admitted(bh_try_acquire_untimed(d, &permit), permit, partition);
   bh_release_latency(&permit, outcome, 12'000'000);
 
   // Any reason but BH_REJECT_PARTITION, which only a partition's handle gets.
@@ -95,7 +111,9 @@ void calls(bh_dep* d, int outcome, bool partition) {
       (waited == 0) != (permit.dep_ != nullptr)) {
     std::abort();
   }
+  n += waited == 0;
   bh_release(&permit, outcome);
+  return n;
 }
 
 }  // namespace
@@ -124,18 +142,29 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       continue;  // refused: strict, or the table full
     }
     handles.emplace_back(d, false);
-    bh_dep* p = nullptr;
-    if (const int r = bh_partition(d, "critical", &p); r == 0) {
-      if (p != d) handles.emplace_back(p, true);
-    } else if (r != -ENOENT || p != nullptr) {
-      std::abort();
+    for (const char* partition : {"critical", "batch"}) {
+      bh_dep* p = nullptr;
+      if (const int r = bh_partition(d, partition, &p); r == 0) {
+        if (p != d) handles.emplace_back(p, true);
+      } else if (r != -ENOENT || p != nullptr) {
+        std::abort();
+      }
     }
   }
 
   const std::vector<std::uint64_t> before = permit_words(*f.segment);
+  const std::vector<std::uint64_t> trials_before = trial_words(*f.segment);
   int outcome = 0;
-  for (const auto& [d, partition] : handles) calls(d, outcome++ % 4, partition);
+  std::uint64_t admissions = 0;
+  for (const auto& [d, partition] : handles) admissions += calls(d, outcome++ % 4, partition);
   if (permit_words(*f.segment) != before) std::abort();
+  const std::vector<std::uint64_t> trials_after = trial_words(*f.segment);
+  std::uint64_t trials_spent = 0;
+  for (std::size_t i = 0; i < trials_before.size(); ++i) {
+    if (trials_after[i] > trials_before[i]) std::abort();
+    trials_spent += trials_before[i] - trials_after[i];
+  }
+  if (trials_spent > admissions) std::abort();
   bh_client_close(client);
   return 0;
 }
