@@ -1,9 +1,11 @@
 // The segment the libFuzzer harnesses patch, and how an input patches it.
 //
 // One real segment, made once per harness: small capacities, the slots of
-// three configured dependencies after the daemon's first tick, and one
+// three configured dependencies after the daemon's first tick, one
 // client's process slot holding two calls on each (one naming partition
-// 1) with statistics recorded. For each input the harness restores it and
+// 1) with statistics recorded, and the slot of a process that died
+// holding a call on each and waiting in recs' queue (its pid is that of a
+// child reaped at once: a daemon that ticks gives them back). For each input the harness restores it and
 // applies the input as patches. payments has a breaker that runs and
 // partitions; recs runs balance, search gradient2 in shadow mode. The
 // seed also holds a pattern slot, db-shard-*, as a strict daemon left it
@@ -21,6 +23,7 @@
 // changes.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +42,7 @@
 #include "shm/partitions.hpp"
 #include "shm/segment.hpp"
 #include "shm/stats.hpp"
+#include "shm/wait_queue.hpp"
 
 namespace bulkhead::fuzz {
 
@@ -178,6 +182,20 @@ struct SeedSegment {
       segment->latency_histogram(d, segment->stripe_of_process(process)).bucket[40].store(3);
       s.failed.store(4);
     }
+    // A process that died holding a call on each and waiting for recs.
+    const std::uint32_t gone = shm::claim_process_slot(*segment).index;
+    if (const pid_t child = ::fork(); child == 0) {
+      ::_exit(0);
+    } else {
+      ::waitpid(child, nullptr, 0);
+      segment->process(gone).identity.pid.store(child);
+    }
+    for (const char* dep : {"payments", "recs", "search"}) {
+      const std::uint32_t d = *shm::find_dependency(*segment, dep);
+      segment->dependency(d).admission.word.fetch_add(shm::kAdmissionAcquire);
+      segment->held(gone, d).store(shm::kAdmissionAcquire);
+    }
+    segment->queue(*shm::find_dependency(*segment, "recs"))[1].store(shm::queue_record(7, gone));
     shm::find_or_claim_pattern(*segment, "db-shard-*");
     image.assign(reinterpret_cast<const char*>(&segment->header()),
                  reinterpret_cast<const char*>(&segment->header()) + segment->size());

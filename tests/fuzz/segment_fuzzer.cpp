@@ -9,7 +9,9 @@
 // every published limit inside its configured bounds (or at a pin, at
 // most kMaxLimit), every breaker word a state clients know, and no more
 // trial permits than half_open_calls; an invalid one must be refused with
-// a reason. Clients (and bulkheadctl) may write the breaker's trials and
+// a reason. The seed holds the slot of a process that died holding
+// permits and waiting, so that each daemon's first tick gives back what it
+// held, whatever the input wrote over it. Clients (and bulkheadctl) may write the breaker's trials and
 // override words and the limit pin, so the seed has a breaker (payments)
 // that runs.
 //
