@@ -247,6 +247,16 @@ class StandaloneTest(unittest.TestCase):
             self.assertIn("NUL", str(caught.exception))
         self.assertEqual(len(self.client._dependencies), 1)  # "pay" was never claimed
 
+    def test_what_holds_a_handle_refuses_pickling_and_copying_by_name(self):
+        permit = self.dep.try_acquire()
+        for obj, name in ((self.client, "Client"), (self.dep, "Dependency"), (permit, "Permit")):
+            for attempt in (pickle.dumps, copy.copy, copy.deepcopy):
+                with self.assertRaises(TypeError) as raised:
+                    attempt(obj)
+                self.assertIn(f"a bulkhead.{name} cannot be pickled or copied", str(raised.exception))
+        permit.release()
+        self.assertEqual(self.dep.inflight, 0)
+
     def test_rejected_survives_pickling_and_copying(self):
         rejected = bulkhead.Rejected("payments", bulkhead.REJECT_LIMIT)
         for again in (pickle.loads(pickle.dumps(rejected)), copy.copy(rejected)):

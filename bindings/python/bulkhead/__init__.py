@@ -259,8 +259,18 @@ def _outcome_of(exc_type):
     return DROPPED if _is_timeout(exc_type) else FAILED
 
 
+def _refuse_to_copy(self):
+    """__reduce__ of the classes that hold a libbulkhead handle: a copy, or
+    an unpickled one in another process, would hold the same handle (pickle
+    said only "cannot pickle '_thread.RLock' object")."""
+    raise TypeError(f"a bulkhead.{type(self).__name__} cannot be pickled or copied: it holds this process's "
+                    f"libbulkhead handle; open a Client in each process (a forked child may use its parent's)")
+
+
 class Permit:
     """One admitted call. Use it as a context manager, or release it once."""
+
+    __reduce__ = _refuse_to_copy
 
     def __init__(self, dependency):
         self._dependency = dependency
@@ -336,6 +346,8 @@ class Permit:
 
 class Dependency:
     """A named downstream dependency; valid while its Client is open."""
+
+    __reduce__ = _refuse_to_copy
 
     def __init__(self, client, name, handle):
         self._client = client  # keeps the client, and so the handle, alive
@@ -429,6 +441,8 @@ class Client:
     static_limit: the limit in standalone mode (0: $BULKHEAD_STATIC_LIMIT,
     else none). require_segment: raise FileNotFoundError instead of running
     standalone when there is no segment."""
+
+    __reduce__ = _refuse_to_copy
 
     def __init__(self, segment=None, static_limit=0, require_segment=False):
         options = _Options(_c_string(segment, "segment name") if segment is not None else None, static_limit,
