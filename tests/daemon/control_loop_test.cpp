@@ -4,7 +4,6 @@
 
 #include <signal.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -258,11 +257,7 @@ TEST(ControlLoopLogs, JunkAndStuckSlotsAreLoggedAHundredAndACount) {
 // the control loop's thread.
 TEST_F(ControlLoopTest, AScrapesFreedMemoryIsTrimmedOnceASecondAfterIt) {
   start("", {}, /*with_metrics=*/true);
-  const auto now_ns = [] {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
-  };
+  const auto now_ns = [] { return bh_now_ns(); };  // CLOCK_MONOTONIC, as bulkheadd's main reads it
   constexpr std::uint64_t kSecond = 1'000'000'000;
   EXPECT_FALSE(metrics_->trim_after_scrape(now_ns() + 5 * kSecond));  // no scrape yet
   const std::uint64_t before = now_ns();
