@@ -118,6 +118,7 @@ struct Result {
   std::uint64_t scrape_bytes, scrape_series, scrape_gzip_bytes;
   std::uint64_t scraped_rss_kb, scraped_rss_anon_kb, scraped_hwm_kb;
   std::uint64_t trimmed_rss_kb;  // then after Metrics::trim_after_scrape(), as bulkheadd's next tick does
+  double trim_ms;                // what that call took, wall time
 };
 
 // --- Rounds: the parent and the writer processes, through futex words in
@@ -435,11 +436,9 @@ void run_size(const Size& size, const Options& o, Result* out) {
     out->scraped_rss_kb = status_kb("VmRSS");
     out->scraped_rss_anon_kb = status_kb("RssAnon");
     out->scraped_hwm_kb = status_kb("VmHWM");
-    timespec now{};
-    ::clock_gettime(CLOCK_MONOTONIC, &now);
-    const auto a_second_later = static_cast<std::uint64_t>(now.tv_sec + 1) * 1'000'000'000u +
-                                static_cast<std::uint64_t>(now.tv_nsec);
-    if (!metrics->trim_after_scrape(a_second_later)) throw std::runtime_error("no trim after the scrape");
+    const double trim_start = wall_ms_now();
+    if (!metrics->trim_after_scrape(bh_now_ns() + 1'000'000'000)) throw std::runtime_error("no trim after the scrape");
+    out->trim_ms = wall_ms_now() - trim_start;
     out->trimmed_rss_kb = status_kb("VmRSS");
   }
 
@@ -609,18 +608,19 @@ int main(int argc, char** argv) {
                 result->pattern_scan_ns);
   }
   if (o.metrics) {
-    std::printf("\n%6s %6s | %9s %9s %9s | %8s %8s %8s | %8s\n", "deps", "procs", "scrape", "series", "gzip",
-                "VmRSS", "RssAnon", "VmHWM", "trimmed");
-    std::printf("%6s %6s | %9s %9s %9s | %8s %8s %8s | %8s\n", "", "", "MiB", "", "MiB", "MiB", "MiB", "MiB", "MiB");
+    std::printf("\n%6s %6s | %9s %9s %9s | %8s %8s %8s | %8s %8s\n", "deps", "procs", "scrape", "series", "gzip",
+                "VmRSS", "RssAnon", "VmHWM", "trimmed", "trim");
+    std::printf("%6s %6s | %9s %9s %9s | %8s %8s %8s | %8s %8s\n", "", "", "MiB", "", "MiB", "MiB", "MiB", "MiB",
+                "MiB", "ms");
     for (std::size_t i = 0; i < o.sizes.size(); ++i) {
       const Result& r = *results[i];
       if (!r.ok) continue;
       const double mib = 1024.0 * 1024.0;
-      std::printf("%6u %6u | %9.1f %9llu %9.1f | %8.1f %8.1f %8.1f | %8.1f\n", o.sizes[i].dependencies,
+      std::printf("%6u %6u | %9.1f %9llu %9.1f | %8.1f %8.1f %8.1f | %8.1f %8.1f\n", o.sizes[i].dependencies,
                   o.sizes[i].processes, static_cast<double>(r.scrape_bytes) / mib,
                   static_cast<unsigned long long>(r.scrape_series), static_cast<double>(r.scrape_gzip_bytes) / mib,
                   r.scraped_rss_kb / 1024.0, r.scraped_rss_anon_kb / 1024.0, r.scraped_hwm_kb / 1024.0,
-                  r.trimmed_rss_kb / 1024.0);
+                  r.trimmed_rss_kb / 1024.0, r.trim_ms);
     }
   }
   std::printf("\n%6s %6s | %8s %9s %9s\n", "deps", "procs", "patterns", "parse", "apply");
@@ -642,7 +642,8 @@ int main(int argc, char** argv) {
   if (o.metrics) {
     std::printf("Scrape: one GET /metrics after the ticks, as text (its bytes and series) and gzip'd, as\n"
                 "Prometheus asks for it; the daemon's memory after both, VmHWM their peak with the ticks'; trimmed,\n"
-                "VmRSS once the memory the scrapes freed went back to the kernel, as after bulkheadd's next tick.\n");
+                "VmRSS once the memory the scrapes freed went back to the kernel, as after bulkheadd's next\n"
+                "tick; trim, what giving it back took.\n");
   }
   std::printf("Reload: then the same config with --patterns pattern tables (svc-N-*) that match none of the\n"
               "names, as SIGHUP takes it: parse (the file read twice, as a restart's too, and its patterns\n"
