@@ -39,6 +39,7 @@
 // daemon's line with one compare-and-swap before the limit's.
 #include <grp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -783,15 +784,101 @@ bool expected_wait_fits(const bh_dep* d, std::uint32_t limit, std::uint32_t infl
   return expected_ns <= static_cast<double>(deadline_ns - now_ns);
 }
 
+// A bh_cancel, seen through atomics. Its protocol, with the wait queue's
+// (shm/wait_queue.hpp):
+//   - A waiting call puts its dependency's futex word in a free entry of
+//     `waiting_` (Watch), then, each time before it sleeps, announces
+//     itself as a sleeper and only then loads `state_`.
+//   - bh_cancel_request() sets `state_`, then wakes the futex of every
+//     entry. The two sides are sequentially consistent (Dekker): either the
+//     call sees the request, or the request sees the entry and the call's
+//     sleeper bit and wakes it.
+//   - A call that leaves clears its entry, then waits while `busy_` counts
+//     a request still using the entries: the request may hold its futex
+//     word's address, which must stay mapped until it is done with it.
+//   - A call that finds no free entry sleeps kCancelPollNs at most.
+// No lock, no allocation: the request may be made in a signal handler.
+class Cancel {
+ public:
+  static constexpr std::uint32_t kRequested = 1;
+  static constexpr std::uint64_t kCancelPollNs = 10'000'000;  // 10 ms
+
+  explicit Cancel(bh_cancel* c) : c_(c) {}
+
+  bool requested() const {
+    // seq_cst: the load side of the Dekker pair with request(), after the
+    // waiter's announce_waiter().
+    return c_ != nullptr && state().load(std::memory_order_seq_cst) != 0;
+  }
+
+  void request() {
+    // seq_cst: the store side of the pair (see requested()), and of the
+    // pair with Watch::~Watch() by busy_.
+    state().fetch_or(kRequested, std::memory_order_seq_cst);
+    busy().fetch_add(1, std::memory_order_seq_cst);
+    for (void*& slot : c_->waiting_) {
+      if (void* futex = std::atomic_ref<void*>(slot).load(std::memory_order_seq_cst); futex != nullptr) {
+        shm::wake_waiters(*static_cast<std::atomic<std::uint32_t>*>(futex));
+      }
+    }
+    // Release: the request's loads of the entries come before a waiter
+    // that reads busy_ 0 lets its segment go.
+    busy().fetch_sub(1, std::memory_order_release);
+  }
+
+  // A waiting call's entry, from its construction to its destruction.
+  class Watch {
+   public:
+    Watch(bh_cancel* c, std::atomic<std::uint32_t>& futex) : c_(c) {
+      if (c_ == nullptr) return;
+      for (void*& slot : c_->waiting_) {
+        void* none = nullptr;
+        // seq_cst: the entry is part of what request() pairs with.
+        if (std::atomic_ref<void*>(slot).compare_exchange_strong(none, &futex, std::memory_order_seq_cst)) {
+          entry_ = &slot;
+          return;
+        }
+      }
+    }
+    ~Watch() {
+      if (entry_ == nullptr) return;
+      // seq_cst: either a request in progress is counted in busy_ here, or
+      // its load of the entry finds it clear.
+      std::atomic_ref<void*>(*entry_).store(nullptr, std::memory_order_seq_cst);
+      // Acquire: pairs with request()'s release of busy_.
+      while (std::atomic_ref<std::uint32_t>(c_->busy_).load(std::memory_order_acquire) != 0) sched_yield();
+    }
+    Watch(const Watch&) = delete;
+    Watch& operator=(const Watch&) = delete;
+
+    // How long the call may sleep before it looks at the request again.
+    std::uint64_t poll_ns() const {
+      return c_ == nullptr || entry_ != nullptr ? shm::kWaitPollNs : kCancelPollNs;
+    }
+
+   private:
+    bh_cancel* c_;
+    void** entry_ = nullptr;
+  };
+
+ private:
+  std::atomic_ref<std::uint32_t> state() const { return std::atomic_ref<std::uint32_t>(c_->state_); }
+  std::atomic_ref<std::uint32_t> busy() const { return std::atomic_ref<std::uint32_t>(c_->busy_); }
+
+  bh_cancel* c_;
+};
+
 // The slow path of bh_acquire(): at the limit, or others wait already.
 // Takes a place in the queue, then sleeps until a permit is free and fewer
 // waiters come before this one than there are free permits, or until the
-// deadline. shm/wait_queue.hpp has the protocol.
+// deadline, or until `cancel` is requested (BH_REJECT_CANCELLED).
+// shm/wait_queue.hpp has the protocol.
 //
 // A waiter that joined without a trial permit leaves with
 // BH_REJECT_OPEN_CIRCUIT when the breaker opens or half opens meanwhile:
 // only trial calls pass a breaker that is not closed.
-int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh_permit* out, bool trial) {
+int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh_cancel* cancel, bh_permit* out,
+                  bool trial) {
   // Partitions have no wait queue (docs/architecture.md, "Partitions").
   if (d->parent != nullptr ||
       (d->flags->load(std::memory_order_relaxed) & shm::kDependencyPartitioned) != 0) {
@@ -828,9 +915,16 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
   bool partitioned = false;
   bool shadow = false;
   bool open_circuit = false;
+  bool cancelled = false;
   std::uint64_t word = 0;
+  std::optional<Cancel::Watch> watch;
+  watch.emplace(cancel, d->line->futex);
   for (;;) {
     const std::uint32_t seen = shm::announce_waiter(d->line->futex);
+    if (Cancel(cancel).requested()) {
+      cancelled = true;
+      break;
+    }
     // A reload gave the dependency partitions while this call waited: its
     // queue is gone (max_queue 0), and this compare-and-swap would not
     // know the partitions' rule. Leave, and take the rule's answer.
@@ -870,13 +964,14 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
       }
     }
     if (admitted) break;
-    shm::futex_sleep(d->line->futex, seen, std::min(deadline_ns, now_ns + shm::kWaitPollNs));
+    shm::futex_sleep(d->line->futex, seen, std::min(deadline_ns, now_ns + watch->poll_ns()));
     // The deadline before another look: a waiter that runs again past it
     // (its timeout, or a wake-up it was scheduled too late for) leaves
     // without a permit, even one free now, rather than be admitted late.
     now_ns = monotonic_ns();
     if (now_ns >= deadline_ns) break;
   }
+  watch.reset();
   // Leave the queue; the waiters behind this one move up. seq_cst: the
   // store side of the pair with their announce_waiter(), for wake_waiters().
   place->store(0, std::memory_order_seq_cst);
@@ -888,6 +983,7 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
   }
   if (partitioned) return kDivert;
   if (shadow) return kShadow;
+  if (cancelled) return BH_REJECT_CANCELLED;
   if (open_circuit) {
     add_stat(d, d->stats->open_rejected, 1, std::memory_order_relaxed);
     return BH_REJECT_OPEN_CIRCUIT;
@@ -1273,9 +1369,28 @@ int bh_try_acquire_untimed(bh_dep* d, bh_permit* out) {
   return try_acquire(d, out, false);
 }
 
+void bh_cancel_init(bh_cancel* c) {
+  if (c != nullptr) *c = bh_cancel{};
+}
+
+void bh_cancel_request(bh_cancel* c) {
+  if (c != nullptr) Cancel(c).request();
+}
+
+int bh_cancel_requested(const bh_cancel* c) {
+  return Cancel(const_cast<bh_cancel*>(c)).requested() ? 1 : 0;
+}
+
 int bh_acquire(bh_dep* handle, std::uint64_t deadline_ns, bh_permit* out) {
   if (handle == nullptr || out == nullptr) return fail_permit(out, "bh_acquire: NULL argument");
+  return bh_acquire_cancellable(handle, deadline_ns, nullptr, out);
+}
+
+int bh_acquire_cancellable(bh_dep* handle, std::uint64_t deadline_ns, bh_cancel* cancel, bh_permit* out) {
+  if (handle == nullptr || out == nullptr) return fail_permit(out, "bh_acquire_cancellable: NULL argument");
   out->dep_ = nullptr;
+  // A cancelled call never reaches the dependency, and counts nowhere.
+  if (Cancel(cancel).requested()) return BH_REJECT_CANCELLED;
   claim_if_forked();
   // A partition handle of a dependency a reload left without partitions
   // admits as "default", the dependency's own handle: waiting in its queue
@@ -1309,7 +1424,7 @@ int bh_acquire(bh_dep* handle, std::uint64_t deadline_ns, bh_permit* out) {
     }
   }
   while (rc != kDivert) {
-    rc = wait_in_queue(d, now_ns, deadline_ns, out, trial != kNoTrial);
+    rc = wait_in_queue(d, now_ns, deadline_ns, cancel, out, trial != kNoTrial);
     if (rc != kShadow) break;
     // Shadow mode came on while it waited: admitted past the limit, unless
     // a reload took it off again this instant (then it waits again).

@@ -59,6 +59,22 @@ int main(void) {
   CHECK(bh_inflight(dep) == 0);
   CHECK(bh_acquire(NULL, 0, &a) == -EINVAL);
 
+  /* Cancellable waits: a zeroed bh_cancel is a fresh one. */
+  {
+    bh_cancel cancel = {0};
+    CHECK(bh_acquire_cancellable(dep, BH_NO_DEADLINE, &cancel, &a) == 0);
+    CHECK(bh_cancel_requested(&cancel) == 0);
+    bh_cancel_request(&cancel);
+    CHECK(bh_cancel_requested(&cancel) == 1);
+    CHECK(bh_acquire_cancellable(dep, BH_NO_DEADLINE, &cancel, &b) == BH_REJECT_CANCELLED);
+    bh_cancel_init(&cancel);
+    CHECK(bh_acquire_cancellable(dep, BH_NO_DEADLINE, &cancel, &b) == 0);
+    CHECK(bh_acquire_cancellable(dep, BH_NO_DEADLINE, NULL, &c) == BH_REJECT_QUEUE_FULL);
+    bh_release(&a, BH_SUCCESS);
+    bh_release(&b, BH_SUCCESS);
+    CHECK(BH_REJECT_CANCELLED == 6);
+  }
+
   /* Partitions: standalone knows none, so a partition is the dependency. */
   bh_dep *critical = NULL;
   CHECK(bh_partition(dep, "critical", &critical) == 0);

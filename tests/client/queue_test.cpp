@@ -2,6 +2,7 @@
 // expected-wait refusal, wake-ups across processes, FIFO and LIFO order.
 // No test measures a duration: deadlines are far in the past or future, or
 // order is read from the segment and from what the callers record.
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,8 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <memory>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -455,6 +458,189 @@ TEST_F(QueueTest, ATrialPermitOfAPastEpisodeIsNotGivenToTheNext) {
   // episode 1's, and episode 2 counts its own.
   EXPECT_EQ(waiter.result(), BH_REJECT_DEADLINE);
   EXPECT_EQ(control().trials.load(), shm::trials_word(2, 3));
+}
+
+// A waiter on a thread of its own, with bh_acquire_cancellable() and no
+// deadline: only a permit or the cancel ends its wait.
+class CancellableWaiter {
+ public:
+  CancellableWaiter(Dependency dep, bh_cancel* cancel)
+      : thread_([this, dep, cancel] {
+          bh_permit p;
+          const int rc = bh_acquire_cancellable(dep.handle(), BH_NO_DEADLINE, cancel, &p);
+          if (rc == 0) bh_release(&p, BH_SUCCESS);
+          result_ = rc;
+        }) {}
+  ~CancellableWaiter() {
+    if (thread_.joinable()) thread_.join();
+  }
+  int result() {
+    thread_.join();
+    return result_.load();
+  }
+  pthread_t native() { return thread_.native_handle(); }
+
+ private:
+  std::atomic<int> result_{-1};
+  std::thread thread_;
+};
+
+bool no_entry_left(const bh_cancel& cancel) {
+  for (void* entry : cancel.waiting_) {
+    if (entry != nullptr) return false;
+  }
+  return cancel.busy_ == 0;
+}
+
+TEST_F(QueueTest, ACancelledWaiterLeavesTheQueueWithoutAPermitAndCountsNoRejection) {
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  bh_cancel cancel{};
+  CancellableWaiter waiter(*dep_, &cancel);
+  wait_for_waiters(1);
+  auto& futex = segment_->dependency(slot_).admission.futex;
+  while ((futex.load() & shm::kFutexSleepers) == 0) std::this_thread::yield();  // it may sleep
+  const std::uint32_t wakes = futex.load() >> 1;
+  EXPECT_EQ(bh_cancel_requested(&cancel), 0);
+  bh_cancel_request(&cancel);
+  EXPECT_EQ(bh_cancel_requested(&cancel), 1);
+  EXPECT_EQ(waiter.result(), BH_REJECT_CANCELLED);
+  // The request woke it (not its poll timeout): one wake-up counted, and
+  // none by the waiter as it left (no permit free).
+  EXPECT_EQ(futex.load() >> 1, wakes + 1);
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(dep_->inflight(), 1);
+  const shm::DependencyCounters c = counters();
+  EXPECT_EQ(c.waited, 1u);  // its wait counts
+  EXPECT_EQ(c.deadline_rejected, 0u);
+  EXPECT_EQ(c.queue_full, 0u);
+  EXPECT_EQ(c.rejected, 0u);
+  EXPECT_TRUE(no_entry_left(cancel));
+}
+
+TEST_F(QueueTest, ACancelRequestedBeforeTheCallRefusesItAtOnceEvenUnderTheLimit) {
+  publish(5, 4);
+  bh_cancel cancel;
+  bh_cancel_init(&cancel);
+  bh_cancel_request(&cancel);
+  bh_permit p;
+  EXPECT_EQ(bh_acquire_cancellable(dep_->handle(), BH_NO_DEADLINE, &cancel, &p), BH_REJECT_CANCELLED);
+  EXPECT_EQ(p.dep_, nullptr);
+  EXPECT_EQ(dep_->inflight(), 0);
+  // bh_cancel_init() makes it new: the next call is admitted.
+  bh_cancel_init(&cancel);
+  EXPECT_EQ(bh_cancel_requested(&cancel), 0);
+  ASSERT_EQ(bh_acquire_cancellable(dep_->handle(), BH_NO_DEADLINE, &cancel, &p), 0);
+  bh_release(&p, BH_SUCCESS);
+  // NULL: bh_acquire(), and ignored by the others.
+  ASSERT_EQ(bh_acquire_cancellable(dep_->handle(), BH_NO_DEADLINE, nullptr, &p), 0);
+  bh_release(&p, BH_SUCCESS);
+  bh_cancel_request(nullptr);
+  EXPECT_EQ(bh_cancel_requested(nullptr), 0);
+  EXPECT_EQ(bh_acquire_cancellable(nullptr, BH_NO_DEADLINE, &cancel, &p), -EINVAL);
+}
+
+TEST_F(QueueTest, AnUncancelledWaiterIsAdmittedAndLeavesTheCancelClear) {
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  bh_cancel cancel{};
+  CancellableWaiter waiter(*dep_, &cancel);
+  wait_for_waiters(1);
+  held.success();
+  EXPECT_EQ(waiter.result(), 0);
+  EXPECT_EQ(bh_cancel_requested(&cancel), 0);
+  EXPECT_TRUE(no_entry_left(cancel));
+  EXPECT_EQ(dep_->inflight(), 0);
+}
+
+TEST_F(QueueTest, OneCancelEndsMoreWaitersThanItHasEntries) {
+  // small_segment's 8 queue places, and as many entries in a bh_cancel:
+  // the waiters of two dependencies, 12 in all, 4 of which find no entry
+  // free and look at the request every 10 ms.
+  publish(1, 8);
+  Dependency other = client_->dependency("ledger");
+  const std::uint32_t other_slot = *shm::find_dependency(*segment_, "ledger");
+  segment_->dependency(other_slot).control.limit.store(1);
+  segment_->dependency(other_slot).partitions.admit_limit.store(1);
+  segment_->dependency(other_slot).control.max_queue.store(8);
+  Permit held = dep_->try_acquire();
+  Permit held_other = other.try_acquire();
+  bh_cancel cancel{};
+  std::vector<std::unique_ptr<CancellableWaiter>> waiters;
+  for (int i = 0; i < 6; ++i) {
+    waiters.push_back(std::make_unique<CancellableWaiter>(*dep_, &cancel));
+    waiters.push_back(std::make_unique<CancellableWaiter>(other, &cancel));
+  }
+  wait_for_waiters(6);
+  while (shm::queue_length(segment_->queue(other_slot), segment_->queue_slots()) != 6) std::this_thread::yield();
+  bh_cancel_request(&cancel);
+  for (auto& w : waiters) EXPECT_EQ(w->result(), BH_REJECT_CANCELLED);
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(dep_->inflight(), 1);
+  EXPECT_EQ(other.inflight(), 1);
+  EXPECT_TRUE(no_entry_left(cancel));
+}
+
+bh_cancel g_signal_cancel;
+
+TEST_F(QueueTest, ASignalHandlerCancelsAWaitOnItsOwnThread) {
+  // The handler runs on the waiting thread itself, between its sleeps.
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  bh_cancel_init(&g_signal_cancel);
+  struct sigaction action = {};
+  action.sa_handler = [](int) { bh_cancel_request(&g_signal_cancel); };
+  struct sigaction before = {};
+  ASSERT_EQ(::sigaction(SIGUSR2, &action, &before), 0);
+  CancellableWaiter waiter(*dep_, &g_signal_cancel);
+  wait_for_waiters(1);
+  ASSERT_EQ(::pthread_kill(waiter.native(), SIGUSR2), 0);
+  EXPECT_EQ(waiter.result(), BH_REJECT_CANCELLED);
+  ::sigaction(SIGUSR2, &before, nullptr);
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_TRUE(no_entry_left(g_signal_cancel));
+}
+
+TEST_F(QueueTest, AStopRequestEndsAWaitOfTheCppApi) {
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  std::atomic<int> result{-1};
+  std::jthread waiter([this, &result](std::stop_token stop) {
+    Permit p = dep_->acquire(std::chrono::steady_clock::time_point::max(), stop);
+    result = p ? 0 : p.reason();
+  });
+  wait_for_waiters(1);
+  waiter.request_stop();
+  waiter.join();
+  EXPECT_EQ(result.load(), BH_REJECT_CANCELLED);
+  EXPECT_EQ(waiting(), 0u);
+  // A token stopped already refuses at once; one that never stops waits as
+  // acquire() does (here, admitted at once under the limit).
+  std::stop_source stopped;
+  stopped.request_stop();
+  held.success();
+  EXPECT_EQ(dep_->acquire(kLongBudget, stopped.get_token()).reason(), BH_REJECT_CANCELLED);
+  Permit p = dep_->acquire(kLongBudget, std::stop_token());
+  EXPECT_TRUE(p);
+}
+
+TEST_F(QueueTest, CancelsRacingWaitersAlwaysEndThem) {
+  // Under TSan, the request against a waiter at every point of its wait.
+  publish(1, 8);
+  Permit held = dep_->try_acquire();
+  for (int round = 0; round < 200; ++round) {
+    bh_cancel cancel{};
+    CancellableWaiter a(*dep_, &cancel);
+    CancellableWaiter b(*dep_, &cancel);
+    if (round % 2 == 1) wait_for_waiters(2);  // both in the queue, perhaps asleep
+    for (int i = 0; i < round % 7; ++i) std::this_thread::yield();
+    bh_cancel_request(&cancel);
+    ASSERT_EQ(a.result(), BH_REJECT_CANCELLED) << "round " << round;
+    ASSERT_EQ(b.result(), BH_REJECT_CANCELLED) << "round " << round;
+    ASSERT_TRUE(no_entry_left(cancel));
+  }
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(dep_->inflight(), 1);
 }
 
 TEST_F(QueueTest, RemainingBudgetOfEachKindOfPermit) {

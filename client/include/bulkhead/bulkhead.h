@@ -80,10 +80,12 @@ enum {
   BH_REJECT_DEADLINE = 3,   /* the deadline passed, or the expected wait exceeds it */
   BH_REJECT_OPEN_CIRCUIT = 4, /* the dependency's circuit breaker is open, or half
                                  open with all of its trial calls out */
-  BH_REJECT_PARTITION = 5   /* a partition handle's call: the dependency is under its
+  BH_REJECT_PARTITION = 5,  /* a partition handle's call: the dependency is under its
                                limit, but what is left is other partitions' unused
                                guarantee, or this partition is hard-capped at its
                                share (see bh_partition()) */
+  BH_REJECT_CANCELLED = 6   /* bh_acquire_cancellable(): its bh_cancel was
+                               requested before a permit came */
 };
 
 /* Circuit-breaker states, from bh_breaker_state(). bulkheadd computes the
@@ -193,6 +195,41 @@ BH_API int bh_try_acquire_untimed(bh_dep *d, bh_permit *out);
  * bh_try_acquire() does not queue and may take a permit first. In shadow
  * mode nothing waits. */
 BH_API int bh_acquire(bh_dep *d, uint64_t deadline_ns, bh_permit *out);
+
+/* A cancellation for waiting calls: bh_acquire_cancellable() with it
+ * leaves the wait queue as soon as bh_cancel_request() is called on it,
+ * refused with BH_REJECT_CANCELLED. For a caller whose request is abandoned
+ * (its client went away, the server shuts down) while its calls wait, and
+ * for a thread that must be joined before bh_client_close(): nothing else
+ * ends a wait with no deadline.
+ *
+ * A value the caller owns, like a permit; its fields are private. Zero it
+ * ({0}, or bh_cancel_init()) before use. One may serve any number of calls
+ * at once, on any threads and dependencies: a request cancels
+ * them all, and every call that passes it later is refused at once, until
+ * bh_cancel_init() makes it new (with no call using it). Up to 8 waiting
+ * calls are woken at once; more notice the request within 10 ms. It works
+ * within one process: not in memory shared with others, and a child of
+ * fork() makes its copy new with bh_cancel_init() before using it (the
+ * copy names the parent's waiting calls). */
+typedef struct bh_cancel {
+  void *waiting_[8];  /* the futex words of the calls waiting with it */
+  uint32_t state_;    /* 1: requested */
+  uint32_t busy_;     /* bh_cancel_request() calls waking those calls */
+} bh_cancel;
+BH_API void bh_cancel_init(bh_cancel *c);
+/* Cancels every call waiting with `c` and every later one. Lock-free and
+ * async-signal-safe: it may be called from a signal handler. NULL is
+ * ignored. */
+BH_API void bh_cancel_request(bh_cancel *c);
+/* 1 once bh_cancel_request() was called on `c`, else 0 (NULL: 0). */
+BH_API int bh_cancel_requested(const bh_cancel *c);
+/* bh_acquire() that bh_cancel_request(cancel) ends: BH_REJECT_CANCELLED,
+ * at once when the request came before the call, else as soon as the
+ * waiting call sees it. A cancelled call's wait counts in the
+ * dependency's wait time, and not as a rejection: it says nothing of the
+ * dependency. NULL `cancel`: bh_acquire(). */
+BH_API int bh_acquire_cancellable(bh_dep *d, uint64_t deadline_ns, bh_cancel *cancel, bh_permit *out);
 /* What is left of the deadline of a permit bh_acquire() filled, in
  * nanoseconds (0 once it has passed): the budget for the call itself.
  * UINT64_MAX for a permit without a deadline (bh_try_acquire(),

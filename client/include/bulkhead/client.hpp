@@ -30,6 +30,9 @@
 //     ...permit.reason(): BH_REJECT_QUEUE_FULL or BH_REJECT_DEADLINE...
 //   }
 //
+// A wait that a std::stop_token ends (BH_REJECT_CANCELLED), e.g. on a
+// std::jthread, in C++20: payments.acquire(deadline, thread_stop_token).
+//
 // A Permit that goes out of scope unreleased is released as "ignore": an
 // exception or an early return is not a latency sample.
 //
@@ -45,6 +48,10 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+
+#if __cplusplus >= 202002L && __has_include(<stop_token>)
+#include <stop_token>  // C++20: acquire() with a std::stop_token
+#endif
 
 #include "bulkhead/bulkhead.h"
 
@@ -144,26 +151,28 @@ class Dependency {
   // Waits for a permit until `deadline` if the dependency is at its limit
   // (see bh_acquire()). std::chrono::steady_clock is CLOCK_MONOTONIC, the
   // clock of bh_acquire()'s deadlines; time_point::max() never comes.
-  Permit acquire(std::chrono::steady_clock::time_point deadline) {
-    const auto since_epoch = deadline.time_since_epoch();
-    std::uint64_t deadline_ns = BH_NO_DEADLINE;
-    if (deadline != std::chrono::steady_clock::time_point::max()) {
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count();
-      deadline_ns = ns < 0 ? 0 : static_cast<std::uint64_t>(ns);
-    }
-    Permit p;
-    const int rc = bh_acquire(handle_, deadline_ns, &p.permit_);
-    if (rc < 0) throw Error(rc);
-    p.reason_ = rc;
-    return p;
-  }
+  Permit acquire(std::chrono::steady_clock::time_point deadline) { return wait(deadline, nullptr); }
   // The same with a budget from now.
-  Permit acquire(std::chrono::nanoseconds budget) {
-    const auto now = std::chrono::steady_clock::now();
-    return acquire(budget >= std::chrono::steady_clock::time_point::max() - now
-                       ? std::chrono::steady_clock::time_point::max()
-                       : now + budget);
+  Permit acquire(std::chrono::nanoseconds budget) { return acquire(deadline_in(budget)); }
+  // The same, ended by bh_cancel_request(cancel) (see
+  // bh_acquire_cancellable()); nullptr: acquire(deadline).
+  Permit acquire(std::chrono::steady_clock::time_point deadline, bh_cancel* cancel) { return wait(deadline, cancel); }
+#if defined(__cpp_lib_jthread)
+  // The same, ended by a stop request on `stop` (std::jthread's, or a
+  // std::stop_source's), refused then with BH_REJECT_CANCELLED (see
+  // bh_acquire_cancellable()): a request abandoned while its calls wait,
+  // or a thread to join before the Client closes.
+  Permit acquire(std::chrono::steady_clock::time_point deadline, std::stop_token stop) {
+    bh_cancel cancel{};
+    // Runs at once if stop was requested already; else on the thread that
+    // requests it, or never.
+    std::stop_callback on_stop(stop, [&cancel] { bh_cancel_request(&cancel); });
+    return wait(deadline, &cancel);
   }
+  Permit acquire(std::chrono::nanoseconds budget, std::stop_token stop) {
+    return acquire(deadline_in(budget), std::move(stop));
+  }
+#endif
   // The handle of one of the dependency's partitions (see bh_partition()):
   //   bulkhead::Dependency critical = payments.partition("critical");
   // Throws Error (ENOENT) when the config gives the dependency no such
@@ -179,6 +188,25 @@ class Dependency {
   bh_dep* handle() const { return handle_; }
 
  private:
+  static std::chrono::steady_clock::time_point deadline_in(std::chrono::nanoseconds budget) {
+    const auto now = std::chrono::steady_clock::now();
+    return budget >= std::chrono::steady_clock::time_point::max() - now ? std::chrono::steady_clock::time_point::max()
+                                                                         : now + budget;
+  }
+  Permit wait(std::chrono::steady_clock::time_point deadline, bh_cancel* cancel) {
+    const auto since_epoch = deadline.time_since_epoch();
+    std::uint64_t deadline_ns = BH_NO_DEADLINE;
+    if (deadline != std::chrono::steady_clock::time_point::max()) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count();
+      deadline_ns = ns < 0 ? 0 : static_cast<std::uint64_t>(ns);
+    }
+    Permit p;
+    const int rc = cancel == nullptr ? bh_acquire(handle_, deadline_ns, &p.permit_)
+                                     : bh_acquire_cancellable(handle_, deadline_ns, cancel, &p.permit_);
+    if (rc < 0) throw Error(rc);
+    p.reason_ = rc;
+    return p;
+  }
   Permit admit(int (*admission)(bh_dep*, bh_permit*)) {
     Permit p;
     const int rc = admission(handle_, &p.permit_);
