@@ -325,6 +325,31 @@ TEST_F(ExecutorTest, ShutdownRefusesATaskStillWaitingForItsPermit) {
   EXPECT_EQ(counters().ok, 1u);  // `elsewhere` only
 }
 
+// Destroying the executor ends a worker's wait for a permit that nothing
+// else would end: no deadline, and the permit held by the destroying
+// thread itself.
+TEST_F(ExecutorTest, TheDestructorEndsAWorkersWaitThatHasNoDeadline) {
+  control().limit.store(1);
+  segment_->dependency(slot_).partitions.admit_limit.store(1);  // no partitions
+  control().max_queue.store(4);
+  Permit mine = dep_->try_acquire();
+  ASSERT_TRUE(mine);
+  auto pool = std::make_unique<Executor>(*dep_, ExecutorOptions{.threads = 1, .queue_capacity = 4});
+  std::atomic<bool> ran{false};
+  auto waits = pool->submit([&] { ran = true; });
+  ASSERT_TRUE(waits);
+  while (shm::queue_length(segment_->queue(slot_), segment_->queue_slots()) != 1) std::this_thread::yield();
+  std::future<void> destroyed = std::async(std::launch::async, [&] { pool.reset(); });
+  // A give-up, not a measure: without the cancel, only this release ends it.
+  const bool ended = destroyed.wait_for(60s) == std::future_status::ready;
+  mine.success();
+  destroyed.get();
+  EXPECT_TRUE(ended) << "the destructor waited for the permit";
+  EXPECT_EQ(reason_of(waits.future()), kExecutorStopped);
+  EXPECT_FALSE(ran.load());
+  EXPECT_EQ(shm::queue_length(segment_->queue(slot_), segment_->queue_slots()), 0u);
+}
+
 // A task that submits while its executor is destroyed (it retries, or
 // chains another) is refused as after shutdown(), and what it queued
 // before is refused too; the destructor waits for the task to end.

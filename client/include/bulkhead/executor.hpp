@@ -139,13 +139,8 @@ class Executor {
   }
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
-  // Stops (see shutdown()) and waits for the workers: for the tasks that
-  // run, and for a worker that waits for its task's permit until the
-  // permit comes or the task's deadline passes. So give tasks deadlines
-  // when the executor must stop promptly: one without keeps it waiting as
-  // long as the dependency stays at its limit, for ever if that permit is
-  // held by the thread that destroys the executor, or by a task that waits
-  // for this one. Its own tasks may submit meanwhile (refused:
+  // Stops (see shutdown()) and waits for the workers, that is for the
+  // tasks that run. Its own tasks may submit meanwhile (refused:
   // kExecutorStopped); none may destroy it (a thread cannot join itself:
   // std::terminate).
   ~Executor() {
@@ -197,10 +192,10 @@ class Executor {
   }
 
   // Refuses new tasks and every queued one (Rejected(kExecutorStopped)),
-  // and a task whose worker still waits for its permit when the permit
-  // comes (it is given back unused); the tasks that run finish. Does not
-  // wait for them (the destructor does, and for a worker waiting for a
-  // permit, until the permit comes or the task's deadline passes).
+  // and a task whose worker still waits for its permit: the wait is
+  // cancelled (bh_acquire_cancellable()), or, admitted in the same
+  // instant, the permit is given back unused. The tasks that run finish.
+  // Does not wait for them (the destructor does).
   // Never throws: out of memory, a refused task's future holds
   // std::bad_alloc rather than Rejected.
   void shutdown() noexcept {
@@ -209,6 +204,7 @@ class Executor {
       stopping_ = true;  // the workers take no more tasks
     }
     ready_.notify_all();
+    bh_cancel_request(&cancel_);  // the workers waiting for a permit leave
     // One at a time, outside the lock: a deque to take them all at once
     // would allocate, even empty.
     for (;;) {
@@ -231,7 +227,7 @@ class Executor {
   struct TaskBase {
     explicit TaskBase(Clock::time_point until) : deadline(until) {}
     virtual ~TaskBase() = default;
-    virtual void run(Dependency& dependency, const std::atomic<bool>& stopping) = 0;
+    virtual void run(Dependency& dependency, bh_cancel* stopping) = 0;
     virtual void reject(int reason) noexcept = 0;
     const Clock::time_point deadline;
   };
@@ -241,7 +237,7 @@ class Executor {
     Task(F&& f, Clock::time_point until) : TaskBase(until), fn(std::move(f)) {}
     Task(const F& f, Clock::time_point until) : TaskBase(until), fn(f) {}
 
-    void run(Dependency& dependency, const std::atomic<bool>& stopping) override {
+    void run(Dependency& dependency, bh_cancel* stopping) override {
       // A task whose deadline passed in the queue is not run.
       if (deadline != Clock::time_point::max() && Clock::now() >= deadline) {
         reject(BH_REJECT_DEADLINE);
@@ -249,19 +245,19 @@ class Executor {
       }
       Permit permit;
       try {
-        permit = dependency.acquire(deadline);
+        permit = dependency.acquire(deadline, stopping);
       } catch (...) {
         promise.set_exception(std::current_exception());
         return;
       }
       if (!permit) {
-        reject(permit.reason());
+        reject(permit.reason() == BH_REJECT_CANCELLED ? kExecutorStopped : permit.reason());
         return;
       }
-      // Stopped while it waited for the permit: not started, so refused as
-      // a queued task is. Relaxed: a lone flag; shutdown() an instant later
-      // lets it run, as one that had started.
-      if (stopping.load(std::memory_order_relaxed)) {
+      // Stopped as it was admitted: not started, so refused as a queued
+      // task is. shutdown() an instant later lets it run, as one that had
+      // started.
+      if (bh_cancel_requested(stopping) != 0) {
         permit.ignore();
         reject(kExecutorStopped);
         return;
@@ -343,18 +339,19 @@ class Executor {
         task = std::move(queue_.front());
         queue_.pop_front();
       }
-      task->run(dependency_, stopping_);
+      task->run(dependency_, &cancel_);
     }
   }
 
   Dependency dependency_;
   const std::size_t capacity_;
-  mutable std::mutex mutex_;  // guards queue_, idle_ and the writes of stopping_
+  mutable std::mutex mutex_;  // guards queue_, idle_ and stopping_
   std::condition_variable ready_;
   std::condition_variable idle_changed_;  // for the constructor: every worker ready
   std::size_t idle_ = 0;                  // workers waiting for a task
   std::deque<std::unique_ptr<TaskBase>> queue_;
-  std::atomic<bool> stopping_{false};  // read by tasks without the mutex too
+  bool stopping_ = false;
+  bh_cancel cancel_{};  // requested by shutdown(): ends the workers' waits for a permit
   std::vector<std::thread> workers_;
 };
 
