@@ -16,6 +16,11 @@ for shared_limit_test (C++): it and a C++ process share one host-wide limit.
       exit 4), prints "running while it waits", which this thread can only
       do if the waiting one let go of the GIL; then "admitted" (or "refused
       REASON", exit 3) when the other thread's wait ends
+  hold_permits.py SEGMENT DEPENDENCY close-beside-a-waiter IN_QUEUE_FILE
+      waits for a permit on another thread with no timeout; once
+      IN_QUEUE_FILE exists (30 s at most: exit 4), closes the client on
+      this thread; the wait prints "ValueError" when close() ended it, then
+      this thread "closed"
   hold_permits.py SEGMENT DEPENDENCY close-on-sigterm SECONDS
       waits for a permit up to SECONDS, with a SIGTERM handler that closes
       the client; prints "closed by the handler" when it ran, then
@@ -29,6 +34,7 @@ for shared_limit_test (C++): it and a C++ process share one host-wide limit.
 """
 
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -82,6 +88,26 @@ def main(segment, dependency, mode, *args):
                 time.sleep(0.01)
             print(outcome[0], flush=True)
             return 0 if outcome[0] == "admitted" else 3
+        if mode == "close-beside-a-waiter":
+            def wait_forever():
+                try:
+                    with dep.acquire(timeout=math.inf):
+                        print("admitted", flush=True)
+                except ValueError:
+                    print("ValueError", flush=True)
+
+            waiter = threading.Thread(target=wait_forever)
+            waiter.start()
+            give_up = time.monotonic() + 30
+            while not os.path.exists(args[0]):
+                if time.monotonic() > give_up:
+                    print(f"{args[0]} never appeared", flush=True)
+                    os._exit(4)  # the waiter would keep the process alive
+                time.sleep(0.01)
+            client.close()
+            waiter.join()
+            print("closed", flush=True)
+            return 0
         if mode == "close-on-sigterm":
             def on_sigterm(signum, frame):
                 client.close()

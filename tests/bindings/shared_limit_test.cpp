@@ -191,6 +191,24 @@ TEST_F(SharedLimit, APythonSignalHandlerClosesTheClientItsThreadWaitsIn) {
   EXPECT_EQ(dep_->inflight(), kLimit - 1);  // its permit came back
 }
 
+// close() on one thread cancels another's wait with no timeout, which
+// nothing else would end while every permit stays taken: the wait raises
+// ValueError and the client closes, with nothing held.
+TEST_F(SharedLimit, APythonCloseCancelsAnotherThreadsWait) {
+  std::vector<Permit> held;
+  ASSERT_EQ(take_all(held), kLimit);
+  const std::string in_queue = dir_ + "/in_queue";
+  ChildProcess py = python({"close-beside-a-waiter", in_queue});
+  wait_until_one_waits(py);
+  ASSERT_EQ(waiting(), 1u) << py.log();
+  testing::write_file(in_queue, "");
+  ASSERT_TRUE(py.wait_exit(60s)) << py.log();
+  EXPECT_EQ(py.exit_code(), 0) << py.log();
+  EXPECT_EQ(py.log(), "ValueError\nclosed\n");
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(dep_->inflight(), kLimit);  // only this process's
+}
+
 // A look-up of a name whose slot another process's claim holds (it died
 // claiming: bh_dependency() waits up to a second for the claim to finish)
 // holds up no other thread's calls on the client.

@@ -38,8 +38,9 @@ a Permit may be released by a thread other than the one that acquired it
 holds the client's lock, but for a waiting acquire and a look-up of a new
 dependency (which waits up to a second for another process's unfinished
 claim of the name), which other threads' calls do not wait for; close()
-waits for every call other threads are in, those included, and those that
-come after it raise ValueError.
+waits for every call other threads are in, those included (a waiting
+acquire is cancelled, and raises ValueError), and those that come after it
+raise ValueError.
 """
 
 import ctypes
@@ -61,6 +62,8 @@ __all__ = ["Client", "Dependency", "Permit", "Rejected", "SUCCESS", "DROPPED", "
 SUCCESS, DROPPED, IGNORE, FAILED = 0, 1, 2, 3
 # Rejection reasons (BH_REJECT_*), in Rejected.reason.
 REJECT_LIMIT, REJECT_QUEUE_FULL, REJECT_DEADLINE, REJECT_OPEN_CIRCUIT, REJECT_PARTITION = 1, 2, 3, 4, 5
+# BH_REJECT_CANCELLED: a wait close() cancelled, raised as ValueError.
+_REJECT_CANCELLED = 6
 # Circuit-breaker states (BH_BREAKER_*), from Dependency.breaker_state().
 BREAKER_CLOSED, BREAKER_OPEN, BREAKER_HALF_OPEN = 0, 1, 2
 # Client modes (BH_MODE_*).
@@ -104,6 +107,11 @@ class _Permit(ctypes.Structure):
     # so far (16 or 24 bytes). Only the first field is read: NULL when the
     # permit holds nothing.
     _fields_ = [("dep", ctypes.c_void_p), ("_private", ctypes.c_uint64 * 7)]
+
+
+class _Cancel(ctypes.Structure):
+    # bh_cancel, which close() requests to end the client's waiting calls.
+    _fields_ = [("waiting", ctypes.c_void_p * 8), ("state", ctypes.c_uint32), ("busy", ctypes.c_uint32)]
 
 
 def library_path():
@@ -175,10 +183,17 @@ def _load():
         # is always closed, and no partition can be named).
         "bh_breaker_state": (ctypes.c_int, [c_dep]),
         "bh_partition": (ctypes.c_int, [c_dep, ctypes.c_char_p, ctypes.POINTER(c_dep)]),
+        # BULKHEAD_1.4: absent from an older libbulkhead (then close() waits
+        # for a waiting acquire to end by itself).
+        "bh_cancel_request": (None, [ctypes.POINTER(_Cancel)]),
+        "bh_acquire_cancellable": (ctypes.c_int, [c_dep, ctypes.c_uint64, ctypes.POINTER(_Cancel),
+                                                  ctypes.POINTER(_Permit)]),
     }
+    optional = ("bh_acquire", "bh_permit_remaining_ns", "bh_breaker_state", "bh_partition", "bh_cancel_request",
+                "bh_acquire_cancellable")
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name, None)
-        if fn is None and name in ("bh_acquire", "bh_permit_remaining_ns", "bh_breaker_state", "bh_partition"):
+        if fn is None and name in optional:
             continue
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
@@ -379,11 +394,18 @@ class Dependency:
         if timeout is None or timeout == 0:
             rc = self._client._call_admitting(_c().bh_try_acquire, self._handle, ctypes.byref(permit._permit))
         else:
-            fn = getattr(_c(), "bh_acquire", None)
-            if fn is None or fn.argtypes is None:
-                raise OSError(errno.ENOSYS, f"{self.name}: this libbulkhead predates the wait queue")
-            rc = self._client._call_waiting(fn, self._handle, deadline, ctypes.byref(permit._permit),
-                                            undo=lambda: _c().bh_release(ctypes.byref(permit._permit), IGNORE))
+            undo = lambda: _c().bh_release(ctypes.byref(permit._permit), IGNORE)  # noqa: E731
+            fn = getattr(_c(), "bh_acquire_cancellable", None)
+            if fn is not None and fn.argtypes is not None:
+                # close() cancels it (the cancel is read when the call
+                # starts: a fork's child has a new one).
+                rc = self._client._call_waiting(lambda: fn(self._handle, deadline, ctypes.byref(self._client._cancel),
+                                                           ctypes.byref(permit._permit)), undo=undo)
+            else:
+                fn = getattr(_c(), "bh_acquire", None)
+                if fn is None or fn.argtypes is None:
+                    raise OSError(errno.ENOSYS, f"{self.name}: this libbulkhead predates the wait queue")
+                rc = self._client._call_waiting(fn, self._handle, deadline, ctypes.byref(permit._permit), undo=undo)
         if rc < 0:
             _raise(rc, self.name)
         return permit, rc
@@ -474,6 +496,8 @@ class Client:
         self._held = 0
         self._close_at_last_release = False
         self._no_waiters = threading.Condition(self._lock)
+        # Requested by close(): the waiting acquires leave the queue.
+        self._cancel = _Cancel()
         _clients.add(self)
 
     def _after_fork_in_child(self):
@@ -486,6 +510,7 @@ class Client:
         self._no_waiters = threading.Condition(self._lock)
         self._waiting = {}
         self._held = 0  # those held at the fork are the parent's: the child's close() waits for none
+        self._cancel = _Cancel()  # the parent's holds the parent's waiting calls
 
     def dependency(self, name):
         """The Dependency called name (1 to 47 of A-Z a-z 0-9 . _ -)."""
@@ -515,11 +540,13 @@ class Client:
 
     def close(self):
         """Closes the client: no call starts after it. Idempotent, and
-        safe while other threads use it: it waits for the call each is in,
-        a waiting acquire until it is admitted or refused (its timeout at
-        most). While it waits, permits may still be released (a waiter may
-        be waiting for one) but nothing else starts, and a waiter admitted
-        meanwhile gives its permit back and raises ValueError. Called on a
+        safe while other threads use it: it waits for the call each is in.
+        A waiting acquire is cancelled: it leaves the queue and raises
+        ValueError (with a libbulkhead older than bh_acquire_cancellable(),
+        it is waited for until it is admitted or refused, its timeout at
+        most). While it waits, permits may still be released but nothing
+        else starts, and a waiter admitted meanwhile gives its permit back
+        and raises ValueError. Called on a
         thread in a waiting call (a signal handler's), it returns at once,
         and the client closes as the last waiting call ends. With permits
         still held, it returns, and the client closes at the last one's
@@ -529,6 +556,9 @@ class Client:
         with self._lock:
             self._closing = True  # calls from now on raise ValueError, but for releases
             self._dependencies.clear()
+            cancel = getattr(_c(), "bh_cancel_request", None)
+            if self._waiting and cancel is not None and cancel.argtypes is not None:
+                cancel(ctypes.byref(self._cancel))
             if threading.get_ident() in self._waiting:
                 self._close_after_waits = True  # waiting for that call here would wait forever
                 return
@@ -636,7 +666,7 @@ class Client:
                                 self._held -= 1
                                 closing = True
                             self.close()
-        if closing and rc == 0 and undo is not None:
+        if closing and rc in (0, _REJECT_CANCELLED) and undo is not None:
             raise ValueError("the client closed while the call waited")
         return rc
 
