@@ -161,7 +161,7 @@ TEST_F(SharedLimit, APythonThreadWaitingInTheQueueLetsTheOthersRun) {
 
   testing::write_file(in_queue, "");
   for (auto give_up = std::chrono::steady_clock::now() + 30s;
-       py.log().empty() && !py.exited() && std::chrono::steady_clock::now() < give_up;)
+       py.log().find('\n') == std::string::npos && !py.exited() && std::chrono::steady_clock::now() < give_up;)
     std::this_thread::sleep_for(10ms);
   EXPECT_EQ(py.log(), "running while it waits\n");  // the permit has not come yet
   EXPECT_EQ(waiting(), 1u);
