@@ -21,6 +21,13 @@ for shared_limit_test (C++): it and a C++ process share one host-wide limit.
       IN_QUEUE_FILE exists (30 s at most: exit 4), closes the client on
       this thread; the wait prints "ValueError" when close() ended it, then
       this thread "closed"
+  hold_permits.py SEGMENT DEPENDENCY async-wait
+      takes one permit with acquire_async() and no timeout, printing
+      "running while it waits" from another task meanwhile, then "admitted"
+  hold_permits.py SEGMENT DEPENDENCY async-cancel IN_QUEUE_FILE DONE_FILE
+      waits with acquire_async() and no timeout; once IN_QUEUE_FILE exists,
+      cancels the task, prints "cancelled" when the cancellation reached it,
+      and exits once DONE_FILE exists (each 30 s at most: exit 4)
   hold_permits.py SEGMENT DEPENDENCY close-on-sigterm SECONDS
       waits for a permit up to SECONDS, with a SIGTERM handler that closes
       the client; prints "closed by the handler" when it ran, then
@@ -33,6 +40,7 @@ for shared_limit_test (C++): it and a C++ process share one host-wide limit.
       or "others waited" (for the look-up to end first)
 """
 
+import asyncio
 import contextlib
 import math
 import os
@@ -42,6 +50,34 @@ import threading
 import time
 
 import bulkhead
+
+
+async def appears(path):
+    give_up = time.monotonic() + 30
+    while not os.path.exists(path):
+        if time.monotonic() > give_up:
+            print(f"{path} never appeared", flush=True)
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def wait_async(dep, mode, *args):
+    waiting = asyncio.ensure_future(dep.acquire_async(timeout=math.inf))
+    if mode == "async-wait":
+        await asyncio.sleep(0)  # the wait starts, on a thread
+        print("running while it waits", flush=True)
+        with await waiting:
+            print("admitted", flush=True)
+        return 0
+    if not await appears(args[0]):
+        return 4
+    waiting.cancel()
+    try:
+        await waiting
+    except asyncio.CancelledError:
+        print("cancelled", flush=True)
+    return 0 if await appears(args[1]) else 4
 
 
 def main(segment, dependency, mode, *args):
@@ -108,6 +144,8 @@ def main(segment, dependency, mode, *args):
             waiter.join()
             print("closed", flush=True)
             return 0
+        if mode in ("async-wait", "async-cancel"):
+            return asyncio.run(wait_async(dep, mode, *args))
         if mode == "close-on-sigterm":
             def on_sigterm(signum, frame):
                 client.close()

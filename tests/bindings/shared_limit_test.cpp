@@ -209,6 +209,47 @@ TEST_F(SharedLimit, APythonCloseCancelsAnotherThreadsWait) {
   EXPECT_EQ(dep_->inflight(), kLimit);  // only this process's
 }
 
+// acquire_async() waits on a thread, the event loop running meanwhile, and
+// is admitted when C++ gives a permit back.
+TEST_F(SharedLimit, PythonAsyncioWaitsInTheQueueWhileItsLoopRuns) {
+  std::vector<Permit> held;
+  ASSERT_EQ(take_all(held), kLimit);
+  ChildProcess py = python({"async-wait"});
+  wait_until_one_waits(py);
+  ASSERT_EQ(waiting(), 1u) << py.log();
+  held.pop_back();
+  ASSERT_TRUE(py.wait_exit(60s)) << py.log();
+  EXPECT_EQ(py.exit_code(), 0) << py.log();
+  EXPECT_EQ(py.log(), "running while it waits\nadmitted\n");
+  EXPECT_EQ(dep_->inflight(), kLimit - 1);
+}
+
+// Cancelling the task that awaits acquire_async() gives up its place in
+// the queue at once, and a permit freed later is not taken for it.
+TEST_F(SharedLimit, CancellingAPythonAsyncioWaitLeavesTheQueue) {
+  std::vector<Permit> held;
+  ASSERT_EQ(take_all(held), kLimit);
+  const std::string in_queue = dir_ + "/in_queue", done = dir_ + "/done";
+  ChildProcess py = python({"async-cancel", in_queue, done});
+  wait_until_one_waits(py);
+  ASSERT_EQ(waiting(), 1u) << py.log();
+  testing::write_file(in_queue, "");
+  for (auto give_up = std::chrono::steady_clock::now() + 60s;
+       py.log().find('\n') == std::string::npos && !py.exited() && std::chrono::steady_clock::now() < give_up;)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(py.log(), "cancelled\n");
+  // Given up at once: with no timeout, nothing else would end the wait.
+  for (auto give_up = std::chrono::steady_clock::now() + 60s;
+       waiting() != 0 && std::chrono::steady_clock::now() < give_up;)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(waiting(), 0u);
+  held.pop_back();
+  testing::write_file(done, "");
+  ASSERT_TRUE(py.wait_exit(60s)) << py.log();
+  EXPECT_EQ(py.exit_code(), 0) << py.log();
+  EXPECT_EQ(dep_->inflight(), kLimit - 1);
+}
+
 // A look-up of a name whose slot another process's claim holds (it died
 // claiming: bh_dependency() waits up to a second for the claim to finish)
 // holds up no other thread's calls on the client.

@@ -315,6 +315,22 @@ class StandaloneTest(unittest.TestCase):
             self.assertIsNone(self.dep.try_acquire(timeout=float("inf")))
         self.assertEqual(self.dep.inflight, 0)
 
+    def test_acquire_async_is_admitted_or_refused_as_acquire(self):
+        # Standalone: no wait queue, so a waiting acquire_async() answers at
+        # once, on the executor's thread; timeout None on the loop itself.
+        async def both():
+            with await self.dep.acquire_async(timeout=5), await self.dep.acquire_async():
+                self.assertEqual(self.dep.inflight, 2)
+                with self.assertRaises(bulkhead.Rejected) as caught:
+                    await self.dep.acquire_async(timeout=5)
+                self.assertEqual(caught.exception.reason, bulkhead.REJECT_QUEUE_FULL)
+                with self.assertRaises(bulkhead.Rejected) as caught:
+                    await self.dep.acquire_async()
+                self.assertEqual(caught.exception.reason, bulkhead.REJECT_LIMIT)
+
+        asyncio.run(both())
+        self.assertEqual(self.dep.inflight, 0)
+
     def test_a_timeout_too_long_for_the_clock_is_the_latest_deadline(self):
         # A finite timeout past 2^64 ns from now: the latest deadline there
         # is, not an OverflowError from the float or int arithmetic.

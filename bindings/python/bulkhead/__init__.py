@@ -85,7 +85,8 @@ class Rejected(Exception):
     _WHY = {1: "REJECT_LIMIT, at its limit", 2: "REJECT_QUEUE_FULL, its wait queue is full or it has none",
             3: "REJECT_DEADLINE, the timeout passed or the expected wait exceeds it",
             4: "REJECT_OPEN_CIRCUIT, its circuit breaker is open",
-            5: "REJECT_PARTITION, the partition's share is reserved by others or at its hard cap"}
+            5: "REJECT_PARTITION, the partition's share is reserved by others or at its hard cap",
+            6: "REJECT_CANCELLED, its wait was cancelled"}
 
     def __init__(self, dependency, reason):
         super().__init__(f"{dependency}: not admitted ({self._WHY.get(reason, f'reason {reason}')})")
@@ -110,7 +111,8 @@ class _Permit(ctypes.Structure):
 
 
 class _Cancel(ctypes.Structure):
-    # bh_cancel, which close() requests to end the client's waiting calls.
+    # bh_cancel: one per waiting call, requested by close() (and by the
+    # cancellation of an acquire_async()).
     _fields_ = [("waiting", ctypes.c_void_p * 8), ("state", ctypes.c_uint32), ("busy", ctypes.c_uint32)]
 
 
@@ -388,7 +390,37 @@ class Dependency:
             raise Rejected(self.name, rc)
         return permit
 
-    def _acquire(self, timeout):
+    async def acquire_async(self, timeout=None):
+        """acquire() for asyncio: a call that may wait waits on the event
+        loop's default executor (a thread), and the cancellation of the
+        task that awaits it (asyncio.wait_for's timeout, a request its
+        client gave up) ends the wait at once: the place in the queue is
+        given up, and a permit admitted in that instant is given back as
+        ignored. timeout None or 0 never waits, and runs on the loop."""
+        if timeout is None or timeout == 0:
+            return self.acquire(timeout)
+        import asyncio
+
+        cancel = _Cancel()
+        waiting = asyncio.get_running_loop().run_in_executor(None, self._acquire_waiting, timeout, cancel)
+        try:
+            # Shielded: cancelling the task must not drop the wait's result,
+            # which may be a permit to give back.
+            return await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            request = getattr(_c(), "bh_cancel_request", None)
+            if request is not None and request.argtypes is not None:
+                request(ctypes.byref(cancel))
+            waiting.add_done_callback(_give_back_unclaimed)
+            raise
+
+    def _acquire_waiting(self, timeout, cancel):
+        permit, rc = self._acquire(timeout, cancel)
+        if rc > 0:
+            raise Rejected(self.name, rc)
+        return permit
+
+    def _acquire(self, timeout, cancel=None):
         permit = Permit(self)
         deadline = None if timeout is None else _deadline_ns(timeout)
         if timeout is None or timeout == 0:
@@ -397,10 +429,9 @@ class Dependency:
             undo = lambda: _c().bh_release(ctypes.byref(permit._permit), IGNORE)  # noqa: E731
             fn = getattr(_c(), "bh_acquire_cancellable", None)
             if fn is not None and fn.argtypes is not None:
-                # close() cancels it (the cancel is read when the call
-                # starts: a fork's child has a new one).
-                rc = self._client._call_waiting(lambda: fn(self._handle, deadline, ctypes.byref(self._client._cancel),
-                                                           ctypes.byref(permit._permit)), undo=undo)
+                cancel = _Cancel() if cancel is None else cancel
+                rc = self._client._call_waiting(fn, self._handle, deadline, ctypes.byref(cancel),
+                                                ctypes.byref(permit._permit), undo=undo, cancel=cancel)
             else:
                 fn = getattr(_c(), "bh_acquire", None)
                 if fn is None or fn.argtypes is None:
@@ -442,6 +473,14 @@ class Dependency:
     def inflight(self):
         """Calls in flight host-wide (standalone: in this process)."""
         return self._client._call(_c().bh_inflight, self._handle)
+
+
+def _give_back_unclaimed(waiting):
+    """The end of a wait whose acquire_async() was cancelled: a permit
+    admitted all the same is given back; a refusal is left unraised."""
+    if waiting.cancelled() or waiting.exception() is not None:
+        return
+    waiting.result().release(IGNORE)
 
 
 # Every open Client, for the fork handler below.
@@ -496,8 +535,9 @@ class Client:
         self._held = 0
         self._close_at_last_release = False
         self._no_waiters = threading.Condition(self._lock)
-        # Requested by close(): the waiting acquires leave the queue.
-        self._cancel = _Cancel()
+        # The cancels of the waiting acquires, which close() requests, by id
+        # (a ctypes structure is not hashable).
+        self._cancels = {}
         _clients.add(self)
 
     def _after_fork_in_child(self):
@@ -510,7 +550,7 @@ class Client:
         self._no_waiters = threading.Condition(self._lock)
         self._waiting = {}
         self._held = 0  # those held at the fork are the parent's: the child's close() waits for none
-        self._cancel = _Cancel()  # the parent's holds the parent's waiting calls
+        self._cancels = {}  # the parent's waiting calls
 
     def dependency(self, name):
         """The Dependency called name (1 to 47 of A-Z a-z 0-9 . _ -)."""
@@ -556,9 +596,10 @@ class Client:
         with self._lock:
             self._closing = True  # calls from now on raise ValueError, but for releases
             self._dependencies.clear()
-            cancel = getattr(_c(), "bh_cancel_request", None)
-            if self._waiting and cancel is not None and cancel.argtypes is not None:
-                cancel(ctypes.byref(self._cancel))
+            request = getattr(_c(), "bh_cancel_request", None)
+            if request is not None and request.argtypes is not None:
+                for cancel in self._cancels.values():
+                    request(ctypes.byref(cancel))
             if threading.get_ident() in self._waiting:
                 self._close_after_waits = True  # waiting for that call here would wait forever
                 return
@@ -629,18 +670,20 @@ class Client:
             if self._close_at_last_release and not self._held:
                 self.close()
 
-    def _call_waiting(self, fn, *args, undo=None):
+    def _call_waiting(self, fn, *args, undo=None, cancel=None):
         """fn(*args), a call that may block, as _call() but without the lock
         held while it runs; close() waits for it all the same. If close()
         began meanwhile, undo() gives back the permit fn admitted (nothing
         for one it left empty) while the handle is still valid, however fn
         ended: a Ctrl-C that came while it waited is raised as it returns,
         admitted or not. Admitted, it then raises ValueError: the client
-        closed."""
+        closed. `cancel`, the call's _Cancel, is requested by close()."""
         me = threading.get_ident()
         with self._lock:
             self._refuse_if_closed()
             self._waiting[me] = self._waiting.get(me, 0) + 1
+            if cancel is not None:
+                self._cancels[id(cancel)] = cancel
         rc = closing = None
         kept = False
         try:
@@ -655,6 +698,7 @@ class Client:
                         self._held += 1
                         kept = True
                 finally:
+                    self._cancels.pop(id(cancel), None)
                     self._waiting[me] -= 1
                     if not self._waiting[me]:
                         del self._waiting[me]
