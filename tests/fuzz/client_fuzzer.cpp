@@ -15,8 +15,9 @@
 // two partitions of each (payments has both, one with a hard cap); through
 // every handle it got, reads the limit, the
 // in-flight count and the breaker and makes a call of each kind
-// (bh_try_acquire, the untimed pair, bh_acquire with a deadline 100 us
-// ahead), each released with its outcome; then closes the client.
+// (bh_try_acquire, the untimed pair, bh_acquire and bh_acquire_cancellable
+// with a deadline 100 us ahead, and one whose cancel was requested), each
+// released with its outcome; then closes the client.
 //
 // It fails on a crash, a sanitizer report or a hang (libFuzzer's
 // -timeout); on a return value outside what bulkhead.h documents for the
@@ -113,6 +114,25 @@ int calls(bh_dep* d, int outcome, bool partition) {
   }
   n += waited == 0;
   bh_release(&permit, outcome);
+
+  // The same with a cancel: one not requested waits as bh_acquire() (its
+  // entry cleared as it leaves), one requested refuses at once.
+  bh_cancel cancel{};
+  const int cancellable = bh_acquire_cancellable(d, bh_now_ns() + 100'000, &cancel, &permit);
+  if (cancellable < 0 || cancellable > (partition ? BH_REJECT_PARTITION : BH_REJECT_OPEN_CIRCUIT) ||
+      (cancellable == 0) != (permit.dep_ != nullptr)) {
+    std::abort();
+  }
+  for (void* entry : cancel.waiting_) {
+    if (entry != nullptr) std::abort();
+  }
+  n += cancellable == 0;
+  bh_release(&permit, outcome);
+  bh_cancel_request(&cancel);
+  if (bh_acquire_cancellable(d, BH_NO_DEADLINE, &cancel, &permit) != BH_REJECT_CANCELLED ||
+      permit.dep_ != nullptr) {
+    std::abort();
+  }
   return n;
 }
 
