@@ -28,6 +28,11 @@ for shared_limit_test (C++): it and a C++ process share one host-wide limit.
       waits with acquire_async() and no timeout; once IN_QUEUE_FILE exists,
       cancels the task, prints "cancelled" when the cancellation reached it,
       and exits once DONE_FILE exists (each 30 s at most: exit 4)
+  hold_permits.py SEGMENT DEPENDENCY async-beside-the-executor
+      sets a default executor of 2 threads, starts 2 acquire_async() with
+      no timeout, then runs a function on that executor: prints "the
+      loop's executor ran" (or, after 30 s, "the loop's executor was taken
+      by the waits"), then how many of the waits still wait, and cancels them
   hold_permits.py SEGMENT DEPENDENCY close-on-sigterm SECONDS
       waits for a permit up to SECONDS, with a SIGTERM handler that closes
       the client; prints "closed by the handler" when it ran, then
@@ -41,6 +46,7 @@ for shared_limit_test (C++): it and a C++ process share one host-wide limit.
 """
 
 import asyncio
+import concurrent.futures
 import contextlib
 import math
 import os
@@ -78,6 +84,22 @@ async def wait_async(dep, mode, *args):
     except asyncio.CancelledError:
         print("cancelled", flush=True)
     return 0 if await appears(args[1]) else 4
+
+
+async def beside_the_executor(dep):
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=2))
+    waits = [asyncio.ensure_future(dep.acquire_async(timeout=math.inf)) for _ in range(2)]
+    await asyncio.sleep(0)  # the waits start
+    try:
+        print(await asyncio.wait_for(loop.run_in_executor(None, lambda: "the loop's executor ran"), 30), flush=True)
+    except asyncio.TimeoutError:
+        print("the loop's executor was taken by the waits", flush=True)
+    print(f"{sum(not w.done() for w in waits)} still waiting", flush=True)
+    for w in waits:
+        w.cancel()
+    await asyncio.gather(*waits, return_exceptions=True)
+    return 0
 
 
 def main(segment, dependency, mode, *args):
@@ -146,6 +168,8 @@ def main(segment, dependency, mode, *args):
             return 0
         if mode in ("async-wait", "async-cancel"):
             return asyncio.run(wait_async(dep, mode, *args))
+        if mode == "async-beside-the-executor":
+            return asyncio.run(beside_the_executor(dep))
         if mode == "close-on-sigterm":
             def on_sigterm(signum, frame):
                 client.close()

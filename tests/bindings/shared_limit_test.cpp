@@ -250,6 +250,21 @@ TEST_F(SharedLimit, CancellingAPythonAsyncioWaitLeavesTheQueue) {
   EXPECT_EQ(dep_->inflight(), kLimit - 1);
 }
 
+// acquire_async()'s waits take no thread of the loop's default executor,
+// which the rest of the loop shares (getaddrinfo, to_thread): a call that
+// holds a permit and needs one of those threads would wait for the waits,
+// which wait for its permit.
+TEST_F(SharedLimit, PythonAsyncioWaitsLeaveTheLoopsExecutorFree) {
+  std::vector<Permit> held;
+  ASSERT_EQ(take_all(held), kLimit);
+  ChildProcess py = python({"async-beside-the-executor"});
+  ASSERT_TRUE(py.wait_exit(120s)) << py.log();
+  EXPECT_EQ(py.exit_code(), 0) << py.log();
+  EXPECT_EQ(py.log(), "the loop's executor ran\n2 still waiting\n");
+  EXPECT_EQ(waiting(), 0u);
+  EXPECT_EQ(dep_->inflight(), kLimit);
+}
+
 // A look-up of a name whose slot another process's claim holds (it died
 // claiming: bh_dependency() waits up to a second for the claim to finish)
 // holds up no other thread's calls on the client.

@@ -317,7 +317,7 @@ class StandaloneTest(unittest.TestCase):
 
     def test_acquire_async_is_admitted_or_refused_as_acquire(self):
         # Standalone: no wait queue, so a waiting acquire_async() answers at
-        # once, on the executor's thread; timeout None on the loop itself.
+        # once, on a thread of its own; timeout None on the loop itself.
         async def both():
             with await self.dep.acquire_async(timeout=5), await self.dep.acquire_async():
                 self.assertEqual(self.dep.inflight, 2)

@@ -391,18 +391,36 @@ class Dependency:
         return permit
 
     async def acquire_async(self, timeout=None):
-        """acquire() for asyncio: a call that may wait waits on the event
-        loop's default executor (a thread), and the cancellation of the
-        task that awaits it (asyncio.wait_for's timeout, a request its
-        client gave up) ends the wait at once: the place in the queue is
-        given up, and a permit admitted in that instant is given back as
-        ignored. timeout None or 0 never waits, and runs on the loop."""
+        """acquire() for asyncio: a call that may wait waits on a thread of
+        its own, and the cancellation of the task that awaits it
+        (asyncio.wait_for's timeout, a request its client gave up) ends the
+        wait at once: the place in the queue is given up, and a permit
+        admitted in that instant is given back as ignored. Not on the
+        loop's default executor: waits would take its few threads from the
+        rest of the loop (getaddrinfo, to_thread), a permit holder's
+        included, whose release they wait for. timeout None or 0 never
+        waits, and runs on the loop."""
         if timeout is None or timeout == 0:
             return self.acquire(timeout)
         import asyncio
 
         cancel = _Cancel()
-        waiting = asyncio.get_running_loop().run_in_executor(None, self._acquire_waiting, timeout, cancel)
+        loop = asyncio.get_running_loop()
+        waiting = loop.create_future()
+
+        def wait():
+            result = error = None
+            try:
+                result = self._acquire_waiting(timeout, cancel)
+            except BaseException as e:  # the awaiting task raises it
+                error = e
+            try:
+                loop.call_soon_threadsafe(_settle, waiting, result, error)
+            except RuntimeError:  # the loop closed meanwhile: no one takes the permit
+                if result is not None:
+                    result.release(IGNORE)
+
+        threading.Thread(target=wait, name="bulkhead acquire_async", daemon=True).start()
         try:
             # Shielded: cancelling the task must not drop the wait's result,
             # which may be a permit to give back.
@@ -473,6 +491,14 @@ class Dependency:
     def inflight(self):
         """Calls in flight host-wide (standalone: in this process)."""
         return self._client._call(_c().bh_inflight, self._handle)
+
+
+def _settle(waiting, result, error):
+    """The end of an acquire_async()'s wait, on its loop."""
+    if error is not None:
+        waiting.set_exception(error)
+    else:
+        waiting.set_result(result)
 
 
 def _give_back_unclaimed(waiting):
