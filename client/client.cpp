@@ -845,8 +845,10 @@ class Cancel {
       // seq_cst: either a request in progress is counted in busy_ here, or
       // its load of the entry finds it clear.
       std::atomic_ref<void*>(*entry_).store(nullptr, std::memory_order_seq_cst);
-      // Acquire: pairs with request()'s release of busy_.
-      while (std::atomic_ref<std::uint32_t>(c_->busy_).load(std::memory_order_acquire) != 0) sched_yield();
+      // seq_cst: the load side of that pair (an acquire load may be ordered
+      // before the store above, and miss a request that read the entry);
+      // and acquire, with request()'s release of busy_.
+      while (std::atomic_ref<std::uint32_t>(c_->busy_).load(std::memory_order_seq_cst) != 0) sched_yield();
     }
     Watch(const Watch&) = delete;
     Watch& operator=(const Watch&) = delete;
