@@ -39,8 +39,8 @@
 // daemon's line with one compare-and-swap before the limit's.
 #include <grp.h>
 #include <pthread.h>
-#include <sched.h>
 #include <pwd.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -1383,13 +1383,10 @@ int bh_cancel_requested(const bh_cancel* c) {
   return Cancel(const_cast<bh_cancel*>(c)).requested() ? 1 : 0;
 }
 
-int bh_acquire(bh_dep* handle, std::uint64_t deadline_ns, bh_permit* out) {
-  if (handle == nullptr || out == nullptr) return fail_permit(out, "bh_acquire: NULL argument");
-  return bh_acquire_cancellable(handle, deadline_ns, nullptr, out);
-}
+namespace {
 
-int bh_acquire_cancellable(bh_dep* handle, std::uint64_t deadline_ns, bh_cancel* cancel, bh_permit* out) {
-  if (handle == nullptr || out == nullptr) return fail_permit(out, "bh_acquire_cancellable: NULL argument");
+// bh_acquire() and bh_acquire_cancellable(), the arguments checked.
+int acquire(bh_dep* handle, std::uint64_t deadline_ns, bh_cancel* cancel, bh_permit* out) {
   out->dep_ = nullptr;
   // A cancelled call never reaches the dependency, and counts nowhere.
   if (Cancel(cancel).requested()) return BH_REJECT_CANCELLED;
@@ -1453,6 +1450,18 @@ int bh_acquire_cancellable(bh_dep* handle, std::uint64_t deadline_ns, bh_cancel*
   }
   if (rc != 0) return_trial(d, trial);
   return rc;
+}
+
+}  // namespace
+
+int bh_acquire(bh_dep* handle, std::uint64_t deadline_ns, bh_permit* out) {
+  if (handle == nullptr || out == nullptr) return fail_permit(out, "bh_acquire: NULL argument");
+  return acquire(handle, deadline_ns, nullptr, out);
+}
+
+int bh_acquire_cancellable(bh_dep* handle, std::uint64_t deadline_ns, bh_cancel* cancel, bh_permit* out) {
+  if (handle == nullptr || out == nullptr) return fail_permit(out, "bh_acquire_cancellable: NULL argument");
+  return acquire(handle, deadline_ns, cancel, out);
 }
 
 std::uint64_t bh_permit_remaining_ns(const bh_permit* p) {

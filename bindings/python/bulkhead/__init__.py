@@ -399,7 +399,10 @@ class Dependency:
         loop's default executor: waits would take its few threads from the
         rest of the loop (getaddrinfo, to_thread), a permit holder's
         included, whose release they wait for. timeout None or 0 never
-        waits, and runs on the loop."""
+        waits, and runs on the loop. (With a libbulkhead older than
+        bh_acquire_cancellable(), the task's cancellation ends only the
+        await: the wait goes on, to its timeout, and a permit it gets is
+        given back.)"""
         if timeout is None or timeout == 0:
             return self.acquire(timeout)
         import asyncio

@@ -157,6 +157,7 @@ class Dependency {
   // The same, ended by bh_cancel_request(cancel) (see
   // bh_acquire_cancellable()); nullptr: acquire(deadline).
   Permit acquire(std::chrono::steady_clock::time_point deadline, bh_cancel* cancel) { return wait(deadline, cancel); }
+  Permit acquire(std::chrono::nanoseconds budget, bh_cancel* cancel) { return wait(deadline_in(budget), cancel); }
 #if defined(__cpp_lib_jthread)
   // The same, ended by a stop request on `stop` (std::jthread's, or a
   // std::stop_source's), refused then with BH_REJECT_CANCELLED (see
