@@ -204,6 +204,30 @@ TEST_F(FallbackTest, WithoutAGuardEachDependencyHasItsOwnDefaultBound) {
   for (auto& t : threads) t.join();
 }
 
+// Each thread keeps the last few default guards it found: a thread that
+// goes round more dependencies than that still finds each one's own, the
+// one other threads find.
+TEST_F(FallbackTest, EveryThreadFindsEachDependencysOwnDefaultGuard) {
+  std::vector<Dependency> deps;
+  for (int i = 0; i < 6; ++i) deps.push_back(client_->dependency("dep" + std::to_string(i)));
+  std::vector<FallbackGuard*> first;
+  for (Dependency& d : deps) first.push_back(&detail::default_guard(d.handle()));
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) EXPECT_NE(first[i], first[j]) << i << " " << j;
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t i = 0; i < deps.size(); ++i) {
+      EXPECT_EQ(&detail::default_guard(deps[i].handle()), first[i]) << "round " << round << ", dep" << i;
+      EXPECT_EQ(&detail::default_guard(deps[0].handle()), first[0]) << "round " << round << ", dep" << i;
+    }
+  }
+  std::vector<FallbackGuard*> elsewhere;
+  std::thread([&] {
+    for (auto it = deps.rbegin(); it != deps.rend(); ++it) elsewhere.push_back(&detail::default_guard(it->handle()));
+  }).join();
+  EXPECT_EQ(std::vector<FallbackGuard*>(elsewhere.rbegin(), elsewhere.rend()), first);
+}
+
 // A fallback that runs while the process exits (in a static's destructor,
 // or on a thread still serving) finds its dependency's default guard as it
 // was: the guards are never destroyed. Run in a process of its own

@@ -34,9 +34,10 @@
 //
 // execute(dep, call, fallback) without a guard uses one per dependency
 // handle, created on first use with kDefaultMaxConcurrentFallbacks (looked
-// up under a mutex, on the fallback path only: the admitted path takes no
-// lock). These guards are never destroyed, so that fallbacks running while
-// the process exits still find theirs. They are found by the handle's
+// up under a mutex, on the fallback path only, and kept by each thread for
+// the next fallbacks it runs; the admitted path takes no lock). These
+// guards are never destroyed, so that fallbacks running while the process
+// exits still find theirs. They are found by the handle's
 // address, and a handle's outlives its client: a later client's handle
 // that gets the same address (any dependency) finds it, with the
 // fallbacks of the closed client's handle that still run. Close a client
@@ -205,12 +206,24 @@ using call_result_t = typename call_result<std::remove_reference_t<Call>>::type;
 // destroyed (nor the map and its mutex): a fallback may run while the
 // process exits, on a thread still serving or in a static's destructor,
 // after the statics made later than this map are gone.
+// Each thread keeps the last few it found, so that the fallbacks of an
+// overload (every refused call runs one) do not all queue on the mutex.
 inline FallbackGuard& default_guard(bh_dep* handle) {
+  struct Found {
+    bh_dep* handle;
+    FallbackGuard* guard;
+  };
+  thread_local Found found[4] = {};
+  thread_local unsigned next = 0;
+  for (const Found& f : found) {
+    if (f.handle == handle && f.guard != nullptr) return *f.guard;
+  }
   static auto* const mutex = new std::mutex;
   static auto* const guards = new std::map<bh_dep*, std::unique_ptr<FallbackGuard>>;
   std::lock_guard lock(*mutex);
   auto& guard = (*guards)[handle];
   if (!guard) guard = std::make_unique<FallbackGuard>();
+  found[next++ % 4] = {handle, guard.get()};
   return *guard;
 }
 
