@@ -1454,6 +1454,20 @@ int acquire(bh_dep* handle, std::uint64_t deadline_ns, bh_cancel* cancel, bh_per
 
 }  // namespace
 
+int bh_record_refusal(bh_dep* d, int reason) {
+  if (d == nullptr) return fail(EINVAL, "bh_record_refusal: the dependency is NULL");
+  claim_if_forked();
+  if (reason == BH_REJECT_QUEUE_FULL) {
+    reject_queue_full(d);
+  } else if (reason == BH_REJECT_DEADLINE) {
+    reject_deadline(d);
+  } else {
+    return fail(EINVAL, "bh_record_refusal: reason " + std::to_string(reason) +
+                            " is neither BH_REJECT_QUEUE_FULL (2) nor BH_REJECT_DEADLINE (3)");
+  }
+  return 0;
+}
+
 int bh_acquire(bh_dep* handle, std::uint64_t deadline_ns, bh_permit* out) {
   if (handle == nullptr || out == nullptr) return fail_permit(out, "bh_acquire: NULL argument");
   return acquire(handle, deadline_ns, nullptr, out);

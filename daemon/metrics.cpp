@@ -130,8 +130,9 @@ class Metrics::DependencySeries : public prometheus::Collectable {
                             "Highest limit the config allows the dependency (max_limit), in calls.",
                             MetricType::Gauge, n);
     auto queue_rejections = family("bulkhead_queue_rejections_total",
-                                   "Calls that asked to wait (bh_acquire) and were refused, by reason: "
-                                   "queue_full, or deadline (passed, or the expected wait exceeded it).",
+                                   "Calls that asked to wait (bh_acquire, or a queue of the caller's own "
+                                   "such as bulkhead::Executor's) and were refused, by reason: queue_full, "
+                                   "or deadline (passed, or the expected wait exceeded it).",
                                    MetricType::Counter, 2 * n);
     auto waiters = family("bulkhead_queue_waiters",
                           "Calls waiting for a permit of the dependency, host-wide, at the last tick.",

@@ -75,6 +75,13 @@ int main(void) {
     CHECK(BH_REJECT_CANCELLED == 6);
   }
 
+  /* A refusal of the caller's own queue, counted as the dependency's. */
+  CHECK(bh_record_refusal(dep, BH_REJECT_QUEUE_FULL) == 0);
+  CHECK(bh_record_refusal(dep, BH_REJECT_DEADLINE) == 0);
+  CHECK(bh_record_refusal(dep, BH_REJECT_LIMIT) == -EINVAL);
+  CHECK(strstr(bh_last_error(), "BH_REJECT_QUEUE_FULL") != NULL);
+  CHECK(bh_record_refusal(NULL, BH_REJECT_DEADLINE) == -EINVAL);
+
   /* Partitions: standalone knows none, so a partition is the dependency. */
   bh_dep *critical = NULL;
   CHECK(bh_partition(dep, "critical", &critical) == 0);

@@ -184,6 +184,9 @@ TEST_F(ExecutorTest, WithNoQueueEachIdleWorkerTakesATask) {
   auto refused = pool.submit([] { return 3; });
   EXPECT_FALSE(refused);
   EXPECT_EQ(refused.reason(), BH_REJECT_QUEUE_FULL);
+  // Counted as the dependency's, as its wait queue's refusals are.
+  EXPECT_EQ(counters().queue_full, 1u);
+  EXPECT_EQ(counters().rejected, 0u);  // not one at the limit
   first.open();
   second.open();
   EXPECT_EQ(a.future().get(), 1);
@@ -215,6 +218,7 @@ TEST_F(ExecutorTest, ADeadlinePassedAtSubmitIsRefusedAtOnce) {
   EXPECT_EQ(s.reason(), BH_REJECT_DEADLINE);
   EXPECT_EQ(pool.queued(), 0u);
   EXPECT_FALSE(ran.load());
+  EXPECT_EQ(counters().deadline_rejected, 1u);
 }
 
 TEST_F(ExecutorTest, ATaskWhoseDeadlinePassedWhileQueuedIsNotRun) {
@@ -229,6 +233,7 @@ TEST_F(ExecutorTest, ATaskWhoseDeadlinePassedWhileQueuedIsNotRun) {
   EXPECT_FALSE(ran.load());
   EXPECT_EQ(running.get(), 1);
   EXPECT_EQ(counters().ok, 1u);  // only the blocker called the dependency
+  EXPECT_EQ(counters().deadline_rejected, 1u);
 }
 
 // A task whose deadline passed in the queue holds no place there: a
@@ -248,6 +253,8 @@ TEST_F(ExecutorTest, ATaskPastItsDeadlineGivesUpItsPlaceInAFullQueue) {
   // Refused already, while the worker is still busy.
   EXPECT_EQ(late.future().wait_for(0s), std::future_status::ready);
   EXPECT_EQ(reason_of(late.future()), BH_REJECT_DEADLINE);
+  EXPECT_EQ(counters().deadline_rejected, 1u);
+  EXPECT_EQ(counters().queue_full, 0u);
   gate.open();
   EXPECT_EQ(running.get(), 1);
   EXPECT_EQ(fresh.future().get(), 2);

@@ -230,6 +230,16 @@ BH_API int bh_cancel_requested(const bh_cancel *c);
  * dependency's wait time, and not as a rejection: it says nothing of the
  * dependency. NULL `cancel`: bh_acquire(). */
 BH_API int bh_acquire_cancellable(bh_dep *d, uint64_t deadline_ns, bh_cancel *cancel, bh_permit *out);
+
+/* Counts a call the caller refused itself on its way to bh_acquire(): a
+ * queue of its own was full (BH_REJECT_QUEUE_FULL), or the call's deadline
+ * passed while it waited there (BH_REJECT_DEADLINE). bulkheadd counts
+ * them with the wait queue's own refusals (bulkhead_queue_rejections_total),
+ * so that the host's metrics show every call the dependency shed, those of
+ * a thread pool in front of it included (bulkhead::Executor calls it). Not
+ * a refusal at the limit: the limit policy does not see it. 0, or -EINVAL
+ * for another reason or NULL. */
+BH_API int bh_record_refusal(bh_dep *d, int reason);
 /* What is left of the deadline of a permit bh_acquire() filled, in
  * nanoseconds (0 once it has passed): the budget for the call itself.
  * UINT64_MAX for a permit without a deadline (bh_try_acquire(),

@@ -24,7 +24,10 @@
 // dependency's wait queue when the daemon configures one, and refuses
 // (Rejected with the reason) otherwise. So an executor bounds what this
 // process runs at once by its threads, and the host-wide limit bounds what
-// every process runs together.
+// every process runs together. The executor's own refusals, of a full
+// queue and of a deadline passed before a worker took the task, are
+// counted as the dependency's (bh_record_refusal()): the host's metrics
+// show them beside the wait queue's.
 //
 // A task is called with no argument, or with the `const Permit&` it runs
 // under, whose remaining() is its budget. Its return is a success; an
@@ -155,6 +158,7 @@ class Executor {
     auto queued = std::make_unique<Task<std::decay_t<F>, R>>(std::forward<F>(task), deadline);
     std::future<R> future = queued->promise.get_future();
     if (deadline != Clock::time_point::max() && Clock::now() >= deadline) {
+      bh_record_refusal(dependency_.handle(), BH_REJECT_DEADLINE);
       return Submission<R>(BH_REJECT_DEADLINE);
     }
     // Tasks whose deadline passed in the queue hold no place: a full queue
@@ -172,8 +176,14 @@ class Executor {
         queue_.push_back(std::move(queued));
       }
     }
-    for (auto& late : expired) late->reject(BH_REJECT_DEADLINE);
-    if (reason != 0) return Submission<R>(reason);
+    for (auto& late : expired) {
+      bh_record_refusal(dependency_.handle(), BH_REJECT_DEADLINE);
+      late->reject(BH_REJECT_DEADLINE);
+    }
+    if (reason != 0) {
+      bh_record_refusal(dependency_.handle(), reason);
+      return Submission<R>(reason);
+    }
     ready_.notify_one();
     return Submission<R>(std::move(future));
   }
@@ -240,6 +250,7 @@ class Executor {
     void run(Dependency& dependency, bh_cancel* stopping) override {
       // A task whose deadline passed in the queue is not run.
       if (deadline != Clock::time_point::max() && Clock::now() >= deadline) {
+        bh_record_refusal(dependency.handle(), BH_REJECT_DEADLINE);
         reject(BH_REJECT_DEADLINE);
         return;
       }
