@@ -848,7 +848,18 @@ class Cancel {
       // seq_cst: the load side of that pair (an acquire load may be ordered
       // before the store above, and miss a request that read the entry);
       // and acquire, with request()'s release of busy_.
-      while (std::atomic_ref<std::uint32_t>(c_->busy_).load(std::memory_order_seq_cst) != 0) sched_yield();
+      // A request is a few loads and wake-ups: yield to it, then sleep, so
+      // that a waiter of a higher real-time priority than the request's
+      // thread, which sched_yield() would not let it run, cannot spin for
+      // ever beside it on one CPU.
+      for (int spins = 0; std::atomic_ref<std::uint32_t>(c_->busy_).load(std::memory_order_seq_cst) != 0; ++spins) {
+        if (spins < 100) {
+          sched_yield();
+        } else {
+          const timespec pause{0, 50'000};
+          ::nanosleep(&pause, nullptr);
+        }
+      }
     }
     Watch(const Watch&) = delete;
     Watch& operator=(const Watch&) = delete;
