@@ -410,6 +410,7 @@ class Dependency:
         cancel = _Cancel()
         loop = asyncio.get_running_loop()
         waiting = loop.create_future()
+        abandoned = []  # not empty once the awaiting task was cancelled (set on the loop)
 
         def wait():
             result = error = None
@@ -417,9 +418,13 @@ class Dependency:
                 result = self._acquire_waiting(timeout, cancel)
             except BaseException as e:  # the awaiting task raises it
                 error = e
+            if abandoned:  # no one takes the permit, nor the refusal
+                if result is not None:
+                    result.release(IGNORE)
+                return
             try:
-                loop.call_soon_threadsafe(_settle, waiting, result, error)
-            except RuntimeError:  # the loop closed meanwhile: no one takes the permit
+                loop.call_soon_threadsafe(_settle, waiting, result, error, abandoned)
+            except RuntimeError:  # the loop closed meanwhile
                 if result is not None:
                     result.release(IGNORE)
 
@@ -429,10 +434,10 @@ class Dependency:
             # which may be a permit to give back.
             return await asyncio.shield(waiting)
         except asyncio.CancelledError:
+            abandoned.append(True)
             request = getattr(_c(), "bh_cancel_request", None)
             if request is not None and request.argtypes is not None:
                 request(ctypes.byref(cancel))
-            waiting.add_done_callback(_give_back_unclaimed)
             raise
 
     def _acquire_waiting(self, timeout, cancel):
@@ -496,20 +501,18 @@ class Dependency:
         return self._client._call(_c().bh_inflight, self._handle)
 
 
-def _settle(waiting, result, error):
-    """The end of an acquire_async()'s wait, on its loop."""
-    if error is not None:
+def _settle(waiting, result, error, abandoned):
+    """The end of an acquire_async()'s wait, on its loop. If the awaiting
+    task was cancelled meanwhile, a permit admitted all the same is given
+    back, and a refusal dropped: set on the future, no one would take it
+    (and asyncio would log it, unretrieved, when it is collected)."""
+    if abandoned:
+        if result is not None:
+            result.release(IGNORE)
+    elif error is not None:
         waiting.set_exception(error)
     else:
         waiting.set_result(result)
-
-
-def _give_back_unclaimed(waiting):
-    """The end of a wait whose acquire_async() was cancelled: a permit
-    admitted all the same is given back; a refusal is left unraised."""
-    if waiting.cancelled() or waiting.exception() is not None:
-        return
-    waiting.result().release(IGNORE)
 
 
 # Every open Client, for the fork handler below.
