@@ -196,6 +196,14 @@ BH_API int bh_try_acquire_untimed(bh_dep *d, bh_permit *out);
  * mode nothing waits. */
 BH_API int bh_acquire(bh_dep *d, uint64_t deadline_ns, bh_permit *out);
 
+/* What is left of the deadline of a permit bh_acquire() filled, in
+ * nanoseconds (0 once it has passed): the budget for the call itself.
+ * UINT64_MAX for a permit without a deadline (bh_try_acquire(),
+ * BH_NO_DEADLINE); 0 for an empty permit. */
+BH_API uint64_t bh_permit_remaining_ns(const bh_permit *p);
+/* CLOCK_MONOTONIC now, in nanoseconds: the clock of deadlines. */
+BH_API uint64_t bh_now_ns(void);
+
 /* A cancellation for waiting calls: bh_acquire_cancellable() with it
  * leaves the wait queue as soon as bh_cancel_request() is called on it,
  * refused with BH_REJECT_CANCELLED. For a caller whose request is abandoned
@@ -205,8 +213,8 @@ BH_API int bh_acquire(bh_dep *d, uint64_t deadline_ns, bh_permit *out);
  *
  * A value the caller owns, like a permit; its fields are private. Zero it
  * ({0}, or bh_cancel_init()) before use. One may serve any number of calls
- * at once, on any threads and dependencies: a request cancels
- * them all, and every call that passes it later is refused at once, until
+ * at once, on any threads and dependencies: a request cancels them all,
+ * and every call that passes it later is refused at once, until
  * bh_cancel_init() makes it new (with no call using it). Up to 8 waiting
  * calls are woken at once; more notice the request within 10 ms. It works
  * within one process: not in memory shared with others, and a child of
@@ -240,13 +248,6 @@ BH_API int bh_acquire_cancellable(bh_dep *d, uint64_t deadline_ns, bh_cancel *ca
  * a refusal at the limit: the limit policy does not see it. 0, or -EINVAL
  * for another reason or NULL. */
 BH_API int bh_record_refusal(bh_dep *d, int reason);
-/* What is left of the deadline of a permit bh_acquire() filled, in
- * nanoseconds (0 once it has passed): the budget for the call itself.
- * UINT64_MAX for a permit without a deadline (bh_try_acquire(),
- * BH_NO_DEADLINE); 0 for an empty permit. */
-BH_API uint64_t bh_permit_remaining_ns(const bh_permit *p);
-/* CLOCK_MONOTONIC now, in nanoseconds: the clock of deadlines. */
-BH_API uint64_t bh_now_ns(void);
 
 /* The dependency's breaker state, BH_BREAKER_*, as last published by the
  * daemon; -EINVAL for NULL. */
