@@ -186,13 +186,12 @@ std::string when_applied(const shm::Segment& segment) {
   if (daemon.pid > 0 && shm::daemon_liveness(daemon, shm::own_pid_namespace()) != shm::Liveness::kDead) {
     // Relaxed: lone values; a tick an instant ago or not changes nothing.
     const shm::Header& h = segment.header();
-    const std::uint64_t beat_ns = h.heartbeat_ns.load(std::memory_order_relaxed);
-    const std::uint64_t now_ns = ctl::monotonic_now_ns();
-    const double stale_s = ctl::StatusOptions{}.stale_after_s;
-    if (h.heartbeat.load(std::memory_order_relaxed) > 0 && now_ns > beat_ns &&
-        static_cast<double>(now_ns - beat_ns) / 1e9 > stale_s) {
+    const std::optional<double> age_s =
+        ctl::heartbeat_age_s(h.heartbeat.load(std::memory_order_relaxed),
+                             h.heartbeat_ns.load(std::memory_order_relaxed), ctl::monotonic_now_ns());
+    if (age_s && *age_s > ctl::StatusOptions{}.stale_after_s) {
       return "bulkheadd (pid " + std::to_string(daemon.pid) + ") has not ticked for " +
-             std::to_string((now_ns - beat_ns) / 1'000'000'000) + " s (stopped or hung?): it applies it at its " +
+             std::to_string(static_cast<std::uint64_t>(*age_s)) + " s (stopped or hung?): it applies it at its " +
              "next tick";
     }
     return "bulkheadd applies it at its next tick";

@@ -122,6 +122,11 @@ const DependencyReading* Snapshot::at_index(std::uint32_t index) const {
   return nullptr;
 }
 
+std::optional<double> heartbeat_age_s(std::uint64_t heartbeat, std::uint64_t heartbeat_ns, std::uint64_t now_ns) {
+  if (heartbeat == 0 || heartbeat_ns == 0) return std::nullopt;
+  return now_ns > heartbeat_ns ? static_cast<double>(now_ns - heartbeat_ns) / 1e9 : 0.0;
+}
+
 std::uint64_t monotonic_now_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -393,12 +398,7 @@ Status derive_status(Snapshot before, Snapshot after, const StatusOptions& optio
                       ? static_cast<double>(after.taken_ns - before.taken_ns) / 1e9
                       : 0.0;
   const DaemonReading& d = after.daemon;
-  if (d.heartbeat > 0 && d.heartbeat_ns > 0) {
-    // The daemon may tick between our clock read and its heartbeat load.
-    st.heartbeat_age_s = after.taken_ns > d.heartbeat_ns
-                             ? static_cast<double>(after.taken_ns - d.heartbeat_ns) / 1e9
-                             : 0.0;
-  }
+  st.heartbeat_age_s = heartbeat_age_s(d.heartbeat, d.heartbeat_ns, after.taken_ns);
   if (d.pid <= 0 || d.liveness == shm::Liveness::kDead) {
     st.daemon_state = DaemonState::kNone;
   } else if (!st.heartbeat_age_s || *st.heartbeat_age_s > options.stale_after_s) {

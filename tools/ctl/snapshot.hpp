@@ -145,6 +145,11 @@ struct Snapshot {
 // it runs in a time namespace of its own (shm::monotonic_offset_ns()).
 std::uint64_t monotonic_now_ns();
 
+// How long before `now_ns` the daemon last ticked (Header::heartbeat and
+// heartbeat_ns), in seconds; nullopt while it has recorded no tick, and 0
+// when it ticked between the caller's clock read and its load.
+std::optional<double> heartbeat_age_s(std::uint64_t heartbeat, std::uint64_t heartbeat_ns, std::uint64_t now_ns);
+
 // Reads everything bulkheadctl shows. `now_ns` is taken_ns (CLOCK_MONOTONIC;
 // tests pass their own). Loads only.
 Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns);
