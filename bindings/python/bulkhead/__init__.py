@@ -418,10 +418,6 @@ class Dependency:
                 result = self._acquire_waiting(timeout, cancel)
             except BaseException as e:  # the awaiting task raises it
                 error = e
-            if abandoned:  # no one takes the permit, nor the refusal
-                if result is not None:
-                    result.release(IGNORE)
-                return
             try:
                 loop.call_soon_threadsafe(_settle, waiting, result, error, abandoned)
             except RuntimeError:  # the loop closed meanwhile
@@ -435,9 +431,7 @@ class Dependency:
             return await asyncio.shield(waiting)
         except asyncio.CancelledError:
             abandoned.append(True)
-            request = getattr(_c(), "bh_cancel_request", None)
-            if request is not None and request.argtypes is not None:
-                request(ctypes.byref(cancel))
+            _request(cancel)
             raise
 
     def _acquire_waiting(self, timeout, cancel):
@@ -499,6 +493,13 @@ class Dependency:
     def inflight(self):
         """Calls in flight host-wide (standalone: in this process)."""
         return self._client._call(_c().bh_inflight, self._handle)
+
+
+def _request(cancel):
+    """bh_cancel_request(cancel); nothing with a libbulkhead older than it."""
+    request = getattr(_c(), "bh_cancel_request", None)
+    if request is not None and request.argtypes is not None:
+        request(ctypes.byref(cancel))
 
 
 def _settle(waiting, result, error, abandoned):
@@ -628,10 +629,8 @@ class Client:
         with self._lock:
             self._closing = True  # calls from now on raise ValueError, but for releases
             self._dependencies.clear()
-            request = getattr(_c(), "bh_cancel_request", None)
-            if request is not None and request.argtypes is not None:
-                for cancel in self._cancels.values():
-                    request(ctypes.byref(cancel))
+            for cancel in self._cancels.values():
+                _request(cancel)
             if threading.get_ident() in self._waiting:
                 self._close_after_waits = True  # waiting for that call here would wait forever
                 return
