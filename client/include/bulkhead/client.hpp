@@ -202,6 +202,8 @@ class Dependency {
       deadline_ns = ns < 0 ? 0 : static_cast<std::uint64_t>(ns);
     }
     Permit p;
+    // bh_acquire() without a cancel: a program that never cancels runs on
+    // a libbulkhead older than bh_acquire_cancellable() too.
     const int rc = cancel == nullptr ? bh_acquire(handle_, deadline_ns, &p.permit_)
                                      : bh_acquire_cancellable(handle_, deadline_ns, cancel, &p.permit_);
     if (rc < 0) throw Error(rc);
