@@ -187,6 +187,7 @@ struct bh_dep : DependencyLines {
 struct bh_client {
   std::optional<shm::Segment> segment;
   shm::ProcessClaim process;  // its slot in the process table
+  shm::LivenessLock lock;  // the claim's: exec() drops it (shm::LivenessLock)
   std::uint32_t static_limit = UINT32_MAX;
   bool require_segment = false;  // opened with BH_OPEN_REQUIRE_SEGMENT
   std::string status;
@@ -397,6 +398,7 @@ void unlock_after_fork() {
 void rebind_to_own_slot(bh_client* c) {
   try {
     c->process = shm::claim_process_slot(*c->segment);
+    c->lock = shm::LivenessLock(*c->segment, c->process);
     for (auto& [name, dep] : c->deps) {
       dep->held = &c->segment->held(c->process.index, dep->index);
       assign_stripes(dep.get(), *c->segment, c->process.index);
@@ -438,9 +440,11 @@ void rebind_after_fork() {
     for (auto& [name, dep] : c->deps) dep->inherited |= dep->held_at_fork ? 1u : 0u;
     if (c->segment) {
       // No slot yet (claim_after_fork()), and nothing held: the parent's
-      // slot is not the child's to count in, nor to free.
+      // slot is not the child's to count in, nor to free. Nor its lock to
+      // keep: the parent's would outlive its exec while the child runs.
       c->fork_pending = true;
       c->process = {};
+      c->lock.drop_copy();
       for (auto& [name, dep] : c->deps) {
         dep->held_before_claim.store(0, std::memory_order_relaxed);
         dep->held = &dep->held_before_claim;
@@ -1041,6 +1045,7 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
   try {
     client->segment = shm::Segment::attach(name, shm::Access::kReadWrite);
     client->process = shm::claim_process_slot(*client->segment);
+    client->lock = shm::LivenessLock(*client->segment, client->process);
     client->status = "shared: attached to /dev/shm/" + name + " (" + describe_daemon(client->segment->header()) + ")";
   } catch (const shm::SegmentError& e) {
     if (e.code() != ENOENT || (options->flags & BH_OPEN_REQUIRE_SEGMENT) != 0) {
@@ -1078,7 +1083,8 @@ void bh_client_close(bh_client* c) {
     bool holds = false;
     for (auto& [name, dep] : c->deps) holds |= dep->held->load(std::memory_order_relaxed) != 0;
     // A slot that still holds permits stays taken: the daemon gives them
-    // back when this process exits, as for a crash.
+    // back once the slot's liveness lock, closed with the client, is gone
+    // (or, without a lock, when this process exits), as for a crash.
     if (!holds) shm::release_process_slot(*c->segment, c->process);
   }
   delete c;

@@ -112,7 +112,8 @@ ControlLoop::Dependency& ControlLoop::Dependencies::insert(std::uint32_t index, 
 }
 
 ControlLoop::ControlLoop(shm::Segment& segment, const Config& config, Metrics* metrics)
-    : segment_(segment), metrics_(metrics), watch_(segment.capacities().max_processes) {
+    : segment_(segment), metrics_(metrics), watch_(segment.capacities().max_processes),
+      lock_gone_at_claim_(segment.capacities().max_processes, 0) {
   heartbeat_ = segment_.header().heartbeat.load(std::memory_order_relaxed);
   occupancy_.max_dependencies = segment_.capacities().max_dependencies;
   occupancy_.max_processes = segment_.capacities().max_processes;
@@ -935,15 +936,26 @@ void ControlLoop::reclaim_dead_processes() {
     ++taken;  // less the slot if it is freed below
     // A process /proc hides (kUnknown) counts as alive: giving back the
     // permits of a live process would admit over the limit. So does one of
-    // another pid namespace the daemon cannot find for sure. And the slot
-    // is cleared only if it still holds the claim checked: between the
+    // another pid namespace the daemon cannot find for sure. Unless its
+    // liveness lock is gone: whatever runs under its pid now (exec keeps
+    // it) is another program, with none of its permits. And the slot is
+    // cleared only if it still holds the claim checked: between the
     // snapshot and the check, the process may have exited and another
     // taken its slot (a forked child takes one within microseconds).
-    if (watch_.check(*seen) != shm::Liveness::kDead || !shm::take_process_slot(segment_, *seen)) {
-      continue;
+    const shm::Liveness liveness = watch_.check(*seen);
+    const bool lock_gone = liveness != shm::Liveness::kDead && lock_gone_twice(p, *seen);
+    if ((liveness != shm::Liveness::kDead && !lock_gone) || !shm::take_process_slot(segment_, *seen)) continue;
+    // Of a process that runs by its pid, the lock says it exec'd; of one
+    // the daemon cannot see, that it exited or exec'd.
+    const char* left = !lock_gone ? "died" : liveness == shm::Liveness::kAlive ? "exec'd" : "exited or exec'd";
+    dead.push_back({p, describe_process(*seen, watch_.pid_here(p, seen->pid)), left, {}});
+    if (lock_gone) {
+      spdlog::warn("process {} {} (its liveness lock is gone: the descriptor libbulkhead holds it with was closed, "
+                   "as exec and exit close it); its slot is freed, and what it held given back",
+                   dead.back().pid, left);
     }
-    dead.push_back({p, describe_process(*seen, watch_.pid_here(p, seen->pid)), {}});
   }
+  lock_cursor_ = (lock_cursor_ + kLockChecksPerTick) % processes;
   if (!dead.empty()) {
     give_back_dead(dead);
     for (const DeadProcess& gone : dead) {
@@ -953,6 +965,26 @@ void ControlLoop::reclaim_dead_processes() {
     }
   }
   occupancy_.processes = taken;
+}
+
+bool ControlLoop::lock_gone_twice(std::uint32_t p, const shm::ProcessSnapshot& seen) {
+  const std::uint32_t processes = segment_.capacities().max_processes;
+  std::uint32_t& marked = lock_gone_at_claim_[p];
+  if (marked != 0 && marked != seen.claim.claims) marked = 0;  // another claim's
+  if (marked == 0 && (p + processes - lock_cursor_) % processes >= kLockChecksPerTick) return false;
+  if (!shm::liveness_lock_dropped(segment_, seen)) {
+    marked = 0;
+    return false;
+  }
+  // A dying process drops its descriptors a moment before the kernel says
+  // it has exited: found without its lock once, it is tested again at the
+  // next tick, which finds it dead by its pid if it was exiting.
+  if (marked == 0) {
+    marked = seen.claim.claims;
+    return false;
+  }
+  marked = 0;
+  return true;
 }
 
 void ControlLoop::give_back_dead(std::vector<DeadProcess>& dead) {
@@ -1025,13 +1057,14 @@ void ControlLoop::give_back_dead(std::vector<DeadProcess>& dead) {
         unlogged_places += waited;
         unlogged_permits += take;
       } else if (held[0] == 0) {
-        spdlog::warn("process {} died waiting for {} ({} place(s) in its queue): freed", gone.pid, name, waited);
+        spdlog::warn("process {} {} waiting for {} ({} place(s) in its queue): freed", gone.pid, gone.left, name,
+                     waited);
       } else if (waited == 0) {
-        spdlog::warn("process {} died holding {} permit(s) of {}: given back", gone.pid, take, name);
+        spdlog::warn("process {} {} holding {} permit(s) of {}: given back", gone.pid, gone.left, take, name);
       } else {
-        spdlog::warn("process {} died holding {} permit(s) of {} and waiting ({} place(s) in its queue): given "
+        spdlog::warn("process {} {} holding {} permit(s) of {} and waiting ({} place(s) in its queue): given "
                      "back and freed",
-                     gone.pid, take, name, waited);
+                     gone.pid, gone.left, take, name, waited);
       }
       shm::wake_waiters(segment_.dependency(d).admission.futex);
     }

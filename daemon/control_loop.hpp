@@ -10,7 +10,7 @@
 //      (bulkheadctl pin) until the pin ends.
 //      Then its circuit breaker (daemon/breaker.hpp) from the same deltas
 //      and the operator's override in the segment; publish its state.
-//   3. Give back the permits of processes that died holding them, and
+//   3. Give back the permits of processes that died (or exec'd) holding them, and
 //      their places in wait queues; wake the waiters.
 //   4. Count the slots taken in the segment's tables (steps 1 and 3 walk
 //      them); log a table that fills, since clients are what it refuses.
@@ -139,10 +139,20 @@ class ControlLoop {
   // Calls waiting in the dependency's queue, for the metrics.
   std::uint32_t count_waiters(Dependency& d);
   void reclaim_dead_processes();
-  // A process found dead, its slot taken from it (shm::take_process_slot()).
+  // Liveness locks tested a tick (shm::liveness_lock_dropped()): those of
+  // this many process slots from lock_cursor_ on, so that a table of 4096
+  // slots, each test walking its thousands of locks, takes 0.5 ms a tick,
+  // not 30; every slot's is tested within max_processes / 64 ticks.
+  static constexpr std::uint32_t kLockChecksPerTick = 64;
+  // Whether process slot `p`, whose process runs by its pid, has dropped
+  // its liveness lock at two ticks in a row: it exec'd.
+  bool lock_gone_twice(std::uint32_t p, const shm::ProcessSnapshot& seen);
+  // A process found dead, or that exec'd (its liveness lock dropped), its
+  // slot taken from it (shm::take_process_slot()).
   struct DeadProcess {
     std::uint32_t slot = 0;
     std::string pid;  // as the log names it
+    const char* left = "died";  // or "exec'd" (its liveness lock gone), as the log says it
     // The places in wait queues freed for it: (dependency slot, places), in
     // slot order.
     std::vector<std::pair<std::uint32_t, std::uint32_t>> waits;
@@ -219,6 +229,10 @@ class ControlLoop {
   Config config_;
   Metrics* metrics_;
   ProcessWatch watch_;  // which attached processes still run
+  std::uint32_t lock_cursor_ = 0;  // the first process slot whose lock the next tick tests
+  // By process slot: the claim whose lock was found gone at the last tick
+  // (tested again at this one), or 0.
+  std::vector<std::uint32_t> lock_gone_at_claim_;
   // The tracked dependencies, ordered by slot index: a vector, so that the
   // tick walks them in one pass over contiguous memory (a std::map's nodes
   // cost a cache miss each, 8% of the tick at 4096 dependencies). Slots

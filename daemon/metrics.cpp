@@ -147,8 +147,8 @@ class Metrics::DependencySeries : public prometheus::Collectable {
     // From 0, with every dependency: increase() sees the first permits
     // given back only on a series that was there before them.
     auto permits_reclaimed = family("bulkhead_permits_reclaimed_total",
-                                    "Permits given back on behalf of processes that died holding them, or "
-                                    "found in flight with no process holding them.",
+                                    "Permits given back on behalf of processes that died or exec'd holding "
+                                    "them, or found in flight with no process holding them.",
                                     MetricType::Counter, n);
     auto breaker_state = family("bulkhead_breaker_state",
                                 "Circuit breaker state: 1 for the state it is in (closed, open, half_open), "

@@ -96,7 +96,11 @@ inline constexpr std::uint16_t kAbiMajor = 4;
 // 3 or less, the pid is taken as one in the reader's namespace; one under
 // another daemon's namespace, not its own, is looked for in the reader's
 // and then in any (shm::daemon_liveness()).
-inline constexpr std::uint16_t kAbiMinor = 4;
+// ABI 4.5: ProcessIdentity::lock_claim, the claim's liveness lock
+// (shm::LivenessLock): the daemon frees the slot of a process that exec'd.
+// A client of minor 4 or less records none, and its slot stays until its
+// pid exits, as before.
+inline constexpr std::uint16_t kAbiMinor = 5;
 // The first minor of this major whose daemon reads DependencyControl::limit_pin.
 inline constexpr std::uint16_t kPinAbiMinor = 1;
 
@@ -448,6 +452,10 @@ struct alignas(kCacheLine) HistogramCounts {
   std::uint8_t reserved[32];
 };
 
+// Process slot i's liveness lock is byte kLivenessLockBase + i of the
+// segment's file: past any segment's end (a lock needs no data there).
+inline constexpr std::uint64_t kLivenessLockBase = 1ull << 48;
+
 struct alignas(kCacheLine) ProcessIdentity {
   std::atomic<std::uint32_t> state;        // SlotState
   std::atomic<std::int32_t> pid;
@@ -464,7 +472,13 @@ struct alignas(kCacheLine) ProcessIdentity {
   // the daemon's own namespace.
   std::atomic<std::uint64_t> pid_ns_device;
   std::atomic<std::uint64_t> pid_ns_inode;
-  std::uint8_t reserved[24];
+  // The claim's liveness lock (ABI 4.5): claims << 32 | pid of the claim
+  // whose process holds a read lock on byte kLivenessLockBase + the slot's
+  // index of the segment's file, through a descriptor that exec() closes
+  // (shm::LivenessLock); 0, or another claim's, for none. Written after
+  // the state is ready, with release.
+  std::atomic<std::uint64_t> lock_claim;
+  std::uint8_t reserved[16];
 };
 
 struct ProcessSlot {
@@ -504,6 +518,7 @@ static_assert(sizeof(HistogramCounts) == 13 * kCacheLine);
 static_assert(offsetof(ProcessIdentity, claims) == 16);
 static_assert(offsetof(ProcessIdentity, pid_ns_device) == 24);
 static_assert(offsetof(ProcessIdentity, pid_ns_inode) == 32);
+static_assert(offsetof(ProcessIdentity, lock_claim) == 40);
 static_assert(sizeof(ProcessIdentity) == kCacheLine);
 static_assert(sizeof(ProcessSlot) == kCacheLine);
 

@@ -292,6 +292,8 @@ void Segment::set_file_access(std::uint32_t mode, gid_t group) const {
   set_access(mapping_->object.get_mapping_handle().handle, mode, group, name_);
 }
 
+int Segment::descriptor() const { return mapping_->object.get_mapping_handle().handle; }
+
 std::uint64_t Segment::reserved_bytes() const {
   struct stat st {};
   if (::fstat(mapping_->object.get_mapping_handle().handle, &st) != 0) return 0;
@@ -775,13 +777,31 @@ void release_process_slot(Segment& segment, const ProcessClaim& claim) {
 
 namespace {
 
-// The slot's fields after its count of claims was read.
+// The slot's fields after its count of claims was read. The lock's record
+// with acquire: it pairs with the release store that follows the lock.
 ProcessSnapshot fields_of(const ProcessIdentity& id, std::uint32_t index, std::uint32_t claims) {
   return ProcessSnapshot{{index, claims},
                          id.pid.load(std::memory_order_relaxed),
                          id.start_time.load(std::memory_order_relaxed),
                          {id.pid_ns_device.load(std::memory_order_relaxed),
-                          id.pid_ns_inode.load(std::memory_order_relaxed)}};
+                          id.pid_ns_inode.load(std::memory_order_relaxed)},
+                         id.lock_claim.load(std::memory_order_acquire)};
+}
+
+// What a claim's lock records in its slot: the claim's count with its pid,
+// so that a claim made since by a client of ABI 4.4 or older (which
+// records no lock, and of 4.2 or older, no count) is not taken for it.
+std::uint64_t lock_record(std::uint32_t claims, std::int32_t pid) {
+  return static_cast<std::uint64_t>(claims) << 32 | static_cast<std::uint32_t>(pid);
+}
+
+struct flock slot_byte(short type, std::uint32_t index) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = static_cast<off_t>(kLivenessLockBase + index);
+  lock.l_len = 1;
+  return lock;
 }
 
 }  // namespace
@@ -830,6 +850,7 @@ void free_process_slot(Segment& segment, std::uint32_t index) {
   // older minor that takes the slot next does not, and would inherit them.
   id.pid_ns_device.store(0, std::memory_order_relaxed);
   id.pid_ns_inode.store(0, std::memory_order_relaxed);
+  id.lock_claim.store(0, std::memory_order_relaxed);
   // Pairs with the acquire CAS in claim_process_slot(): the next owner sees
   // the cleared fields.
   id.state.store(kSlotFree, std::memory_order_release);
@@ -839,6 +860,50 @@ void abandon_process_claim(Segment& segment, std::uint32_t index) {
   std::uint32_t claiming = kSlotClaiming;
   // Only the state: the claim, unfinished, may still write the fields.
   segment.process(index).identity.state.compare_exchange_strong(claiming, kSlotFree, std::memory_order_relaxed);
+}
+
+LivenessLock::LivenessLock(Segment& segment, const ProcessClaim& claim) {
+  // Opened anew, not dup()ed: a duplicate shares the mapping's open file
+  // description, which a forked child's copy of it keeps open.
+  const int fd = ::open(("/dev/shm/" + segment.name()).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return;
+  struct stat opened {}, mapped {};
+  struct flock lock = slot_byte(F_RDLCK, claim.index);
+  if (::fstat(fd, &opened) != 0 || ::fstat(segment.descriptor(), &mapped) != 0 || opened.st_dev != mapped.st_dev ||
+      opened.st_ino != mapped.st_ino || ::fcntl(fd, F_OFD_SETLK, &lock) != 0) {
+    ::close(fd);
+    return;
+  }
+  fd_ = fd;
+  // Release: a daemon that reads the record finds the lock taken.
+  segment.process(claim.index)
+      .identity.lock_claim.store(lock_record(claim.claims, ::getpid()), std::memory_order_release);
+}
+
+LivenessLock& LivenessLock::operator=(LivenessLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+LivenessLock::~LivenessLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void LivenessLock::drop_copy() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+bool liveness_lock_dropped(const Segment& segment, const ProcessSnapshot& seen) {
+  if (seen.lock_claim == 0 || seen.lock_claim != lock_record(seen.claim.claims, seen.pid)) return false;
+  // Asks whether a write lock could be taken: only when no one holds the
+  // read lock. The daemon's own description holds none.
+  struct flock test = slot_byte(F_WRLCK, seen.claim.index);
+  if (::fcntl(segment.descriptor(), F_OFD_GETLK, &test) != 0) return false;
+  return test.l_type == F_UNLCK;
 }
 
 }  // namespace bulkhead::shm

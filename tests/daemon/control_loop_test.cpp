@@ -2,6 +2,7 @@
 // through the library, the test advances time tick by tick.
 #include "daemon/control_loop.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -429,6 +430,141 @@ TEST_F(ControlLoopTest, PermitsOfADeadProcessAreGivenBack) {
   EXPECT_EQ(reclaimed(), "2");
   mine.success();
   EXPECT_EQ(dep.inflight(), 0);
+}
+
+// Waits (up to 30 s) until the liveness lock of `pid`'s process slot is
+// gone: exec closes the close-on-exec descriptors in their order, so a
+// pipe the test reads may close before the lock's descriptor.
+bool wait_until_lock_dropped(const shm::Segment& segment, pid_t pid) {
+  for (int i = 0; i < 30'000; ++i) {
+    for (std::uint32_t p = 0; p < segment.capacities().max_processes; ++p) {
+      const std::optional<shm::ProcessSnapshot> seen = shm::read_process_slot(segment, p);
+      if (seen && seen->pid == pid && shm::liveness_lock_dropped(segment, *seen)) return true;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
+// exec() keeps the pid and the start time, which alone made the program a
+// client became its client still, its slot and the permits its threads
+// held (exec ended them) kept until that program exited. The claim's
+// liveness lock goes with the exec. The child's first call claims a slot
+// of its own (and its lock); /bin/sleep then runs on under its pid.
+TEST_F(ControlLoopTest, PermitsOfAProcessThatExecdAreGivenBackWhileItRunsOn) {
+  start("", {}, true);
+  Dependency dep = client_->dependency("orders");
+  advance_ticks(1);
+  Permit mine = dep.try_acquire();
+  int exec_seen[2];
+  ASSERT_EQ(::pipe2(exec_seen, O_CLOEXEC), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Permit a = dep.try_acquire(), b = dep.try_acquire();
+    if (!a || !b) std::_Exit(1);
+    ::execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
+    std::_Exit(2);
+  }
+  ::close(exec_seen[1]);
+  char c = 0;
+  EXPECT_EQ(::read(exec_seen[0], &c, 1), 0);  // end of file: the child has exec'd (or died)
+  ::close(exec_seen[0]);
+  ASSERT_EQ(::waitpid(child, nullptr, WNOHANG), 0) << "the child did not get to exec";
+  ASSERT_TRUE(wait_until_lock_dropped(*segment_, child));
+  EXPECT_EQ(dep.inflight(), 3);
+  const testing::LogCapture log;
+  advance_ticks(1);  // this fixture's 8 slots are all tested each tick
+  EXPECT_EQ(dep.inflight(), 3);  // found without its lock once: it might be exiting
+  advance_ticks(1);  // and again
+  EXPECT_EQ(dep.inflight(), 1);
+  EXPECT_EQ(loop_->permits_reclaimed(), 2u);
+  EXPECT_EQ(loop_->occupancy().processes, 1u);  // this test's own, the child's freed
+  EXPECT_EQ(log.count("process " + std::to_string(child) + " exec'd holding 2 permit(s) of orders: given back"), 1u)
+      << log.text();
+  EXPECT_EQ(::waitpid(child, nullptr, WNOHANG), 0);  // sleep runs on
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  mine.success();
+  EXPECT_EQ(dep.inflight(), 0);
+}
+
+// Each tick tests the liveness locks of 64 process slots, the next 64 at
+// the next: a table of thousands is not walked whole every tick. A lock
+// found gone is tested again at the next tick, whatever its slot.
+class WideProcessTableTest : public testing::LoopFixture {
+ protected:
+  WideProcessTableTest() : LoopFixture("wide", 200) {}
+};
+
+TEST_F(WideProcessTableTest, LivenessLocksAreTestedSixtyFourSlotsATick) {
+  // 100 slots this process claims by hand (no lock: never found gone), so
+  // that the test's client takes slot 100 and its child slot 101.
+  start("", [](shm::Segment& s) {
+    for (int i = 0; i < 100; ++i) shm::claim_process_slot(s);
+  });
+  Dependency dep = client_->dependency("orders");
+  int exec_seen[2];
+  ASSERT_EQ(::pipe2(exec_seen, O_CLOEXEC), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Permit a = dep.try_acquire();
+    if (!a) std::_Exit(1);
+    ::execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
+    std::_Exit(2);
+  }
+  ::close(exec_seen[1]);
+  char c = 0;
+  EXPECT_EQ(::read(exec_seen[0], &c, 1), 0);
+  ::close(exec_seen[0]);
+  EXPECT_EQ(read_process_slot(*segment_, 101)->pid, child);
+  ASSERT_TRUE(wait_until_lock_dropped(*segment_, child));
+  advance_ticks(1);  // slots 0 to 63
+  advance_ticks(1);  // 64 to 127: found gone
+  EXPECT_EQ(dep.inflight(), 1);
+  advance_ticks(1);  // 128 to 199 and 0 to 55, and slot 101 again
+  EXPECT_EQ(dep.inflight(), 0);
+  EXPECT_EQ(loop_->permits_reclaimed(), 1u);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+}
+
+// A forked child shares its parent's open file descriptions, and with them
+// their locks: a grandchild that never calls the library must not keep the
+// lock of the child, which then execs.
+TEST_F(ControlLoopTest, AForkedChildDoesNotKeepItsParentsLivenessLock) {
+  start("", {}, true);
+  Dependency dep = client_->dependency("orders");
+  advance_ticks(1);
+  int report[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Permit a = dep.try_acquire();
+    if (!a) std::_Exit(1);
+    const pid_t grandchild = ::fork();
+    if (grandchild == 0) {
+      ::close(report[1]);
+      for (;;) ::pause();
+    }
+    if (::write(report[1], &grandchild, sizeof grandchild) != sizeof grandchild) std::_Exit(3);
+    ::execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
+    std::_Exit(2);
+  }
+  ::close(report[1]);
+  pid_t grandchild = 0;
+  ASSERT_EQ(::read(report[0], &grandchild, sizeof grandchild), static_cast<ssize_t>(sizeof grandchild));
+  char c = 0;
+  EXPECT_EQ(::read(report[0], &c, 1), 0);  // the child has exec'd
+  ::close(report[0]);
+  ASSERT_TRUE(wait_until_lock_dropped(*segment_, child));
+  EXPECT_EQ(dep.inflight(), 1);
+  advance_ticks(2);
+  EXPECT_EQ(dep.inflight(), 0);
+  EXPECT_EQ(loop_->permits_reclaimed(), 1u);
+  EXPECT_EQ(::kill(grandchild, 0), 0);  // still there, with its copy of the child's descriptors
+  ::kill(grandchild, SIGKILL);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
 }
 
 // Processes that die holding permits of many dependencies are logged a

@@ -714,6 +714,73 @@ TEST(ProcessTable, ClaimRecordsPidStartTimeAndNamespaceAndReleaseFrees) {
   EXPECT_EQ(again.claims, a.claims + 1);  // each claim counted
 }
 
+// The liveness lock: held while its owner keeps it, dropped with it (as
+// exec closes it), and read only for the claim that recorded it.
+TEST(ProcessTable, ALivenessLockIsDroppedWithItsDescriptorAndReadForItsClaimOnly) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(4, 2));
+  const ProcessClaim claim = claim_process_slot(s);
+  EXPECT_FALSE(liveness_lock_dropped(s, *read_process_slot(s, claim.index)));  // none recorded
+  std::optional<LivenessLock> lock(std::in_place, s, claim);
+  ASSERT_TRUE(lock->held());
+  const ProcessSnapshot seen = *read_process_slot(s, claim.index);
+  EXPECT_EQ(seen.lock_claim, std::uint64_t{claim.claims} << 32 | static_cast<std::uint32_t>(::getpid()));
+  EXPECT_FALSE(liveness_lock_dropped(s, seen));
+  // Another slot's byte is not this one's.
+  const ProcessClaim other = claim_process_slot(s);
+  const LivenessLock other_lock(s, other);
+  lock.reset();
+  EXPECT_TRUE(liveness_lock_dropped(s, seen));
+  EXPECT_FALSE(liveness_lock_dropped(s, *read_process_slot(s, other.index)));
+  // A claim since that recorded no lock (a client of ABI 4.4) is not
+  // taken for the one that did, nor is a record of another pid.
+  ProcessSnapshot later = seen;
+  ++later.claim.claims;
+  EXPECT_FALSE(liveness_lock_dropped(s, later));
+  ProcessSnapshot elsewhere = seen;
+  ++elsewhere.pid;
+  EXPECT_FALSE(liveness_lock_dropped(s, elsewhere));
+  // A release clears the record.
+  release_process_slot(s, claim);
+  EXPECT_EQ(s.process(claim.index).identity.lock_claim.load(), 0u);
+}
+
+// A forked child shares the lock's open file description: its copy keeps
+// the lock held until dropped (what the client's fork handler does).
+TEST(ProcessTable, AForkedChildsCopyOfALivenessLockKeepsItUntilDropped) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(4, 2));
+  const ProcessClaim claim = claim_process_slot(s);
+  std::optional<LivenessLock> lock(std::in_place, s, claim);
+  const ProcessSnapshot seen = *read_process_slot(s, claim.index);
+  for (const bool drop : {false, true}) {
+    int go[2], ready[2];
+    ASSERT_EQ(::pipe(go), 0);
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      if (drop) lock->drop_copy();
+      ::close(go[1]);
+      char c = 0;
+      if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) < 0) std::_Exit(1);
+      std::_Exit(0);
+    }
+    char c = 0;
+    ASSERT_EQ(::read(ready[0], &c, 1), 1);
+    if (drop) {
+      EXPECT_FALSE(liveness_lock_dropped(s, seen));  // the parent's stays
+    }
+    std::optional<LivenessLock> gone = std::move(lock);
+    gone.reset();  // as the parent's exec would
+    EXPECT_EQ(liveness_lock_dropped(s, seen), drop) << (drop ? "dropped" : "kept by the child");
+    ::close(go[1]);
+    ::waitpid(child, nullptr, 0);
+    for (int fd : {go[0], ready[0], ready[1]}) ::close(fd);
+    EXPECT_TRUE(liveness_lock_dropped(s, seen));
+    lock.emplace(s, claim);  // again, for the next round
+  }
+}
+
 // The race the claim count closes: the daemon reads a ready slot, its
 // process exits (releasing it) and another process claims the slot, and
 // then the daemon's check of the process it read finds it dead.

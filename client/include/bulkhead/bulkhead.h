@@ -24,8 +24,8 @@
  * one inherited through fork() is the parent's, and releasing it in the
  * child does nothing (it gives nothing back and records no outcome).
  * A forked child takes a process slot of its own at its first call into
- * the library, and keeps it until it exits; one that only execs another
- * program takes none (docs/architecture.md). Do not call the library from a
+ * the library, and keeps it until it exits or execs; one that only execs
+ * another program takes none (docs/architecture.md). Do not call the library from a
  * pthread_atfork() handler: the library's own handlers hold its locks from
  * before fork() until the child's handler ends, in an order that depends
  * on which registered first, so such a call can deadlock.
@@ -135,11 +135,19 @@ typedef struct bh_options {
  * is an error: -EPROTO, -EBADMSG, -EACCES, ...; so is one whose process
  * table is full (-ENOSPC) or that its daemon has not finished making
  * (-EAGAIN), and a bad name, given or from $BULKHEAD_SEGMENT (-EINVAL: 1 to
- * 47 of A-Z a-z 0-9 . _ -, not "." or ".."; "" is no name, not NULL). */
+ * 47 of A-Z a-z 0-9 . _ -, not "." or ".."; "" is no name, not NULL).
+ *
+ * A client on a segment holds one file descriptor of its own, opened
+ * close-on-exec, with a lock by which the daemon tells that the process
+ * exec'd: it then frees the process's slot and gives back the permits its
+ * threads held. A program that closes descriptors it did not open (every
+ * one above 2, say) is taken for one that exec'd, and its permits are
+ * given back while it holds them. */
 BH_API int bh_client_open(const char *segment, bh_client **out);
 BH_API int bh_client_open_opts(const bh_options *options, bh_client **out);
-/* Closes the client. Every permit must have been released; handles die with
- * it. NULL is ignored. */
+/* Closes the client. Every permit must have been released (the daemon gives
+ * back those that were not within seconds); handles die with it. NULL is
+ * ignored. */
 BH_API void bh_client_close(bh_client *c);
 /* BH_MODE_SHARED or BH_MODE_STANDALONE; -EINVAL for NULL. */
 BH_API int bh_client_mode(const bh_client *c);
