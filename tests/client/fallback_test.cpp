@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "shm/stats.hpp"
+#include "shm/wait_queue.hpp"
 #include "tests/support/temp_segment.hpp"
 
 namespace bulkhead {
@@ -127,6 +128,38 @@ TEST_F(FallbackTest, EachRefusalGivesItsReason) {
   EXPECT_EQ(dep_->inflight(), 0);
   EXPECT_STREQ(to_string(FallbackReason::kOpenCircuit), "open_circuit");
   EXPECT_STREQ(to_string(FallbackReason::kQueueFull), "queue_full");
+}
+
+// A cancelled wait runs neither the call nor the fallback: execute()
+// throws WaitCancelled, whether the request came before the call or while
+// it waited in the queue.
+TEST_F(FallbackTest, ACancelledWaitThrowsAndRunsNeitherTheCallNorTheFallback) {
+  set_limit(0);
+  control().max_queue.store(1);
+  std::atomic<int> ran{0};
+  bh_cancel cancel;
+  bh_cancel_init(&cancel);
+  const auto run = [&] {
+    return execute(
+        *dep_, guard_, [&] { return ++ran, 1; }, [&](const FallbackContext&) { return ++ran, 2; },
+        {.wait = 60s, .cancel = &cancel});
+  };
+  bh_cancel_request(&cancel);
+  EXPECT_THROW(run(), WaitCancelled);
+  bh_cancel_init(&cancel);
+  auto waiting = std::async(std::launch::async, run);
+  const std::uint32_t slot = *shm::find_dependency(*segment_, "pay");
+  while (shm::queue_length(segment_->queue(slot), segment_->queue_slots()) != 1) std::this_thread::yield();
+  bh_cancel_request(&cancel);
+  EXPECT_THROW(waiting.get(), WaitCancelled);
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ(guard_.active(), 0u);
+  EXPECT_EQ(shm::queue_length(segment_->queue(slot), segment_->queue_slots()), 0u);
+  // Without a request, the same options wait and are admitted as before.
+  bh_cancel_init(&cancel);
+  set_limit(4);
+  EXPECT_EQ(run(), 1);
+  EXPECT_EQ(ran.load(), 1);
 }
 
 // Fallbacks that stall fill their guard; one more is refused at once with

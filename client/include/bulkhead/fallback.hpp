@@ -11,7 +11,8 @@
 //       });
 //
 // The call: admitted with Dependency::try_acquire() (or acquire() with a
-// budget, when ExecuteOptions::wait is set), then run. It may take the
+// budget, when ExecuteOptions::wait is set, and a cancel, when
+// ExecuteOptions::cancel is: a cancelled wait throws WaitCancelled), then run. It may take the
 // `const Permit&` it runs under, whose remaining() is its budget. It signals
 // failure by throwing: any exception counts as BH_FAILED (the dependency
 // answered an error; the circuit breaker counts it), CallDropped as
@@ -172,10 +173,24 @@ class FallbackGuard {
   std::atomic<std::uint64_t> refused_{0};
 };
 
+// Thrown by execute() when its wait for a permit was cancelled
+// (ExecuteOptions::cancel): neither the call nor the fallback runs, since
+// a caller that cancels wants no answer. (Polly's fallbacks, likewise, do
+// not handle a cancellation.)
+class WaitCancelled : public std::runtime_error {
+ public:
+  WaitCancelled() : std::runtime_error("bulkhead: the wait for a permit was cancelled") {}
+};
+
 struct ExecuteOptions {
   // Set: wait up to this budget for a permit (Dependency::acquire), in the
   // dependency's wait queue. Unset: try_acquire(), never waits.
   std::optional<std::chrono::nanoseconds> wait;
+  // With `wait`: a request on it (bh_cancel_request()) ends the wait, and
+  // execute() throws WaitCancelled. The caller's, as for
+  // Dependency::acquire(budget, cancel); null: none. A C++20 caller with a
+  // std::stop_token requests it from a std::stop_callback.
+  bh_cancel* cancel = nullptr;
 };
 
 namespace detail {
@@ -239,7 +254,7 @@ call_result_t<Call> execute(Dependency& dep, GuardOf&& guard_of, Call& call, Fal
   using Result = call_result_t<Call>;
   FallbackContext why{FallbackReason::kLimit, nullptr};
   {
-    Permit permit = options.wait ? dep.acquire(*options.wait) : dep.try_acquire();
+    Permit permit = options.wait ? dep.acquire(*options.wait, options.cancel) : dep.try_acquire();
     if (permit) {
       try {
         if constexpr (std::is_void_v<Result>) {
@@ -258,6 +273,8 @@ call_result_t<Call> execute(Dependency& dep, GuardOf&& guard_of, Call& call, Fal
         permit.failed();
         why = {FallbackReason::kFailed, std::current_exception()};
       }
+    } else if (permit.reason() == BH_REJECT_CANCELLED) {
+      throw WaitCancelled();
     } else {
       why.reason = fallback_reason(permit.reason());
     }
