@@ -865,8 +865,17 @@ void abandon_process_claim(Segment& segment, std::uint32_t index) {
 LivenessLock::LivenessLock(Segment& segment, const ProcessClaim& claim) {
   // Opened anew, not dup()ed: a duplicate shares the mapping's open file
   // description, which a forked child's copy of it keeps open.
-  const int fd = ::open(("/dev/shm/" + segment.name()).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = ::open(("/dev/shm/" + segment.name()).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return;
+  if (fd <= STDERR_FILENO) {
+    // A process that opened the client with standard streams closed would
+    // get 0, 1 or 2, and close it the moment it redirects them (dup2): its
+    // permits given back while it runs. Above them, as libraries do.
+    const int above = ::fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    ::close(fd);
+    if (above < 0) return;
+    fd = above;
+  }
   struct stat opened {}, mapped {};
   struct flock lock = slot_byte(F_RDLCK, claim.index);
   if (::fstat(fd, &opened) != 0 || ::fstat(segment.descriptor(), &mapped) != 0 || opened.st_dev != mapped.st_dev ||

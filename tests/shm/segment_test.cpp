@@ -745,6 +745,22 @@ TEST(ProcessTable, ALivenessLockIsDroppedWithItsDescriptorAndReadForItsClaimOnly
   EXPECT_EQ(s.process(claim.index).identity.lock_claim.load(), 0u);
 }
 
+// A process that opens its client with standard input closed, then
+// redirects it (dup2 onto 0), must not close the lock's descriptor.
+TEST(ProcessTable, ALivenessLockIsNotHeldOnAStandardStream) {
+  TempSegmentName name;
+  Segment s = Segment::create(name, small_segment(4, 2));
+  const ProcessClaim claim = claim_process_slot(s);
+  const int saved = ::dup(STDIN_FILENO);
+  ASSERT_GE(saved, 0);
+  ::close(STDIN_FILENO);
+  const LivenessLock lock(s, claim);
+  ASSERT_EQ(::dup2(saved, STDIN_FILENO), STDIN_FILENO);  // standard input back
+  ::close(saved);
+  ASSERT_TRUE(lock.held());
+  EXPECT_FALSE(liveness_lock_dropped(s, *read_process_slot(s, claim.index)));
+}
+
 // A forked child shares the lock's open file description: its copy keeps
 // the lock held until dropped (what the client's fork handler does).
 TEST(ProcessTable, AForkedChildsCopyOfALivenessLockKeepsItUntilDropped) {
