@@ -104,6 +104,12 @@ class ControlLoop {
   // Claims tried for configured names and a strict config's patterns.
   std::uint64_t claim_attempts() const { return claim_attempts_; }
 
+  // Liveness locks tested a tick (shm::liveness_lock_dropped()): those of
+  // this many process slots from lock_cursor_ on, so that a table of 4096
+  // slots, each test walking its thousands of locks, takes 0.5 ms a tick,
+  // not 30; every slot's is tested within max_processes / 64 ticks.
+  static constexpr std::uint32_t kLockChecksPerTick = 64;
+
  private:
   struct Dependency {
     std::uint32_t index = 0;
@@ -139,11 +145,6 @@ class ControlLoop {
   // Calls waiting in the dependency's queue, for the metrics.
   std::uint32_t count_waiters(Dependency& d);
   void reclaim_dead_processes();
-  // Liveness locks tested a tick (shm::liveness_lock_dropped()): those of
-  // this many process slots from lock_cursor_ on, so that a table of 4096
-  // slots, each test walking its thousands of locks, takes 0.5 ms a tick,
-  // not 30; every slot's is tested within max_processes / 64 ticks.
-  static constexpr std::uint32_t kLockChecksPerTick = 64;
   // Whether process slot `p`, whose process runs by its pid, has dropped
   // its liveness lock at two ticks in a row: it exec'd.
   bool lock_gone_twice(std::uint32_t p, const shm::ProcessSnapshot& seen);
