@@ -15,6 +15,7 @@
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -862,10 +863,15 @@ void abandon_process_claim(Segment& segment, std::uint32_t index) {
   segment.process(index).identity.state.compare_exchange_strong(claiming, kSlotFree, std::memory_order_relaxed);
 }
 
-LivenessLock::LivenessLock(Segment& segment, const ProcessClaim& claim) {
+LivenessLock::LivenessLock(Segment& segment, const ProcessClaim& claim) noexcept {
   // Opened anew, not dup()ed: a duplicate shares the mapping's open file
   // description, which a forked child's copy of it keeps open.
-  int fd = ::open(("/dev/shm/" + segment.name()).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // The path on the stack: a forked child's first call takes the lock, and
+  // must not throw (std::bad_alloc) out through the C ABI.
+  char path[PATH_MAX];
+  const int length = std::snprintf(path, sizeof path, "/dev/shm/%s", segment.name().c_str());
+  if (length < 0 || static_cast<std::size_t>(length) >= sizeof path) return;
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return;
   if (fd <= STDERR_FILENO) {
     // A process that opened the client with standard streams closed would

@@ -302,7 +302,7 @@ class LivenessLock {
   // none, and records none, when the segment's name now opens another file
   // than `segment` (made anew since), or the open or the lock fails: the
   // daemon then goes by the pid alone, as for a client of ABI 4.4.
-  LivenessLock(Segment& segment, const ProcessClaim& claim);
+  LivenessLock(Segment& segment, const ProcessClaim& claim) noexcept;
   LivenessLock(LivenessLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   LivenessLock& operator=(LivenessLock&& other) noexcept;
   ~LivenessLock();
