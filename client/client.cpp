@@ -1045,7 +1045,6 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
   try {
     client->segment = shm::Segment::attach(name, shm::Access::kReadWrite);
     client->process = shm::claim_process_slot(*client->segment);
-    client->lock = shm::LivenessLock(*client->segment, client->process);
     client->status = "shared: attached to /dev/shm/" + name + " (" + describe_daemon(client->segment->header()) + ")";
   } catch (const shm::SegmentError& e) {
     if (e.code() != ENOENT || (options->flags & BH_OPEN_REQUIRE_SEGMENT) != 0) {
@@ -1064,7 +1063,12 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
   }
   install_fork_handlers();
   {
+    // The liveness lock's descriptor opened with the client registered, in
+    // one hold of the mutex the fork handlers take: a fork by another
+    // thread in between would leave its child a copy that no handler
+    // closes, and that keeps the lock past this process's exec.
     std::lock_guard lock(g_clients_mutex);
+    if (client->segment) client->lock = shm::LivenessLock(*client->segment, client->process);
     g_clients.push_back(client.get());
   }
   *out = client.release();
@@ -1073,19 +1077,23 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
 
 void bh_client_close(bh_client* c) {
   if (c == nullptr) return;
-  bool pending = false;  // a forked child's with no slot yet: nothing to free
   {
+    // Unregistered and its liveness lock closed in one hold of the mutex
+    // the fork handlers take: a fork by another thread in between would
+    // leave its child a copy of the lock's descriptor that no handler
+    // closes, and that keeps the lock, and the permits the slot holds.
     std::lock_guard lock(g_clients_mutex);
     std::erase(g_clients, c);
-    pending = c->fork_pending;
-  }
-  if (c->segment && !pending) {
-    bool holds = false;
-    for (auto& [name, dep] : c->deps) holds |= dep->held->load(std::memory_order_relaxed) != 0;
-    // A slot that still holds permits stays taken: the daemon gives them
-    // back once the slot's liveness lock, closed with the client, is gone
-    // (or, without a lock, when this process exits), as for a crash.
-    if (!holds) shm::release_process_slot(*c->segment, c->process);
+    // A forked child's with no slot yet has nothing to free.
+    if (c->segment && !c->fork_pending) {
+      bool holds = false;
+      for (auto& [name, dep] : c->deps) holds |= dep->held->load(std::memory_order_relaxed) != 0;
+      // A slot that still holds permits stays taken: the daemon gives them
+      // back once the slot's liveness lock, closed here, is gone (or,
+      // without a lock, when this process exits), as for a crash.
+      if (!holds) shm::release_process_slot(*c->segment, c->process);
+    }
+    c->lock = shm::LivenessLock();
   }
   delete c;
 }

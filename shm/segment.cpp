@@ -866,8 +866,9 @@ void abandon_process_claim(Segment& segment, std::uint32_t index) {
 LivenessLock::LivenessLock(Segment& segment, const ProcessClaim& claim) noexcept {
   // Opened anew, not dup()ed: a duplicate shares the mapping's open file
   // description, which a forked child's copy of it keeps open.
-  // The path on the stack: a forked child's first call takes the lock, and
-  // must not throw (std::bad_alloc) out through the C ABI.
+  // The path on the stack: the client takes the lock outside its handler
+  // of exceptions (at open, and at a forked child's first call), and
+  // nothing may be thrown (std::bad_alloc) out through the C ABI.
   char path[PATH_MAX];
   const int length = std::snprintf(path, sizeof path, "/dev/shm/%s", segment.name().c_str());
   if (length < 0 || static_cast<std::size_t>(length) >= sizeof path) return;
