@@ -1097,9 +1097,16 @@ bool ControlLoop::claimer_gone(std::uint32_t p) {
   // whose releases of permits it never took would count short, and the
   // scan restore them as held by it. Only when the claimer is known dead:
   // a live one, stalled mid-claim, may finish it and start holding.
+  //
+  // Or when its claim's liveness lock is gone: a release cut short by an
+  // exec in another thread (exec ends the releasing thread, and closes the
+  // lock's descriptor) leaves the slot claiming with the pid of the program
+  // that runs on, which will never finish it. The lock is recorded only for
+  // a claim that was ready, and given up after its release: a claim under
+  // way has none yet, and a release under way holds it.
   const shm::ProcessSnapshot seen = shm::read_process_fields(segment_, p);
   if (seen.pid <= 0) return true;
-  const bool dead = watch_.check(seen) == shm::Liveness::kDead;
+  const bool dead = watch_.check(seen) == shm::Liveness::kDead || shm::liveness_lock_dropped(segment_, seen);
   watch_.forget(p);
   if (!dead) return false;
   for (std::uint32_t d = 0; d < segment_.capacities().max_dependencies; ++d) {

@@ -1337,6 +1337,24 @@ TEST_F(ControlLoopTest, AProcessSlotWhoseLiveProcessStallsMidClaimIsLeftToIt) {
   EXPECT_EQ(state.load(), shm::kSlotFree);
 }
 
+// But a release that an exec in another thread cut short (exec ends the
+// releasing thread): the program that runs on under the pid will never
+// finish it. Its claim's liveness lock went with the exec: the slot is
+// freed, as a dead process's.
+TEST_F(ControlLoopTest, AProcessSlotLeftMidReleaseByAProcessThatExecdIsFreed) {
+  start("");
+  const shm::ProcessClaim mine = shm::claim_process_slot(*segment_);
+  std::optional<shm::LivenessLock> lock(std::in_place, *segment_, mine);
+  ASSERT_TRUE(lock->held());
+  auto& state = segment_->process(mine.index).identity.state;
+  state.store(shm::kSlotClaiming);  // as release_process_slot() leaves it before it clears the fields
+  advance_ticks(30);
+  EXPECT_EQ(state.load(), shm::kSlotClaiming);  // its lock held: a release under way, left to it
+  lock.reset();  // as the exec closes it
+  advance_ticks(1);
+  EXPECT_EQ(state.load(), shm::kSlotFree);
+}
+
 TEST_F(ControlLoopTest, AConfiguredNameAClientLeftHalfClaimedGetsItsSlotOnceAbandoned) {
   // A client died (or a hostile one lied) in the middle of claiming
   // "payments": its slot reads "claiming" under the name's hash. The daemon
