@@ -472,11 +472,11 @@ struct alignas(kCacheLine) ProcessIdentity {
   // the daemon's own namespace.
   std::atomic<std::uint64_t> pid_ns_device;
   std::atomic<std::uint64_t> pid_ns_inode;
-  // The claim's liveness lock (ABI 4.5): claims << 32 | pid of the claim
-  // whose process holds a read lock on byte kLivenessLockBase + the slot's
-  // index of the segment's file, through a descriptor that exec() closes
-  // (shm::LivenessLock); 0, or another claim's, for none. Written after
-  // the state is ready, with release.
+  // The claim's liveness lock (ABI 4.5): claims << 32 | (pid mixed with
+  // start time) of the claim whose process holds a read lock on byte
+  // kLivenessLockBase + the slot's index of the segment's file, through a
+  // descriptor that exec() closes (shm::LivenessLock); 0, or another
+  // claim's, for none. Written after the state is ready, with release.
   std::atomic<std::uint64_t> lock_claim;
   std::uint8_t reserved[16];
 };

@@ -789,11 +789,15 @@ ProcessSnapshot fields_of(const ProcessIdentity& id, std::uint32_t index, std::u
                          id.lock_claim.load(std::memory_order_acquire)};
 }
 
-// What a claim's lock records in its slot: the claim's count with its pid,
-// so that a claim made since by a client of ABI 4.4 or older (which
-// records no lock, and of 4.2 or older, no count) is not taken for it.
-std::uint64_t lock_record(std::uint32_t claims, std::int32_t pid) {
-  return static_cast<std::uint64_t>(claims) << 32 | static_cast<std::uint32_t>(pid);
+// What a claim's lock records in its slot: the claim's count, with its
+// pid and start time mixed, so that a later claim that records no lock is
+// not taken for this one: a client of ABI 4.4 counts its claim, and one of
+// 4.2 or older, which does not, is another process (its pid, or the start
+// time of a process of the same pid, differs) unless it started in the
+// same clock tick with the same pid (two containers' pid 1).
+std::uint64_t lock_record(std::uint32_t claims, std::int32_t pid, std::uint64_t start_time) {
+  const auto mixed = static_cast<std::uint32_t>(pid) ^ static_cast<std::uint32_t>(start_time * 0x9E3779B97F4A7C15ull);
+  return static_cast<std::uint64_t>(claims) << 32 | mixed;
 }
 
 struct flock slot_byte(short type, std::uint32_t index) {
@@ -892,8 +896,11 @@ LivenessLock::LivenessLock(Segment& segment, const ProcessClaim& claim) noexcept
   }
   fd_ = fd;
   // Release: a daemon that reads the record finds the lock taken.
-  segment.process(claim.index)
-      .identity.lock_claim.store(lock_record(claim.claims, ::getpid()), std::memory_order_release);
+  // The pid and start time this claim wrote, as the daemon reads them.
+  ProcessIdentity& id = segment.process(claim.index).identity;
+  id.lock_claim.store(lock_record(claim.claims, id.pid.load(std::memory_order_relaxed),
+                                  id.start_time.load(std::memory_order_relaxed)),
+                      std::memory_order_release);
 }
 
 LivenessLock& LivenessLock::operator=(LivenessLock&& other) noexcept {
@@ -914,7 +921,9 @@ void LivenessLock::drop_copy() noexcept {
 }
 
 bool liveness_lock_dropped(const Segment& segment, const ProcessSnapshot& seen) {
-  if (seen.lock_claim == 0 || seen.lock_claim != lock_record(seen.claim.claims, seen.pid)) return false;
+  if (seen.lock_claim == 0 || seen.lock_claim != lock_record(seen.claim.claims, seen.pid, seen.start_time)) {
+    return false;
+  }
   // Asks whether a write lock could be taken: only when no one holds the
   // read lock. The daemon's own description holds none.
   struct flock test = slot_byte(F_WRLCK, seen.claim.index);
