@@ -113,6 +113,8 @@ ControlLoop::Dependency& ControlLoop::Dependencies::insert(std::uint32_t index, 
 
 ControlLoop::ControlLoop(shm::Segment& segment, const Config& config, Metrics* metrics)
     : segment_(segment), metrics_(metrics), watch_(segment.capacities().max_processes),
+      closes_("/dev/shm/" + segment.name()),
+      lock_sweep_left_(segment.capacities().max_processes),  // closes while no daemon ran
       lock_gone_at_claim_(segment.capacities().max_processes, 0) {
   heartbeat_ = segment_.header().heartbeat.load(std::memory_order_relaxed);
   occupancy_.max_dependencies = segment_.capacities().max_dependencies;
@@ -907,6 +909,8 @@ void ControlLoop::reclaim_dead_processes() {
   const std::uint32_t processes = segment_.capacities().max_processes;
   const std::uint64_t patience = abandon_after_ticks(config_);
   watch_.poll();
+  if (closes_.closed_since()) lock_sweep_left_ = processes;
+  lock_window_ = std::min(kLockChecksPerTick, lock_sweep_left_);
   std::uint32_t taken = 0;
   // The processes found dead, their slots taken (kSlotClaiming) until
   // give_back_dead() has given back what they held and freed their places.
@@ -955,7 +959,8 @@ void ControlLoop::reclaim_dead_processes() {
                    dead.back().pid, left);
     }
   }
-  lock_cursor_ = (lock_cursor_ + kLockChecksPerTick) % processes;
+  lock_cursor_ = (lock_cursor_ + lock_window_) % processes;
+  lock_sweep_left_ -= lock_window_;
   if (!dead.empty()) {
     give_back_dead(dead);
     for (const DeadProcess& gone : dead) {
@@ -971,7 +976,8 @@ bool ControlLoop::lock_gone_twice(std::uint32_t p, const shm::ProcessSnapshot& s
   const std::uint32_t processes = segment_.capacities().max_processes;
   std::uint32_t& marked = lock_gone_at_claim_[p];
   if (marked != 0 && marked != seen.claim.claims) marked = 0;  // another claim's
-  if (marked == 0 && (p + processes - lock_cursor_) % processes >= kLockChecksPerTick) return false;
+  if (marked == 0 && (p + processes - lock_cursor_) % processes >= lock_window_) return false;
+  ++lock_tests_;
   if (!shm::liveness_lock_dropped(segment_, seen)) {
     marked = 0;
     return false;

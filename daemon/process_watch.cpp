@@ -1,12 +1,14 @@
 #include "daemon/process_watch.hpp"
 
 #include <poll.h>
+#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 namespace bulkhead::daemon {
 
@@ -163,6 +165,43 @@ void ProcessWatch::unwatch(std::uint32_t slot) {
   Watched& w = slots_.at(slot);
   if (w.fd >= 0) ::close(w.fd);
   w = Watched{};
+}
+
+CloseWatch::CloseWatch(const std::string& path) {
+  fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd_ >= 0 && ::inotify_add_watch(fd_, path.c_str(), IN_CLOSE_NOWRITE) < 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+CloseWatch::~CloseWatch() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool CloseWatch::closed_since() {
+  if (fd_ < 0) return true;
+  // Any event counts: a close, or an overflow of the queue (IN_Q_OVERFLOW,
+  // closes lost). IN_IGNORED: the watch is gone (the file removed), and
+  // every look says yes from now on.
+  alignas(inotify_event) char events[4096];
+  bool any = false;
+  for (;;) {
+    const ssize_t n = ::read(fd_, events, sizeof events);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return any;
+    any = true;
+    for (ssize_t at = 0; at + static_cast<ssize_t>(sizeof(inotify_event)) <= n;) {
+      inotify_event event;
+      std::memcpy(&event, events + at, sizeof event);
+      if ((event.mask & IN_IGNORED) != 0) {
+        ::close(fd_);
+        fd_ = -1;
+        return true;
+      }
+      at += static_cast<ssize_t>(sizeof event + event.len);
+    }
+  }
 }
 
 }  // namespace bulkhead::daemon

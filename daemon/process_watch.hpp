@@ -34,6 +34,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shm/pid_namespace.hpp"
@@ -104,6 +105,32 @@ class ProcessWatch {
   std::vector<std::uint32_t> polled_;  // poll()'s scratch: slot of each pollfd
   std::uint32_t lookups_left_ = kLookupsPerTick;  // this tick's
   std::uint64_t lookups_made_ = 0;
+};
+
+// Whether a descriptor of the segment's file opened read-only has been
+// closed since the last look (inotify, IN_CLOSE_NOWRITE): a client's
+// liveness lock (shm::LivenessLock) is held through one, and goes with its
+// close, whether by exec, exit or bh_client_close(). So the daemon tests
+// the locks, a walk of the file's list of them each, only after such a
+// close: none in a tick with none. The mapping's descriptors are
+// read-write, and their closes are not these. Where inotify cannot watch
+// the file (no instance left, fs.inotify.max_user_instances), every look
+// says yes.
+//
+// Thread safety: one thread (the control loop) owns a watch.
+class CloseWatch {
+ public:
+  explicit CloseWatch(const std::string& path);
+  ~CloseWatch();
+  CloseWatch(const CloseWatch&) = delete;
+  CloseWatch& operator=(const CloseWatch&) = delete;
+
+  // Whether one was closed since the last call (the first: since the
+  // watch began, or true without a watch). Reads every pending event.
+  bool closed_since();
+
+ private:
+  int fd_ = -1;  // the inotify instance, nonblocking
 };
 
 }  // namespace bulkhead::daemon

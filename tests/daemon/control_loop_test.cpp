@@ -528,6 +528,32 @@ TEST_F(WideProcessTableTest, LivenessLocksAreTestedSixtyFourSlotsATick) {
   ::waitpid(child, nullptr, 0);
 }
 
+// The locks are tested only once a descriptor that may hold one was
+// closed (inotify): a tick with no such close tests none.
+TEST_F(ControlLoopTest, LivenessLocksAreTestedOnlyAfterADescriptorIsClosed) {
+  start("");
+  Dependency dep = client_->dependency("orders");
+  advance_ticks(2);  // the first tick tests every slot: closes while no daemon ran
+  const std::uint64_t quiet = loop_->lock_tests();
+  EXPECT_GE(quiet, 1u);  // this test's own slot
+  advance_ticks(10);
+  EXPECT_EQ(loop_->lock_tests(), quiet);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Permit a = dep.try_acquire();
+    std::_Exit(a ? 0 : 1);  // its lock closed with its descriptors
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  advance_ticks(1);
+  EXPECT_GT(loop_->lock_tests(), quiet);
+  EXPECT_EQ(dep.inflight(), 0);
+  const std::uint64_t swept = loop_->lock_tests();
+  advance_ticks(10);
+  EXPECT_EQ(loop_->lock_tests(), swept);
+}
+
 // A forked child shares its parent's open file descriptions, and with them
 // their locks: a grandchild that never calls the library must not keep the
 // lock of the child, which then execs.

@@ -3,6 +3,7 @@
 // way; what it saves is the reading, so the tests count its descriptors.
 #include "daemon/process_watch.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -41,6 +42,29 @@ class ProcessWatchTest : public ::testing::Test {
   ProcessWatch watch_{4};
   std::size_t base_ = 0;
 };
+
+// Closes of read-only descriptors of the file are what a close watch
+// tells, once each; read-write ones (the mappings') are not. Without a
+// file to watch, every look says yes.
+TEST(CloseWatch, TellsOfEachCloseOfAReadOnlyDescriptorOnce) {
+  const std::string path = "/dev/shm/bh-closewatch-" + std::to_string(::getpid());
+  const int made = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(made, 0);
+  CloseWatch watch(path);
+  EXPECT_FALSE(watch.closed_since());
+  ::close(made);  // read-write
+  EXPECT_FALSE(watch.closed_since());
+  for (int round = 0; round < 2; ++round) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    EXPECT_FALSE(watch.closed_since());  // opened, not closed
+    ::close(fd);
+    EXPECT_TRUE(watch.closed_since());
+    EXPECT_FALSE(watch.closed_since());
+  }
+  ::unlink(path.c_str());
+  EXPECT_TRUE(CloseWatch(path).closed_since());  // no file: no watch
+}
 
 TEST_F(ProcessWatchTest, ALiveProcessIsWatchedByOnePidfdThatTellsWhenItExits) {
   EXPECT_EQ(watch_.check(1, child_.pid(), start_), shm::Liveness::kAlive);
