@@ -146,8 +146,8 @@ typedef struct bh_options {
 BH_API int bh_client_open(const char *segment, bh_client **out);
 BH_API int bh_client_open_opts(const bh_options *options, bh_client **out);
 /* Closes the client. Every permit must have been released (the daemon gives
- * back those that were not within seconds); handles die with it. NULL is
- * ignored. */
+ * back those that were not within ceil(max_processes / 64) + 1 ticks);
+ * handles die with it. NULL is ignored. */
 BH_API void bh_client_close(bh_client *c);
 /* BH_MODE_SHARED or BH_MODE_STANDALONE; -EINVAL for NULL. */
 BH_API int bh_client_mode(const bh_client *c);
