@@ -22,10 +22,10 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
-#include <map>
 #include <optional>
 #include <string>
 
+#include "bench/timings.hpp"
 #include "bulkhead/fallback.hpp"
 
 namespace bulkhead::bench {
@@ -61,28 +61,15 @@ void fall_back(benchmark::State& state) {
 BENCHMARK_TEMPLATE(fall_back, true)->Name("default_guard")->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK_TEMPLATE(fall_back, false)->Name("own_guard")->Threads(1)->Threads(2)->UseRealTime();
 
-// The console's table, and each case's real time per call kept for the ratios.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& run : runs) {
-      if (!run.error_occurred && run.iterations > 0) ns_[run.benchmark_name()] = run.GetAdjustedRealTime();
-    }
+void print_ratios(const TimingReporter& timings) {
+  std::printf("\ndefault guard over own guard (ns per call, real time, this run):\n");
+  for (const char* threads : {"threads:1", "threads:2"}) {
+    const auto d = timings.real_time(std::string("default_guard/real_time/") + threads);
+    const auto o = timings.real_time(std::string("own_guard/real_time/") + threads);
+    if (!d || !o) continue;
+    std::printf("  %s  %7.1f / %7.1f = %.2fx\n", threads, *d, *o, *d / *o);
   }
-  void print_ratios() const {
-    std::printf("\ndefault guard over own guard (ns per call, real time, this run):\n");
-    for (const char* threads : {"threads:1", "threads:2"}) {
-      const auto d = ns_.find(std::string("default_guard/real_time/") + threads);
-      const auto o = ns_.find(std::string("own_guard/real_time/") + threads);
-      if (d == ns_.end() || o == ns_.end()) continue;
-      std::printf("  %s  %7.1f / %7.1f = %.2fx\n", threads, d->second, o->second, d->second / o->second);
-    }
-  }
-
- private:
-  std::map<std::string, double> ns_;
-};
+}
 
 }  // namespace
 }  // namespace bulkhead::bench
@@ -101,9 +88,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bulkhead-fallback-bench: the first permit was refused\n");
     return 1;
   }
-  RatioReporter reporter;
+  TimingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  reporter.print_ratios();
+  print_ratios(reporter);
   held.ignore();
   return g_failed ? 1 : 0;
 }

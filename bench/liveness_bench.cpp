@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "bench/cleanup.hpp"
+#include "bench/timings.hpp"
 #include "daemon/control_loop.hpp"
 #include "shm/segment.hpp"
 
@@ -107,33 +108,21 @@ void dropped(benchmark::State& state) {
 BENCHMARK(held)->Arg(2)->Arg(16)->Arg(256)->Arg(1024)->Arg(4096)->UseRealTime();
 BENCHMARK(dropped)->Arg(2)->Arg(16)->Arg(256)->Arg(1024)->Arg(4096)->UseRealTime();
 
-// The console's table, and each case's real time per test kept for the ratios.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& run : runs) {
-      if (!run.error_occurred && run.iterations > 0) ns_[run.benchmark_name()] = run.GetAdjustedRealTime();
+void print_ratios(const TimingReporter& timings) {
+  constexpr std::uint32_t kTick = daemon::ControlLoop::kLockChecksPerTick;
+  std::printf("\nper test over a table of 2 (one lock), and %u tests a tick (ns per test, real time, this run):\n",
+              kTick);
+  for (const char* kind : {"held", "dropped"}) {
+    const auto base = timings.real_time(std::string(kind) + "/2/real_time");
+    if (!base) continue;
+    for (const char* n : {"16", "256", "1024", "4096"}) {
+      const auto ns = timings.real_time(std::string(kind) + "/" + n + "/real_time");
+      if (!ns) continue;
+      std::printf("  %-7s %4s slots  %8.1f ns = %6.1fx   a tick: %7.1f us\n", kind, n, *ns, *ns / *base,
+                  *ns * kTick / 1000.0);
     }
   }
-  void print_ratios() const {
-    std::printf("\nper test over a table of 2 (one lock), and %u tests a tick (ns per test, real time, this run):\n",
-                daemon::ControlLoop::kLockChecksPerTick);
-    for (const char* kind : {"held", "dropped"}) {
-      const auto base = ns_.find(std::string(kind) + "/2/real_time");
-      if (base == ns_.end()) continue;
-      for (const char* n : {"16", "256", "1024", "4096"}) {
-        const auto it = ns_.find(std::string(kind) + "/" + n + "/real_time");
-        if (it == ns_.end()) continue;
-        std::printf("  %-7s %4s slots  %8.1f ns = %6.1fx   a tick: %7.1f us\n", kind, n, it->second,
-                    it->second / base->second, it->second * daemon::ControlLoop::kLockChecksPerTick / 1000.0);
-      }
-    }
-  }
-
- private:
-  std::map<std::string, double> ns_;
-};
+}
 
 }  // namespace
 }  // namespace bulkhead::bench
@@ -147,8 +136,8 @@ int main(int argc, char** argv) {
     files.rlim_cur = std::min<rlim_t>(kMaxLocks + 64, files.rlim_max);
     ::setrlimit(RLIMIT_NOFILE, &files);
   }
-  RatioReporter reporter;
+  TimingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  reporter.print_ratios();
+  print_ratios(reporter);
   return g_failed ? 1 : 0;
 }
