@@ -150,8 +150,10 @@ class ControlLoop {
   // Calls waiting in the dependency's queue, for the metrics.
   std::uint32_t count_waiters(Dependency& d);
   void reclaim_dead_processes();
-  // Whether process slot `p`, whose process runs by its pid, has dropped
-  // its liveness lock at two ticks in a row: it exec'd.
+  // Whether process slot `p`, whose process is not dead by its pid (it
+  // runs, or cannot be seen), has dropped its liveness lock at two ticks
+  // in a row: it exec'd (or exited unseen). Tests the slots of this tick's
+  // window, and those found without it at the last.
   bool lock_gone_twice(std::uint32_t p, const shm::ProcessSnapshot& seen);
   // A process found dead, or that exec'd (its liveness lock dropped), its
   // slot taken from it (shm::take_process_slot()).

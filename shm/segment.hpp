@@ -321,7 +321,8 @@ class LivenessLock {
 // no process holds now: its process exec'd (or closed the descriptor; a
 // dead one's went with it). False when it recorded none, or the test fails.
 // One fcntl(F_OFD_GETLK), which walks the file's locks: about 0.5 us with
-// 256 of them, 7 us with 4096.
+// 256 of them, 7 us with 4096, and twice that for a lock that is gone (the
+// whole list walked; bulkhead-liveness-bench).
 bool liveness_lock_dropped(const Segment& segment, const ProcessSnapshot& seen);
 
 // The header's daemon, as a slot's process (no claim): pid 0 when none
