@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <numeric>
 
 #include <spdlog/spdlog.h>
@@ -117,6 +118,11 @@ ControlLoop::ControlLoop(shm::Segment& segment, const Config& config, Metrics* m
       lock_sweep_left_(segment.capacities().max_processes),  // closes while no daemon ran
       lock_gone_at_claim_(segment.capacities().max_processes, 0) {
   heartbeat_ = segment_.header().heartbeat.load(std::memory_order_relaxed);
+  if (!closes_.watching()) {
+    spdlog::info("no inotify watch on /dev/shm/{} ({}): the clients' liveness locks are tested at every tick, not "
+                 "only after a close",
+                 segment_.name(), std::strerror(closes_.error()));
+  }
   occupancy_.max_dependencies = segment_.capacities().max_dependencies;
   occupancy_.max_processes = segment_.capacities().max_processes;
   apply(config);

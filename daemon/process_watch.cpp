@@ -169,7 +169,10 @@ void ProcessWatch::unwatch(std::uint32_t slot) {
 
 CloseWatch::CloseWatch(const std::string& path) {
   fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd_ >= 0 && ::inotify_add_watch(fd_, path.c_str(), IN_CLOSE_NOWRITE) < 0) {
+  if (fd_ < 0) {
+    error_ = errno;
+  } else if (::inotify_add_watch(fd_, path.c_str(), IN_CLOSE_NOWRITE) < 0) {
+    error_ = errno;
     ::close(fd_);
     fd_ = -1;
   }

@@ -128,9 +128,14 @@ class CloseWatch {
   // Whether one was closed since the last call (the first: since the
   // watch began, or true without a watch). Reads every pending event.
   bool closed_since();
+  // Whether inotify watches the file (else every look says yes), and if
+  // not from the start, the errno value that said why.
+  bool watching() const { return fd_ >= 0; }
+  int error() const { return error_; }
 
  private:
   int fd_ = -1;  // the inotify instance, nonblocking
+  int error_ = 0;
 };
 
 }  // namespace bulkhead::daemon

@@ -869,10 +869,10 @@ void abandon_process_claim(Segment& segment, std::uint32_t index) {
 
 LivenessLock::LivenessLock(Segment& segment, const ProcessClaim& claim) noexcept {
   // Opened anew, not dup()ed: a duplicate shares the mapping's open file
-  // description, which a forked child's copy of it keeps open.
-  // The path on the stack: the client takes the lock outside its handler
-  // of exceptions (at open, and at a forked child's first call), and
-  // nothing may be thrown (std::bad_alloc) out through the C ABI.
+  // description, which a forked child's copy of it keeps open. The path is
+  // built on the stack: the client takes the lock outside its handler of
+  // exceptions (at open, and at a forked child's first call), and nothing
+  // may be thrown (std::bad_alloc) out through the C ABI.
   char path[PATH_MAX];
   const int length = std::snprintf(path, sizeof path, "/dev/shm/%s", segment.name().c_str());
   if (length < 0 || static_cast<std::size_t>(length) >= sizeof path) return;
@@ -895,8 +895,8 @@ LivenessLock::LivenessLock(Segment& segment, const ProcessClaim& claim) noexcept
     return;
   }
   fd_ = fd;
+  // Of the pid and start time this claim wrote, as the daemon reads them.
   // Release: a daemon that reads the record finds the lock taken.
-  // The pid and start time this claim wrote, as the daemon reads them.
   ProcessIdentity& id = segment.process(claim.index).identity;
   id.lock_claim.store(lock_record(claim.claims, id.pid.load(std::memory_order_relaxed),
                                   id.start_time.load(std::memory_order_relaxed)),

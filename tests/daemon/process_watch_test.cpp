@@ -62,8 +62,13 @@ TEST(CloseWatch, TellsOfEachCloseOfAReadOnlyDescriptorOnce) {
     EXPECT_TRUE(watch.closed_since());
     EXPECT_FALSE(watch.closed_since());
   }
+  EXPECT_TRUE(watch.watching());
   ::unlink(path.c_str());
-  EXPECT_TRUE(CloseWatch(path).closed_since());  // no file: no watch
+  CloseWatch none(path);  // no file: no watch
+  EXPECT_FALSE(none.watching());
+  EXPECT_EQ(none.error(), ENOENT);
+  EXPECT_TRUE(none.closed_since());
+  EXPECT_TRUE(none.closed_since());
 }
 
 TEST_F(ProcessWatchTest, ALiveProcessIsWatchedByOnePidfdThatTellsWhenItExits) {
