@@ -920,15 +920,20 @@ void LivenessLock::drop_copy() noexcept {
   fd_ = -1;
 }
 
-bool liveness_lock_dropped(const Segment& segment, const ProcessSnapshot& seen) {
+LockState liveness_lock_state(const Segment& segment, const ProcessSnapshot& seen) {
   if (seen.lock_claim == 0 || seen.lock_claim != lock_record(seen.claim.claims, seen.pid, seen.start_time)) {
-    return false;
+    return LockState::kNone;
   }
   // Asks whether a write lock could be taken: only when no one holds the
-  // read lock. The daemon's own description holds none.
+  // read lock. The reader's own description holds none; a read-only one
+  // may ask.
   struct flock test = slot_byte(F_WRLCK, seen.claim.index);
-  if (::fcntl(segment.descriptor(), F_OFD_GETLK, &test) != 0) return false;
-  return test.l_type == F_UNLCK;
+  if (::fcntl(segment.descriptor(), F_OFD_GETLK, &test) != 0) return LockState::kNone;
+  return test.l_type == F_UNLCK ? LockState::kDropped : LockState::kHeld;
+}
+
+bool liveness_lock_dropped(const Segment& segment, const ProcessSnapshot& seen) {
+  return liveness_lock_state(segment, seen) == LockState::kDropped;
 }
 
 }  // namespace bulkhead::shm

@@ -317,6 +317,11 @@ class LivenessLock {
   int fd_ = -1;
 };
 
+// A claim's liveness lock as a reader finds it: none recorded for the
+// claim `seen` (or the test failed), held, or recorded and held by no
+// process now.
+enum class LockState { kNone, kHeld, kDropped };
+LockState liveness_lock_state(const Segment& segment, const ProcessSnapshot& seen);
 // The daemon's side: whether the claim `seen` recorded a liveness lock that
 // no process holds now: its process exec'd (or closed the descriptor; a
 // dead one's went with it). False when it recorded none, or the test fails.

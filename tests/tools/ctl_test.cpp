@@ -787,8 +787,34 @@ TEST_F(CtlSegment, ProcessesListPidStartStateAndPermits) {
   SCOPED_TRACE(text);
   EXPECT_NE(text.find("2 attached processes"), std::string::npos);
   EXPECT_NE(text.find(std::to_string(child) + "  " + start_time_utc(s, segment_.process(dead).identity.start_time) +
-                      "  dead   recs=1"),
+                      "  -     dead   recs=1"),
             std::string::npos);
+}
+
+// A slot's liveness lock: none recorded (a client of ABI 4.4, or one
+// claimed by hand as here), held, or gone while its pid lives (it exec'd:
+// the daemon frees the slot).
+TEST_F(CtlSegment, ProcessesShowTheirLivenessLock) {
+  const shm::ProcessClaim claim = shm::claim_process_slot(segment_);
+  std::optional<shm::LivenessLock> lock(std::in_place, segment_, claim);
+  ASSERT_TRUE(lock->held());
+  const auto lock_of = [&](std::uint32_t slot) {
+    const Json j = JsonParser::parse(processes_json(snapshot_at(kT0)));
+    for (const Json& p : j["processes"].array) {
+      if (p["slot"].number != slot) continue;
+      return p["liveness_lock"].is_null() ? std::string("null") : p["liveness_lock"].string;
+    }
+    return std::string("absent");
+  };
+  EXPECT_EQ(lock_of(process_), "null");
+  EXPECT_EQ(lock_of(claim.index), "held");
+  std::string text = processes_text(snapshot_at(kT0));
+  EXPECT_NE(text.find("lock  state"), std::string::npos) << text;
+  EXPECT_NE(text.find("held  alive"), std::string::npos) << text;
+  lock.reset();
+  EXPECT_EQ(lock_of(claim.index), "gone");
+  text = processes_text(snapshot_at(kT0));
+  EXPECT_NE(text.find("gone  alive"), std::string::npos) << text;
 }
 
 TEST(JsonWriter, EscapesStringsAndWritesNullForMissingNumbers) {

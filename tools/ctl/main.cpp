@@ -504,7 +504,7 @@ int run(int argc, char** argv) {
   get->add_flag("--json", o.json, "JSON for scripts (schema in docs/operations.md)");
 
   CLI::App* processes = app.add_subcommand(
-      "processes", "the process table: pid, start time, alive or dead, permits held");
+      "processes", "the process table: pid, start time, liveness lock, alive or dead, permits held");
   processes->add_flag("--json", o.json, "JSON for scripts (schema in docs/operations.md)");
 
   CLI::App* breaker = app.add_subcommand(

@@ -56,6 +56,16 @@ void write_pid_namespace(JsonWriter& j, const Reading& p) {
   }
 }
 
+// A liveness lock as the processes table and JSON name it; null for none.
+const char* lock_name(shm::LockState l) {
+  switch (l) {
+    case shm::LockState::kHeld: return "held";
+    case shm::LockState::kDropped: return "gone";
+    case shm::LockState::kNone: break;
+  }
+  return nullptr;
+}
+
 const char* liveness_name(shm::Liveness l) {
   switch (l) {
     case shm::Liveness::kAlive: return "alive";
@@ -577,11 +587,12 @@ std::string processes_text(const Snapshot& s) {
     for (const auto& h : p.held) {
       held += (held.empty() ? "" : " ") + dependency_name(s, h.dependency) + "=" + std::to_string(h.permits);
     }
-    rows.push_back({std::to_string(p.slot), pid_text(p), start_time_utc(s, p.start_time),
+    const char* lock = lock_name(p.lock);
+    rows.push_back({std::to_string(p.slot), pid_text(p), start_time_utc(s, p.start_time), lock ? lock : "-",
                     liveness_name(p.liveness), held.empty() ? "-" : held});
   }
-  return out + render_table({"slot", "pid", "started", "state", "permits held"},
-                            {false, false, true, true, true}, rows);
+  return out + render_table({"slot", "pid", "started", "lock", "state", "permits held"},
+                            {false, false, true, true, true, true}, rows);
 }
 
 std::string processes_json(const Snapshot& s) {
@@ -602,6 +613,11 @@ std::string processes_json(const Snapshot& s) {
       j.key("started_utc").value(started);
     }
     j.key("state").value(liveness_name(p.liveness));
+    if (const char* lock = lock_name(p.lock)) {
+      j.key("liveness_lock").value(lock);
+    } else {
+      j.key("liveness_lock").null();
+    }
     j.key("held").begin_array();
     for (const auto& h : p.held) {
       j.begin_object();

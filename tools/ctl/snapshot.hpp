@@ -109,6 +109,8 @@ struct ProcessReading {
   pid_t host_pid = 0;
   std::uint64_t start_time = 0;  // clock ticks after boot, 0 if unknown
   shm::Liveness liveness = shm::Liveness::kUnknown;
+  // Its liveness lock (ABI 4.5): gone while the pid lives, it exec'd.
+  shm::LockState lock = shm::LockState::kNone;
   struct Held {
     std::uint32_t dependency;  // slot index
     std::uint32_t permits;
