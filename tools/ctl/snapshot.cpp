@@ -241,25 +241,17 @@ Snapshot read_snapshot(const shm::Segment& segment, std::uint64_t now_ns) {
 
   const std::uint32_t processes = s.capacities.max_processes;
   for (std::uint32_t p = 0; p < processes; ++p) {
-    const shm::ProcessIdentity& id = segment.process(p).identity;
-    // The count of claims first, then the state, as the daemon reads them
-    // (shm::read_process_slot()). Acquire pairs with the release store of
-    // kSlotReady in claim_process_slot(): a ready slot has its pid and
-    // start time.
-    const std::uint32_t claims = id.claims.load(std::memory_order_acquire);
-    const std::uint32_t state = id.state.load(std::memory_order_acquire);
-    s.process_slots_taken += state != shm::kSlotFree;
-    if (state != shm::kSlotReady) continue;
+    // As the daemon reads a slot (its count of claims, then its state,
+    // then its fields); a slot taken counts whatever its state.
+    std::optional<shm::ProcessSnapshot> ready = shm::read_process_slot(segment, p);
+    s.process_slots_taken +=
+        ready || segment.process(p).identity.state.load(std::memory_order_relaxed) != shm::kSlotFree;
+    if (!ready) continue;
+    shm::ProcessSnapshot& seen = *ready;  // liveness_here_too() may correct its namespace
     ProcessReading r;
     r.slot = p;
-    r.pid = id.pid.load(std::memory_order_relaxed);
-    r.start_time = id.start_time.load(std::memory_order_relaxed);
-    shm::ProcessSnapshot seen;
-    seen.claim = {p, claims};
-    seen.lock_claim = id.lock_claim.load(std::memory_order_acquire);
-    seen.pid = r.pid;
-    seen.start_time = r.start_time;
-    seen.pid_ns = {id.pid_ns_device.load(std::memory_order_relaxed), id.pid_ns_inode.load(std::memory_order_relaxed)};
+    r.pid = seen.pid;
+    r.start_time = seen.start_time;
     r.liveness = shm::liveness_here_too(seen, own_ns, &r.host_pid);
     r.lock = shm::liveness_lock_state(segment, seen);
     if (shm::foreign_pid_namespace(seen.pid_ns, own_ns)) r.pid_namespace = seen.pid_ns.inode;
