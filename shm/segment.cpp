@@ -279,25 +279,25 @@ Segment Segment::create(const std::string& name, const CreateOptions& options) {
   return segment;
 }
 
-void Segment::reserve() const { reserve_file(mapping_->object.get_mapping_handle().handle, size_, name_); }
+int Segment::descriptor() const { return mapping_->object.get_mapping_handle().handle; }
+
+void Segment::reserve() const { reserve_file(descriptor(), size_, name_); }
 
 Segment::FileAccess Segment::file_access() const {
   struct stat st {};
-  if (::fstat(mapping_->object.get_mapping_handle().handle, &st) != 0) {
+  if (::fstat(descriptor(), &st) != 0) {
     throw SegmentError(errno, describe(name_) + ": stat: " + std::strerror(errno));
   }
   return {static_cast<std::uint32_t>(st.st_mode & 07777), st.st_gid, st.st_uid, st.st_nlink};
 }
 
 void Segment::set_file_access(std::uint32_t mode, gid_t group) const {
-  set_access(mapping_->object.get_mapping_handle().handle, mode, group, name_);
+  set_access(descriptor(), mode, group, name_);
 }
-
-int Segment::descriptor() const { return mapping_->object.get_mapping_handle().handle; }
 
 std::uint64_t Segment::reserved_bytes() const {
   struct stat st {};
-  if (::fstat(mapping_->object.get_mapping_handle().handle, &st) != 0) return 0;
+  if (::fstat(descriptor(), &st) != 0) return 0;
   return std::min<std::uint64_t>(static_cast<std::uint64_t>(st.st_blocks) * 512, size_);
 }
 
