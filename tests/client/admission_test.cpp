@@ -470,22 +470,10 @@ TEST_F(AdmissionTest, AForkedChildThatExecsTakesNoProcessSlot) {
   Dependency dep = client.dependency("payments");
   Permit mine = dep.try_acquire();  // held across the fork: the child's copy is the parent's
   ASSERT_TRUE(mine);
-  int exec_seen[2];
-  ASSERT_EQ(::pipe2(exec_seen, O_CLOEXEC), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
-    std::_Exit(127);
-  }
-  ::close(exec_seen[1]);
-  char c = 0;
-  EXPECT_EQ(::read(exec_seen[0], &c, 1), 0);  // end of file: the child has exec'd (or died)
-  ::close(exec_seen[0]);
-  const std::uint32_t slots = slots_of(pid);
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFSIGNALED(status)) << "the child did not exec /bin/sleep: status " << status;
+  testing::ExecdChild execd;
+  ASSERT_TRUE(execd.ok()) << "the child did not exec /bin/sleep";
+  const std::uint32_t slots = slots_of(execd.pid());
+  execd.kill();
   EXPECT_EQ(slots, 0u);
   EXPECT_EQ(slots_of(::getpid()), 1u);
   EXPECT_EQ(held_total(slot_of("payments")), 1u);

@@ -456,20 +456,14 @@ TEST_F(ControlLoopTest, PermitsOfAProcessThatExecdAreGivenBackWhileItRunsOn) {
   Dependency dep = client_->dependency("orders");
   advance_ticks(1);
   Permit mine = dep.try_acquire();
-  int exec_seen[2];
-  ASSERT_EQ(::pipe2(exec_seen, O_CLOEXEC), 0);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    Permit a = dep.try_acquire(), b = dep.try_acquire();
-    if (!a || !b) std::_Exit(1);
-    ::execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
-    std::_Exit(2);
-  }
-  ::close(exec_seen[1]);
-  char c = 0;
-  EXPECT_EQ(::read(exec_seen[0], &c, 1), 0);  // end of file: the child has exec'd (or died)
-  ::close(exec_seen[0]);
-  ASSERT_EQ(::waitpid(child, nullptr, WNOHANG), 0) << "the child did not get to exec";
+  Permit a, b;  // taken in the child, held across its exec, which ends them
+  testing::ExecdChild execd([&] {
+    a = dep.try_acquire();
+    b = dep.try_acquire();
+    return a && b;
+  });
+  ASSERT_TRUE(execd.ok()) << "the child did not get to exec";
+  const pid_t child = execd.pid();
   ASSERT_TRUE(wait_until_lock_dropped(*segment_, child));
   EXPECT_EQ(dep.inflight(), 3);
   const testing::LogCapture log;
@@ -481,9 +475,8 @@ TEST_F(ControlLoopTest, PermitsOfAProcessThatExecdAreGivenBackWhileItRunsOn) {
   EXPECT_EQ(loop_->occupancy().processes, 1u);  // this test's own, the child's freed
   EXPECT_EQ(log.count("process " + std::to_string(child) + " exec'd holding 2 permit(s) of orders: given back"), 1u)
       << log.text();
-  EXPECT_EQ(::waitpid(child, nullptr, WNOHANG), 0);  // sleep runs on
-  ::kill(child, SIGKILL);
-  ::waitpid(child, nullptr, 0);
+  EXPECT_TRUE(execd.running());  // sleep runs on
+  execd.kill();
   mine.success();
   EXPECT_EQ(dep.inflight(), 0);
 }
@@ -503,29 +496,20 @@ TEST_F(WideProcessTableTest, LivenessLocksAreTestedSixtyFourSlotsATick) {
     for (int i = 0; i < 100; ++i) shm::claim_process_slot(s);
   });
   Dependency dep = client_->dependency("orders");
-  int exec_seen[2];
-  ASSERT_EQ(::pipe2(exec_seen, O_CLOEXEC), 0);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    Permit a = dep.try_acquire();
-    if (!a) std::_Exit(1);
-    ::execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
-    std::_Exit(2);
-  }
-  ::close(exec_seen[1]);
-  char c = 0;
-  EXPECT_EQ(::read(exec_seen[0], &c, 1), 0);
-  ::close(exec_seen[0]);
-  EXPECT_EQ(read_process_slot(*segment_, 101)->pid, child);
-  ASSERT_TRUE(wait_until_lock_dropped(*segment_, child));
+  Permit a;  // taken in the child, held across its exec
+  testing::ExecdChild execd([&] {
+    a = dep.try_acquire();
+    return bool(a);
+  });
+  ASSERT_TRUE(execd.ok());
+  EXPECT_EQ(read_process_slot(*segment_, 101)->pid, execd.pid());
+  ASSERT_TRUE(wait_until_lock_dropped(*segment_, execd.pid()));
   advance_ticks(1);  // slots 0 to 63
   advance_ticks(1);  // 64 to 127: found gone
   EXPECT_EQ(dep.inflight(), 1);
   advance_ticks(1);  // 128 to 199 and 0 to 55, and slot 101 again
   EXPECT_EQ(dep.inflight(), 0);
   EXPECT_EQ(loop_->permits_reclaimed(), 1u);
-  ::kill(child, SIGKILL);
-  ::waitpid(child, nullptr, 0);
 }
 
 // The locks are tested only once a descriptor that may hold one was

@@ -776,28 +776,17 @@ TEST(ProcessTable, AForkedChildsCopyOfALivenessLockKeepsItUntilDropped) {
   std::optional<LivenessLock> lock(std::in_place, s, claim);
   const ProcessSnapshot seen = *read_process_slot(s, claim.index);
   for (const bool drop : {false, true}) {
-    int go[2], ready[2];
-    ASSERT_EQ(::pipe(go), 0);
-    ASSERT_EQ(::pipe(ready), 0);
-    const pid_t child = ::fork();
-    if (child == 0) {
+    testing::PausedChild child([&] {
       if (drop) lock->drop_copy();
-      ::close(go[1]);
-      char c = 0;
-      if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) < 0) std::_Exit(1);
-      std::_Exit(0);
-    }
-    char c = 0;
-    ASSERT_EQ(::read(ready[0], &c, 1), 1);
+      return true;
+    });
+    ASSERT_TRUE(child.ok());
     if (drop) {
       EXPECT_FALSE(liveness_lock_dropped(s, seen));  // the parent's stays
     }
-    std::optional<LivenessLock> gone = std::move(lock);
-    gone.reset();  // as the parent's exec would
+    lock.reset();  // as the parent's exec would
     EXPECT_EQ(liveness_lock_dropped(s, seen), drop) << (drop ? "dropped" : "kept by the child");
-    ::close(go[1]);
-    ::waitpid(child, nullptr, 0);
-    for (int fd : {go[0], ready[0], ready[1]}) ::close(fd);
+    child.kill();
     EXPECT_TRUE(liveness_lock_dropped(s, seen));
     lock.emplace(s, claim);  // again, for the next round
   }

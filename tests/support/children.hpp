@@ -1,6 +1,7 @@
 // Forked child processes for tests that need more than one process.
 #pragma once
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -84,6 +85,55 @@ class PausedChild {
   pid_t pid() const { return pid_; }
   // Whether setup() returned true.
   bool ok() const { return ok_; }
+  void kill() {
+    if (pid_ <= 0 || !made_.here()) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  MadeHere made_;
+  pid_t pid_ = -1;
+  bool ok_ = false;
+};
+
+// A forked child that runs setup() (the library's calls, say) and then
+// execs /bin/sleep 60: a program that runs on under the child's pid, which
+// exec() keeps, with its start time. The constructor returns once it has
+// exec'd, which a close-on-exec pipe tells by its end; ok() is false when
+// setup() returned false or the exec failed. Killed (SIGKILL) and reaped
+// by kill() or when the object goes.
+class ExecdChild {
+ public:
+  explicit ExecdChild(const std::function<bool()>& setup = [] { return true; }) {
+    int exec_seen[2];
+    if (::pipe2(exec_seen, O_CLOEXEC) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      if (setup()) ::execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
+      const char failed = 'n';
+      (void)!::write(exec_seen[1], &failed, 1);
+      std::_Exit(127);
+    }
+    ::close(exec_seen[1]);
+    char c = 0;
+    ok_ = pid_ > 0 && ::read(exec_seen[0], &c, 1) == 0;  // end of file: exec'd
+    ::close(exec_seen[0]);
+  }
+  ~ExecdChild() { kill(); }
+  ExecdChild(const ExecdChild&) = delete;
+  ExecdChild& operator=(const ExecdChild&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool ok() const { return ok_; }
+  // Whether it still runs (not exited, nor a zombie: reaped then).
+  bool running() {
+    if (pid_ <= 0) return false;
+    if (::waitpid(pid_, nullptr, WNOHANG) == 0) return true;
+    pid_ = -1;
+    return false;
+  }
   void kill() {
     if (pid_ <= 0 || !made_.here()) return;
     ::kill(pid_, SIGKILL);
