@@ -57,11 +57,37 @@ inline void run_children(int n, const std::function<int(int)>& body) {
   }
 }
 
+// A forked child of this process, killed (SIGKILL) and reaped by kill() or
+// when the object goes; what it runs is the derived class's.
+class ForkedChild {
+ public:
+  ForkedChild(const ForkedChild&) = delete;
+  ForkedChild& operator=(const ForkedChild&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Whether it got as far as the derived class says.
+  bool ok() const { return ok_; }
+  void kill() {
+    if (pid_ <= 0 || !made_.here()) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ protected:
+  ForkedChild() = default;
+  ~ForkedChild() { kill(); }
+
+  MadeHere made_;
+  pid_t pid_ = -1;
+  bool ok_ = false;
+};
+
 // A forked child that runs setup() (true: it went as planned), reports the
 // answer, then sleeps until it is killed: a process that holds something
-// (permits, a slot) for as long as a test needs. Killed (SIGKILL) and
-// reaped by kill() or when the object goes.
-class PausedChild {
+// (permits, a slot) for as long as a test needs. ok(): setup() returned
+// true.
+class PausedChild : public ForkedChild {
  public:
   explicit PausedChild(const std::function<bool()>& setup) {
     int ready[2];
@@ -78,33 +104,14 @@ class PausedChild {
     ::close(ready[0]);
     ::close(ready[1]);
   }
-  ~PausedChild() { kill(); }
-  PausedChild(const PausedChild&) = delete;
-  PausedChild& operator=(const PausedChild&) = delete;
-
-  pid_t pid() const { return pid_; }
-  // Whether setup() returned true.
-  bool ok() const { return ok_; }
-  void kill() {
-    if (pid_ <= 0 || !made_.here()) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  MadeHere made_;
-  pid_t pid_ = -1;
-  bool ok_ = false;
 };
 
 // A forked child that runs setup() (the library's calls, say) and then
 // execs /bin/sleep 60: a program that runs on under the child's pid, which
 // exec() keeps, with its start time. The constructor returns once it has
 // exec'd, which a close-on-exec pipe tells by its end; ok() is false when
-// setup() returned false or the exec failed. Killed (SIGKILL) and reaped
-// by kill() or when the object goes.
-class ExecdChild {
+// setup() returned false or the exec failed.
+class ExecdChild : public ForkedChild {
  public:
   explicit ExecdChild(const std::function<bool()>& setup = [] { return true; }) {
     int exec_seen[2];
@@ -121,12 +128,6 @@ class ExecdChild {
     ok_ = pid_ > 0 && ::read(exec_seen[0], &c, 1) == 0;  // end of file: exec'd
     ::close(exec_seen[0]);
   }
-  ~ExecdChild() { kill(); }
-  ExecdChild(const ExecdChild&) = delete;
-  ExecdChild& operator=(const ExecdChild&) = delete;
-
-  pid_t pid() const { return pid_; }
-  bool ok() const { return ok_; }
   // Whether it still runs (not exited, nor a zombie: reaped then).
   bool running() {
     if (pid_ <= 0) return false;
@@ -134,17 +135,6 @@ class ExecdChild {
     pid_ = -1;
     return false;
   }
-  void kill() {
-    if (pid_ <= 0 || !made_.here()) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  MadeHere made_;
-  pid_t pid_ = -1;
-  bool ok_ = false;
 };
 
 // A forked process in a pid namespace of its own, pid 1 there, as a
