@@ -1,6 +1,7 @@
 #include "tomlread/reader.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 namespace bulkhead::tomlread {
@@ -20,6 +21,53 @@ std::string syntax_error_message(std::string_view source, const toml::parse_erro
   const toml::source_position at = error.source().begin;
   return std::string(source) + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) +
          ": syntax error: " + std::string(error.description());
+}
+
+std::size_t utf8_length(std::string_view text) {
+  if (text.empty()) return 0;
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3;
+    if (lead == 0xe0) lo = 0xa0;
+    if (lead == 0xed) hi = 0x9f;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4;
+    if (lead == 0xf0) lo = 0x90;
+    if (lead == 0xf4) hi = 0x8f;
+  }
+  if (n == 0 || text.size() < n || byte(1) < lo || byte(1) > hi) return 0;
+  for (std::size_t i = 2; i < n; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xbf) return 0;
+  }
+  return n;
+}
+
+std::string utf8_error_message(std::string_view text, std::string_view source) {
+  std::uint32_t line = 1;
+  std::uint32_t column = 1;
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = utf8_length(text.substr(i));
+    if (n == 0) {
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(text[i])));
+      return std::string(source) + ":" + std::to_string(line) + ":" + std::to_string(column) +
+             ": syntax error: not UTF-8 (byte " + byte + ")";
+    }
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+    i += n;
+  }
+  return {};
 }
 
 bool is_bare_key(std::string_view key) {

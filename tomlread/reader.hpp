@@ -7,6 +7,7 @@
 // Thread safety: the functions here share no state.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -37,9 +38,20 @@ class Reporter {
 // "FILE:LINE:COLUMN: syntax error: DESCRIPTION" for text toml++ cannot parse.
 std::string syntax_error_message(std::string_view source, const toml::parse_error& error);
 
+// The length of the UTF-8 sequence at the start of `text`, or 0 when it is
+// not one (a stray or truncated byte, an overlong form, a surrogate).
+std::size_t utf8_length(std::string_view text);
+
+// "FILE:LINE:COLUMN: syntax error: not UTF-8 (byte 0xE9)" for the first
+// byte of `text` that is not part of a UTF-8 sequence, COLUMN counted in
+// characters; empty when all of it is UTF-8. toml++ finds such a byte too,
+// but places one that starts a line at the end of the line before.
+std::string utf8_error_message(std::string_view text, std::string_view source);
+
 // The parsed text; a syntax error is thrown as Error.
 template <typename Error>
 toml::table parse(std::string_view text, std::string_view source) {
+  if (std::string message = utf8_error_message(text, source); !message.empty()) throw Error(message);
   try {
     return toml::parse(text, source);
   } catch (const toml::parse_error& error) {

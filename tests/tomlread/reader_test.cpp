@@ -86,6 +86,36 @@ TEST(Parse, SyntaxErrorNamesLineAndColumn) {
   EXPECT_NE(message.find(": syntax error: "), std::string::npos) << message;
 }
 
+TEST(Parse, ABytePastUtf8IsPlacedOnItsOwnLineAndColumn) {
+  // toml++ places a stray byte that starts a line at the end of the line
+  // before ("x.toml:2:7"), which sends the reader to the wrong line.
+  EXPECT_EQ(error_of([] { parse<TestError>("a = 1\nb = 22\n\xff\nc = 3\n", "x.toml"); }),
+            "x.toml:3:1: syntax error: not UTF-8 (byte 0xFF)");
+  // Columns count characters: "é" is two bytes, one column.
+  EXPECT_EQ(error_of([] { parse<TestError>("a = 1\n# caf\xc3\xa9 \xe9\n", "x.toml"); }),
+            "x.toml:2:8: syntax error: not UTF-8 (byte 0xE9)");
+  // A sequence cut short by the end of the text.
+  EXPECT_EQ(error_of([] { parse<TestError>("s = \"\xe2\x82", "x.toml"); }),
+            "x.toml:1:6: syntax error: not UTF-8 (byte 0xE2)");
+  EXPECT_EQ(parse<TestError>("s = \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"\n", "x.toml")["s"].value<std::string>(),
+            "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+}
+
+TEST(Utf8Length, TakesWholeSequencesAndRefusesTheRest) {
+  EXPECT_EQ(utf8_length("a"), 1u);
+  EXPECT_EQ(utf8_length("\xc3\xa9"), 2u);
+  EXPECT_EQ(utf8_length("\xe2\x82\xac"), 3u);
+  EXPECT_EQ(utf8_length("\xf4\x8f\xbf\xbf"), 4u);  // U+10FFFF, the last
+  EXPECT_EQ(utf8_length(""), 0u);
+  EXPECT_EQ(utf8_length("\x80"), 0u);              // a continuation byte alone
+  EXPECT_EQ(utf8_length("\xc0\x80"), 0u);          // an overlong NUL
+  EXPECT_EQ(utf8_length("\xe0\x80\x80"), 0u);      // overlong
+  EXPECT_EQ(utf8_length("\xed\xa0\x80"), 0u);      // a surrogate, U+D800
+  EXPECT_EQ(utf8_length("\xf4\x90\x80\x80"), 0u);  // past U+10FFFF
+  EXPECT_EQ(utf8_length("\xe2\x82"), 0u);          // cut short
+  EXPECT_EQ(utf8_length("\xe2\x28\xa1"), 0u);      // a second byte that is none
+}
+
 TEST(ReadInteger, ReturnsTheValueInRange) {
   const TestReporter report("s.toml");
   const toml::table table = toml::parse("n = 7\n");

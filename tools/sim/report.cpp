@@ -15,6 +15,7 @@
 
 #include "policies/fixed.hpp"
 #include "policies/policy.hpp"
+#include "tomlread/reader.hpp"
 
 namespace bulkhead::sim {
 namespace {
@@ -440,31 +441,6 @@ std::string format_csv(const ScenarioReport& r) {
 
 namespace {
 
-// The length of the UTF-8 sequence at the start of `text`, or 0 when it is
-// not one (a stray or truncated byte, an overlong form, a surrogate).
-std::size_t utf8_length(std::string_view text) {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(0);
-  std::size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte
-  if (lead >= 0xc2 && lead <= 0xdf) {
-    n = 2;
-  } else if (lead >= 0xe0 && lead <= 0xef) {
-    n = 3;
-    if (lead == 0xe0) lo = 0xa0;
-    if (lead == 0xed) hi = 0x9f;
-  } else if (lead >= 0xf0 && lead <= 0xf4) {
-    n = 4;
-    if (lead == 0xf0) lo = 0x90;
-    if (lead == 0xf4) hi = 0x8f;
-  }
-  if (n == 0 || text.size() < n || byte(1) < lo || byte(1) > hi) return 0;
-  for (std::size_t i = 2; i < n; ++i) {
-    if (byte(i) < 0x80 || byte(i) > 0xbf) return 0;
-  }
-  return n;
-}
-
 // JSON is UTF-8: a byte that is not (a file name is any bytes) becomes
 // U+FFFD, the replacement character, rather than making the document
 // unreadable.
@@ -473,7 +449,7 @@ std::string json_string(std::string_view text) {
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (static_cast<unsigned char>(c) >= 0x80) {
-      const std::size_t n = utf8_length(text.substr(i));
+      const std::size_t n = tomlread::utf8_length(text.substr(i));
       if (n == 0) {
         out += "\\ufffd";
       } else {
