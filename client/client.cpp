@@ -986,7 +986,13 @@ int wait_in_queue(bh_dep* d, std::uint64_t now_ns, std::uint64_t deadline_ns, bh
     // (its timeout, or a wake-up it was scheduled too late for) leaves
     // without a permit, even one free now, rather than be admitted late.
     now_ns = monotonic_ns();
-    if (now_ns >= deadline_ns) break;
+    if (now_ns >= deadline_ns) {
+      // A cancel that came meanwhile wins over the deadline this call woke
+      // past: the caller gave up on the call, and a deadline refusal would
+      // count against the dependency what says nothing of it.
+      cancelled = Cancel(cancel).requested();
+      break;
+    }
   }
   watch.reset();
   // Leave the queue; the waiters behind this one move up. seq_cst: the

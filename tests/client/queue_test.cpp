@@ -75,6 +75,36 @@ class QueueTest : public ::testing::Test {
     while (waiting() != n) std::this_thread::yield();
   }
   shm::DependencyCounters counters() { return shm::read_counters(*segment_, slot_); }
+  // Stops `child`, the one waiter in the queue, while it sleeps there (in
+  // futex_sleep, as the kernel shows it, not between looks), and returns
+  // once `deadline` has passed: the child runs again only past it.
+  void stop_asleep_until_past(pid_t child, std::uint64_t deadline) {
+    wait_for_waiters(1);
+    auto& futex = segment_->dependency(slot_).admission.futex;
+    while ((futex.load() & shm::kFutexSleepers) == 0) std::this_thread::yield();
+    for (;;) {
+      char path[64];
+      std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(child));
+      std::FILE* f = std::fopen(path, "r");
+      ASSERT_NE(f, nullptr);
+      char state = 0;
+      const int n = std::fscanf(f, "%*d %*s %c", &state);
+      std::fclose(f);
+      if (n == 1 && state == 'S') break;
+      std::this_thread::yield();
+    }
+    ASSERT_EQ(::kill(child, SIGSTOP), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, WUNTRACED), child);
+    ASSERT_TRUE(WIFSTOPPED(status));
+    while (bh_now_ns() <= deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // Lets `child` go on, and returns its exit status (-1: it did not exit).
+  static int resume_until_exit(pid_t child) {
+    int status = 0;
+    if (::kill(child, SIGCONT) != 0 || ::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+  }
 
   // Forks `n` children one after the other, each queued behind the one
   // before (the segment shows it waiting before the next is forked), while
@@ -190,31 +220,36 @@ TEST_F(QueueTest, AWaiterPastItsDeadlineIsNotAdmittedLateByAPermitFreedSince) {
     const int rc = bh_acquire(dep_->handle(), deadline, &p);
     std::_Exit(rc == 0 ? 1 : 10 + rc);
   }
-  wait_for_waiters(1);
-  auto& futex = segment_->dependency(slot_).admission.futex;
-  while ((futex.load() & shm::kFutexSleepers) == 0) std::this_thread::yield();
-  // Until the kernel shows it asleep (in futex_sleep, not between looks).
-  for (;;) {
-    char path[64];
-    std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(child));
-    std::FILE* f = std::fopen(path, "r");
-    ASSERT_NE(f, nullptr);
-    char state = 0;
-    const int n = std::fscanf(f, "%*d %*s %c", &state);
-    std::fclose(f);
-    if (n == 1 && state == 'S') break;
-    std::this_thread::yield();
-  }
-  ASSERT_EQ(::kill(child, SIGSTOP), 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, WUNTRACED), child);
-  ASSERT_TRUE(WIFSTOPPED(status));
-  while (bh_now_ns() <= deadline) std::this_thread::sleep_for(10ms);
+  stop_asleep_until_past(child, deadline);
+  ASSERT_FALSE(HasFatalFailure());
   held.success();  // a permit free only after the waiter's deadline
-  ASSERT_EQ(::kill(child, SIGCONT), 0);
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 10 + BH_REJECT_DEADLINE);
+  EXPECT_EQ(resume_until_exit(child), 10 + BH_REJECT_DEADLINE);
+}
+
+// A cancel requested while a waiter is stopped past its deadline is what
+// the waiter answers when it runs again: the caller gave up on the call,
+// and a deadline refusal would count against the dependency.
+TEST_F(QueueTest, ACancelThatCameBeforeAWaiterWokePastItsDeadlineIsACancel) {
+  publish(1, 4);
+  Permit held = dep_->try_acquire();
+  void* shared = ::mmap(nullptr, sizeof(bh_cancel), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  auto* cancel = static_cast<bh_cancel*>(shared);
+  bh_cancel_init(cancel);
+  const std::uint64_t deadline = bh_now_ns() + 300'000'000;  // 300 ms
+  const pid_t child = ::fork();
+  if (child == 0) {
+    bh_permit p;
+    const int rc = bh_acquire_cancellable(dep_->handle(), deadline, cancel, &p);
+    std::_Exit(rc == 0 ? 1 : 10 + rc);
+  }
+  stop_asleep_until_past(child, deadline);
+  ASSERT_FALSE(HasFatalFailure());
+  bh_cancel_request(cancel);  // the child's entry names the futex of a segment both map at one address
+  EXPECT_EQ(resume_until_exit(child), 10 + BH_REJECT_CANCELLED);
+  EXPECT_EQ(counters().deadline_rejected, 0u);
+  EXPECT_EQ(waiting(), 0u);
+  ::munmap(shared, sizeof(bh_cancel));
 }
 
 TEST_F(QueueTest, AnExpectedWaitBeyondTheBudgetIsRefusedWithoutQueueing) {

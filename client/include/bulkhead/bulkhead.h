@@ -242,7 +242,8 @@ BH_API void bh_cancel_request(bh_cancel *c);
 BH_API int bh_cancel_requested(const bh_cancel *c);
 /* bh_acquire() that bh_cancel_request(cancel) ends: BH_REJECT_CANCELLED,
  * at once when the request came before the call, else as soon as the
- * waiting call sees it. A cancelled call's wait counts in the
+ * waiting call sees it, even past its deadline (a call that ran again only
+ * after both is cancelled, not refused). A cancelled call's wait counts in the
  * dependency's wait time, and not as a rejection: it says nothing of the
  * dependency. NULL `cancel`: bh_acquire(). */
 BH_API int bh_acquire_cancellable(bh_dep *d, uint64_t deadline_ns, bh_cancel *cancel, bh_permit *out);
