@@ -15,6 +15,7 @@
 
 #include "daemon/config.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <fnmatch.h>
@@ -601,6 +602,17 @@ const char* check_listen_address(std::string_view address) {
   }
   for (char c : host) {
     if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) return "host must not contain spaces";
+  }
+  // Addresses are checked whole here: the exporter (civetweb) reads each
+  // number of an IPv4 address modulo 256, and listened on 231.1.1.1 for
+  // 999.1.1.1, or on 127.0.1.0 for 127.0.0.256.
+  unsigned char address_bytes[sizeof(in6_addr)];
+  if (host.front() == '[') {
+    const std::string v6(host.substr(1, host.size() - 2));
+    if (::inet_pton(AF_INET6, v6.c_str(), address_bytes) != 1) return "host in brackets must be an IPv6 address";
+  } else if (host.find_first_not_of("0123456789.") == std::string_view::npos &&
+             ::inet_pton(AF_INET, std::string(host).c_str(), address_bytes) != 1) {
+    return "host must be an IPv4 address of four numbers in [0, 255], e.g. 127.0.0.1, or a host name";
   }
   if (port.empty() || port.size() > 5 ||
       !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||

@@ -118,8 +118,9 @@ Config parse_config(std::string_view text, std::string_view source, const Daemon
 // std::system_error.
 Config load_config_file(const std::string& path, const DaemonConfig* running = nullptr);
 // Why `address` is no daemon.metrics_listen (or --metrics-listen) value, or
-// null: "" (metrics off), "host:port" or "[v6]:port", port 0..65535. Whether
-// the host resolves or the port is free is for the exporter to find out.
+// null: "" (metrics off), "host:port" or "[v6]:port", port 0..65535, the
+// host a name or an address (a host of digits and dots an IPv4 address).
+// Whether a name resolves or the port is free is for the exporter to find out.
 const char* check_listen_address(std::string_view address);
 // The config bulkheadd runs with when given no --config.
 std::string_view embedded_default_config();

@@ -656,6 +656,15 @@ TEST(ParseConfig, MetricsCanBeTurnedOff) {
             "0.0.0.0:0");
 }
 
+TEST(ParseConfig, MetricsListenOnAnAddressOrAHostName) {
+  for (const char* address : {"255.255.255.255:9477", "localhost:9477", "metrics-1.example:9477", "[::]:9477",
+                              "[2001:db8::1]:9477", "[::ffff:127.0.0.1]:9477"}) {
+    EXPECT_EQ(parse_config(std::string("[daemon]\nmetrics_listen = \"") + address + "\"\n", "t.toml")
+                  .daemon.metrics_listen,
+              address);
+  }
+}
+
 // Every range includes its ends: each value below is the edge of its rule.
 TEST(ParseConfig, TheEdgesOfEachRangeAreAccepted) {
   // A pinned limit (min = initial = max), as a static bulkhead is; an
@@ -833,6 +842,19 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:2: daemon.metrics_listen: port must be a number in [0, 65535]"},
     {"MetricsIpv6WithoutBrackets", "[daemon]\nmetrics_listen = \"::1:9477\"\n",
      "bad.toml:2: daemon.metrics_listen: an IPv6 host must be in brackets, e.g. \"[::1]:9477\""},
+    // The exporter would listen on 231.1.1.1 and 127.0.1.0 (each number
+    // modulo 256), and fail to on 127.1.
+    {"MetricsIpv4NumberPast255", "[daemon]\nmetrics_listen = \"999.1.1.1:9477\"\n",
+     "bad.toml:2: daemon.metrics_listen: host must be an IPv4 address of four numbers in [0, 255], e.g. "
+     "127.0.0.1, or a host name"},
+    {"MetricsIpv4LastNumberPast255", "[daemon]\nmetrics_listen = \"127.0.0.256:9477\"\n",
+     "bad.toml:2: daemon.metrics_listen: host must be an IPv4 address of four numbers in [0, 255], e.g. "
+     "127.0.0.1, or a host name"},
+    {"MetricsIpv4ShortForm", "[daemon]\nmetrics_listen = \"127.1:9477\"\n",
+     "bad.toml:2: daemon.metrics_listen: host must be an IPv4 address of four numbers in [0, 255], e.g. "
+     "127.0.0.1, or a host name"},
+    {"MetricsIpv6NotAnAddress", "[daemon]\nmetrics_listen = \"[::g]:9477\"\n",
+     "bad.toml:2: daemon.metrics_listen: host in brackets must be an IPv6 address"},
     {"LogLevelUnknown", "[daemon]\nlog_level = \"verbose\"\n",
      "bad.toml:2: daemon.log_level: must be one of trace, debug, info, warn, error"},
     {"GroupWithSpace", "[daemon]\nsegment_group = \"bulk head\"\n",
