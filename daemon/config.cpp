@@ -382,6 +382,16 @@ RawTable read_dependency_table(const Reporter& report, const toml::table& table,
       raw.partitions = read_partitions(report, e, path_here);
     } else if (e.key == "partitions") {
       report.fail(e.line, path_here, "partitions belong to one dependency: not allowed in [defaults]");
+    } else if (e.node->is_table() && std::ranges::any_of(policies::builtin_registry().names(),
+                                                         [&](const std::string& policy) { return policy == e.key; })) {
+      // balance.tolerance = 0.3, or [dependency.x.balance]: a policy's
+      // parameters as a table of their own, as some configs write them.
+      const std::vector<tomlread::Entry> inner = tomlread::in_file_order(*e.node->as_table());
+      const std::string example = inner.empty() ? "PARAMETER" : std::string(inner.front().key);
+      report.fail(e.line, path_here,
+                  "unknown table (a policy's parameters are keys of the table they tune: write " + example +
+                      " = ... there, not " + std::string(e.key) + "." + example + "; policy = \"" +
+                      std::string(e.key) + "\" chooses the policy)");
     } else if (e.node->is_table()) {
       // [dependency.search.v2] makes "v2" a table inside dependency "search".
       report.fail(e.line, path_here,

@@ -844,6 +844,12 @@ const BadConfig kBadConfigs[] = {
      "bad.toml:2: daemon.metrics_listen: an IPv6 host must be in brackets, e.g. \"[::1]:9477\""},
     // The exporter would listen on 231.1.1.1 and 127.0.1.0 (each number
     // modulo 256), and fail to on 127.1.
+    {"PolicyParametersAsATable", "[dependency.a]\npolicy = \"balance\"\nbalance.tolerance = 0.3\n",
+     "bad.toml:3: dependency.a.balance: unknown table (a policy's parameters are keys of the table they tune: "
+     "write tolerance = ... there, not balance.tolerance; policy = \"balance\" chooses the policy)"},
+    {"PolicyParametersAsATableOfDefaults", "[defaults.aimd]\nbackoff = 0.8\n",
+     "bad.toml:1: defaults.aimd: unknown table (a policy's parameters are keys of the table they tune: "
+     "write backoff = ... there, not aimd.backoff; policy = \"aimd\" chooses the policy)"},
     {"MetricsIpv4NumberPast255", "[daemon]\nmetrics_listen = \"999.1.1.1:9477\"\n",
      "bad.toml:2: daemon.metrics_listen: host must be an IPv4 address of four numbers in [0, 255], e.g. "
      "127.0.0.1, or a host name"},
