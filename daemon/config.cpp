@@ -782,7 +782,11 @@ Config parse_config(std::string_view text, std::string_view source, const Daemon
             .push_back(read_dependency_table(report, *d.node->as_table(), dep_path, std::string(d.key), d.line));
       }
     } else {
-      unknown(report, e, path);
+      // A misspelt table, or a key written above the first [table] line.
+      report.fail(e.line, path,
+                  e.node->is_table() ? "unknown table (the tables are [daemon], [defaults] and [dependency.NAME])"
+                                     : "unknown key (keys belong in [daemon], [defaults] or [dependency.NAME]: "
+                                       "one above the file's first [table] line is in none)");
     }
   }
 

@@ -743,8 +743,11 @@ const BadConfig kBadConfigs[] = {
     {"SyntaxNotUtf8", "[daemon]\nsegment = \"\xff\"\n", "bad.toml:2:"},
 
     // Tables and keys nobody knows.
-    {"UnknownTable", "[daemon]\ntick_ms = 100\n\n[deamon]\n", "bad.toml:4: deamon: unknown table"},
-    {"UnknownTopLevelKey", "verbose = true\n", "bad.toml:1: verbose: unknown key"},
+    {"UnknownTable", "[daemon]\ntick_ms = 100\n\n[deamon]\n",
+     "bad.toml:4: deamon: unknown table (the tables are [daemon], [defaults] and [dependency.NAME])"},
+    {"UnknownTopLevelKey", "tick_ms = 100\n[daemon]\n",
+     "bad.toml:1: tick_ms: unknown key (keys belong in [daemon], [defaults] or [dependency.NAME]: one above the "
+     "file's first [table] line is in none)"},
     {"DaemonNotATable", "daemon = \"on\"\n", "bad.toml:1: daemon: must be a table"},
     {"UnknownDaemonKey", "[daemon]\ntick = 100\n", "bad.toml:2: daemon.tick: unknown key"},
     {"UnknownDaemonTable", "[daemon]\n[daemon.limits]\nx = 1\n",
