@@ -189,6 +189,7 @@ struct bh_client {
   shm::ProcessClaim process;  // its slot in the process table
   shm::LivenessLock lock;  // the claim's: exec() drops it (shm::LivenessLock)
   std::uint32_t static_limit = UINT32_MAX;
+  std::string static_limit_ignored;  // a $BULKHEAD_STATIC_LIMIT that is no limit, for the status
   bool require_segment = false;  // opened with BH_OPEN_REQUIRE_SEGMENT
   std::string status;
   // In a forked child, until its first call claims a process slot
@@ -280,7 +281,12 @@ std::uint32_t local_limit(const bh_client& c) { return c.require_segment ? 0 : c
 // What local_limit() admits, for the status of a standalone client.
 std::string describe_local_limit(const bh_client& c) {
   if (c.require_segment) return "refusing every call: the client requires the segment";
-  return "static limit " + (c.static_limit == UINT32_MAX ? std::string("none") : std::to_string(c.static_limit));
+  std::string limit =
+      "static limit " + (c.static_limit == UINT32_MAX ? std::string("none") : std::to_string(c.static_limit));
+  if (!c.static_limit_ignored.empty()) {
+    limit += " ($BULKHEAD_STATIC_LIMIT=\"" + c.static_limit_ignored + "\" ignored: not a positive whole number)";
+  }
+  return limit;
 }
 
 // The name /etc/passwd (`user`) or /etc/group gives uid or gid `id`, or its
@@ -498,12 +504,18 @@ void install_fork_handlers() {
   });
 }
 
-std::uint32_t env_static_limit() {
+// $BULKHEAD_STATIC_LIMIT, or no limit (UINT32_MAX). A value that is no
+// positive whole number is no limit either, rather than a limit of 0 that
+// would refuse every call; it is kept in `ignored`, for the status to say.
+std::uint32_t env_static_limit(std::string& ignored) {
   const char* text = std::getenv("BULKHEAD_STATIC_LIMIT");
   if (text == nullptr || *text == '\0') return UINT32_MAX;
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
-  if (*end != '\0' || value <= 0) return UINT32_MAX;
+  if (*end != '\0' || value <= 0) {
+    ignored = text;
+    return UINT32_MAX;
+  }
   return value >= static_cast<long>(UINT32_MAX) ? UINT32_MAX : static_cast<std::uint32_t>(value);
 }
 
@@ -1047,7 +1059,7 @@ int bh_client_open_opts(const bh_options* options, bh_client** out) {
   client->require_segment = (options->flags & BH_OPEN_REQUIRE_SEGMENT) != 0;
   client->static_limit = options->static_limit > 0
                              ? static_cast<std::uint32_t>(std::min<long>(options->static_limit, UINT32_MAX))
-                             : env_static_limit();
+                             : env_static_limit(client->static_limit_ignored);
   try {
     client->segment = shm::Segment::attach(name, shm::Access::kReadWrite);
     client->process = shm::claim_process_slot(*client->segment);

@@ -91,7 +91,7 @@ TEST(Standalone, StaticLimitFromTheEnvironment) {
 }
 
 // A value that is no positive whole number is ignored, not taken as a
-// limit of 0 that would refuse every call.
+// limit of 0 that would refuse every call; the status says so, naming it.
 TEST(Standalone, AStaticLimitFromTheEnvironmentThatIsNoPositiveNumberIsIgnored) {
   TempSegmentName name{"none"};
   for (const char* junk : {"0", "-3", "7x", "x"}) {
@@ -101,7 +101,15 @@ TEST(Standalone, AStaticLimitFromTheEnvironmentThatIsNoPositiveNumberIsIgnored) 
     Dependency dep = client.dependency("x");
     EXPECT_EQ(dep.limit(), static_cast<long>(UINT32_MAX)) << junk;
     EXPECT_TRUE(dep.try_acquire()) << junk;
+    EXPECT_NE(client.status().find("static limit none ($BULKHEAD_STATIC_LIMIT=\"" + std::string(junk) +
+                                   "\" ignored: not a positive whole number)"),
+              std::string::npos)
+        << client.status();
   }
+  ::setenv("BULKHEAD_STATIC_LIMIT", "7", 1);
+  Client client(name.str());
+  ::unsetenv("BULKHEAD_STATIC_LIMIT");
+  EXPECT_EQ(client.status().find("ignored"), std::string::npos) << client.status();
 }
 
 TEST(Standalone, SegmentNameFromTheEnvironment) {
