@@ -4,12 +4,15 @@
 #include "daemon/process_watch.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -237,6 +240,87 @@ TEST(ProcessWatchNamespaces, ATickScansForAFewSlotsAndTheOthersWaitAlive) {
     EXPECT_EQ(watch.check(gone), shm::Liveness::kDead) << "slot " << s;
   }
   EXPECT_EQ(watch.lookups(), kSlots);
+}
+
+// The state letter of /proc/PID/stat ('Z' for a zombie), or 0.
+char process_state(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return 0;
+  char state = 0;
+  if (std::fscanf(f, "%*d %*s %c", &state) != 1) state = 0;
+  std::fclose(f);
+  return state;
+}
+
+// What a watch without ptrace access to the client (a daemon that is not
+// root, a client of another user) makes of a client of another pid
+// namespace: it cannot read the client's /proc/N/ns/pid, so it finds the
+// client by pid and start time alone, "unconfirmed". Such a match is
+// looked up once per claim, as a confirmed one; and once the process
+// exits, looked up again, where the same process found again (a zombie,
+// its reaper stopped) is the answer: dead. The watch runs in a child that
+// drops to user nobody; the client stays root's.
+TEST(ProcessWatchNamespaces, AProcessFoundByPidAndStartTimeAloneIsWatchedAndFoundDeadAsAZombie) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pid namespace and to become nobody";
+  testing::ChildInPidNamespace child{[] { return true; }};
+  ASSERT_TRUE(child.ok());
+  const shm::ProcessSnapshot seen = slot_of(child, 1, 7);
+  ASSERT_TRUE(seen.pid_ns.known());
+  // What the watcher reports, as one byte each: its lookup unconfirmed, its
+  // answers at three ticks, its lookups then; and, once told, its answer.
+  int report[2], go_on[2];
+  ASSERT_EQ(::pipe(report), 0);
+  ASSERT_EQ(::pipe(go_on), 0);
+  const pid_t watcher = ::fork();
+  if (watcher == 0) {
+    constexpr uid_t kNobody = 65534;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(kNobody, kNobody, kNobody) != 0 ||
+        ::setresuid(kNobody, kNobody, kNobody) != 0) {
+      std::_Exit(2);
+    }
+    const auto tell = [&](int v) {
+      const char c = static_cast<char>(v);
+      if (::write(report[1], &c, 1) != 1) std::_Exit(3);
+    };
+    tell(shm::find_in_pid_namespace(seen.pid_ns, seen.pid, seen.start_time).confirmed ? 1 : 0);
+    ProcessWatch watch{4};
+    for (int tick = 0; tick < 3; ++tick) {
+      watch.poll();
+      tell(static_cast<int>(watch.check(seen)));
+    }
+    tell(static_cast<int>(watch.lookups()));
+    char c = 0;
+    if (::read(go_on[0], &c, 1) != 1) std::_Exit(4);
+    watch.poll();
+    tell(static_cast<int>(watch.check(seen)));
+    std::_Exit(0);
+  }
+  ::close(report[1]);
+  ::close(go_on[0]);
+  const auto heard = [&] {
+    char c = -1;
+    return ::read(report[0], &c, 1) == 1 ? static_cast<int>(c) : -1;
+  };
+  EXPECT_EQ(heard(), 0) << "the watcher read the client's namespace: the match is not unconfirmed";
+  for (int tick = 0; tick < 3; ++tick) EXPECT_EQ(heard(), static_cast<int>(shm::Liveness::kAlive)) << tick;
+  EXPECT_EQ(heard(), 1);  // one lookup, for the claim
+  // Killed, and left a zombie: its reaper stopped first, and known stopped
+  // (a stop still on its way lets it reap the child it wakes for).
+  ASSERT_EQ(::kill(child.reaper(), SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child.reaper(), &status, WUNTRACED), child.reaper());
+  ASSERT_TRUE(WIFSTOPPED(status)) << status;
+  ASSERT_EQ(::kill(child.pid(), SIGKILL), 0);
+  for (int i = 0; i < 30'000 && process_state(child.pid()) != 'Z'; ++i) ::usleep(1000);  // a give-up, not a time
+  EXPECT_EQ(process_state(child.pid()), 'Z');
+  ASSERT_EQ(::write(go_on[1], "g", 1), 1);
+  EXPECT_EQ(heard(), static_cast<int>(shm::Liveness::kDead));
+  ::kill(child.reaper(), SIGCONT);
+  ASSERT_EQ(::waitpid(watcher, &status, 0), watcher);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ::close(report[0]);
+  ::close(go_on[1]);
 }
 
 }  // namespace

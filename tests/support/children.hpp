@@ -184,6 +184,10 @@ class ChildInPidNamespace {
 
   // Its pid in this process's namespace (its own namespace's is 1).
   pid_t pid() const { return pid_; }
+  // The process that reaps it, outside its namespace: while that one is
+  // stopped (SIGSTOP), the child killed stays a zombie. Continue it before
+  // kill() or the destructor, which wait for it.
+  pid_t reaper() const { return middle_; }
   bool ok() const { return ok_; }
   // Kills it (SIGKILL) and returns once it is reaped: gone from /proc.
   void kill() {
