@@ -38,6 +38,12 @@ for shared_limit_test (C++): it and a C++ process share one host-wide limit.
       the client; prints "closed by the handler" when it ran, then
       "ValueError" when the wait, admitted as the client closed, gave its
       permit back
+  hold_permits.py SEGMENT DEPENDENCY interrupt
+      waits for a permit with no timeout on the main thread; prints
+      "KeyboardInterrupt" when a SIGINT ended the wait
+  hold_permits.py SEGMENT DEPENDENCY handler-during-wait
+      waits for a permit with no timeout on the main thread, with a SIGUSR1
+      handler that prints "handler ran" (and returns); then "admitted"
   hold_permits.py SEGMENT DEPENDENCY beside-a-stuck-claim NAME
       looks NAME up on one thread (its slot held by a claim that does not
       finish: bh_dependency() waits for it up to a second) while this one
@@ -184,6 +190,21 @@ def main(segment, dependency, mode, *args):
                 return 0
             print("admitted", flush=True)
             return 3
+        if mode == "interrupt":
+            # Python's own handler, even if what started this process ignored SIGINT.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            try:
+                held.enter_context(dep.acquire(timeout=math.inf))
+            except KeyboardInterrupt:
+                print("KeyboardInterrupt", flush=True)
+                return 0
+            print("admitted", flush=True)
+            return 3
+        if mode == "handler-during-wait":
+            signal.signal(signal.SIGUSR1, lambda signum, frame: print("handler ran", flush=True))
+            held.enter_context(dep.acquire(timeout=math.inf))
+            print("admitted", flush=True)
+            return 0
         if mode == "beside-a-stuck-claim":
             looked_up = threading.Event()
 

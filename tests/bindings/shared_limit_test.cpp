@@ -172,9 +172,9 @@ TEST_F(SharedLimit, APythonThreadWaitingInTheQueueLetsTheOthersRun) {
   EXPECT_EQ(py.log(), "running while it waits\nadmitted\n");
 }
 
-// A SIGTERM handler that closes the client runs as the wait it interrupted
-// returns, on the waiting thread: its close() must not wait for that very
-// call. The call, admitted, gives its permit back and raises ValueError.
+// A SIGTERM handler that closes the client runs while the main thread
+// waits, that thread's: its close() must not wait for that very call. The
+// call, cancelled by it (or admitted first), raises ValueError, nothing kept.
 TEST_F(SharedLimit, APythonSignalHandlerClosesTheClientItsThreadWaitsIn) {
   std::vector<Permit> held;
   ASSERT_EQ(take_all(held), kLimit);
@@ -183,12 +183,55 @@ TEST_F(SharedLimit, APythonSignalHandlerClosesTheClientItsThreadWaitsIn) {
   ASSERT_EQ(waiting(), 1u) << py.log();
   ASSERT_EQ(py.log(), "handler set\n");
 
-  py.signal(SIGTERM);  // Python runs the handler once bh_acquire() returns
-  held.pop_back();     // which it does, admitted
+  py.signal(SIGTERM);
+  held.pop_back();  // a permit its wait may take before the handler's close() cancels it
   ASSERT_TRUE(py.wait_exit(60s)) << py.log();
   EXPECT_EQ(py.exit_code(), 0) << py.log();
   EXPECT_EQ(py.log(), "handler set\nclosed by the handler\nValueError\n");
   EXPECT_EQ(dep_->inflight(), kLimit - 1);  // its permit came back
+}
+
+// Ctrl-C ends a Python main thread's wait with no timeout, which would
+// otherwise run Python's handler only once a permit came: the wait leaves
+// the queue and KeyboardInterrupt propagates, with nothing taken.
+TEST_F(SharedLimit, ACtrlCEndsAPythonMainThreadsWaitInTheQueue) {
+  std::vector<Permit> held;
+  ASSERT_EQ(take_all(held), kLimit);
+  ChildProcess py = python({"interrupt"});
+  wait_until_one_waits(py);
+  ASSERT_EQ(waiting(), 1u) << py.log();
+
+  py.signal(SIGINT);
+  ASSERT_TRUE(py.wait_exit(60s)) << py.log();
+  EXPECT_EQ(py.exit_code(), 0) << py.log();
+  EXPECT_EQ(py.log(), "KeyboardInterrupt\n");
+  EXPECT_EQ(waiting(), 0u);
+  held.pop_back();
+  EXPECT_EQ(dep_->inflight(), kLimit - 1);  // none of the process's
+}
+
+// A Python signal handler that returns runs while the main thread waits,
+// and the wait goes on in its place in the queue, admitted when C++ gives
+// a permit back.
+TEST_F(SharedLimit, APythonSignalHandlerRunsWhileTheMainThreadWaitsInTheQueue) {
+  std::vector<Permit> held;
+  ASSERT_EQ(take_all(held), kLimit);
+  ChildProcess py = python({"handler-during-wait"});
+  wait_until_one_waits(py);
+  ASSERT_EQ(waiting(), 1u) << py.log();
+
+  py.signal(SIGUSR1);
+  for (auto give_up = std::chrono::steady_clock::now() + 60s;
+       py.log().find('\n') == std::string::npos && !py.exited() && std::chrono::steady_clock::now() < give_up;)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(py.log(), "handler ran\n");
+  EXPECT_EQ(waiting(), 1u);
+
+  held.pop_back();
+  ASSERT_TRUE(py.wait_exit(60s)) << py.log();
+  EXPECT_EQ(py.exit_code(), 0) << py.log();
+  EXPECT_EQ(py.log(), "handler ran\nadmitted\n");
+  EXPECT_EQ(dep_->inflight(), kLimit - 1);  // its permit came back as it exited
 }
 
 // close() on one thread cancels another's wait with no timeout, which

@@ -5,7 +5,9 @@ built library."""
 
 import asyncio
 import concurrent.futures
+import contextlib
 import copy
+import ctypes
 import gc
 import os
 import pickle
@@ -13,11 +15,74 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 import unittest
 
 import bulkhead
 
 ABSENT = f"bhtest-py-absent-{os.getpid()}"  # no such segment: standalone
+
+
+class BlockingCall:
+    """A stand-in for bh_acquire_cancellable() waiting in a queue (which
+    standalone mode has not): one call that blocks in C, on a mutex a
+    thread of its own holds, as the real one blocks in a futex wait, so
+    that no Python signal handler runs on the thread that makes it until
+    it returns. The holder lets it return once `cancel` is requested
+    (ended: "cancelled"), once until() is true ("until"), or after a
+    give-up that turns a hang into a failure ("gave up"); it then returns
+    result(), 0 (admitted) unless given."""
+
+    _libc = ctypes.CDLL(None)
+
+    def __init__(self, cancel, until=lambda: False, result=lambda: 0):
+        self._cancel, self._until, self._result = cancel, until, result
+        self._mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER (glibc)
+        self.ended = None
+        self.in_call = threading.Event()
+        held = threading.Event()
+        threading.Thread(target=self._hold, args=(held,), daemon=True).start()
+        held.wait()
+
+    def _hold(self, held):
+        self._libc.pthread_mutex_lock(self._mutex)
+        held.set()
+        give_up = time.monotonic() + 30
+        while self.ended is None:
+            if bulkhead._c().bh_cancel_requested(ctypes.byref(self._cancel)):
+                self.ended = "cancelled"
+            elif self._until():
+                self.ended = "until"
+            elif time.monotonic() > give_up:
+                self.ended = "gave up"
+            else:
+                time.sleep(0.005)
+        self._libc.pthread_mutex_unlock(self._mutex)
+
+    def __call__(self):
+        self.in_call.set()
+        self._libc.pthread_mutex_lock(self._mutex)
+        self._libc.pthread_mutex_unlock(self._mutex)
+        return self._result()
+
+
+@contextlib.contextmanager
+def signal_handled(signum, handler):
+    """`handler` set for `signum` within the block."""
+    previous = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)
+
+
+def signal_main_thread_in(call, signum):
+    """Sends `signum` to the main thread once `call` has begun."""
+    def send():
+        call.in_call.wait()
+        signal.pthread_kill(threading.main_thread().ident, signum)
+
+    threading.Thread(target=send, daemon=True).start()
 
 
 class StandaloneTest(unittest.TestCase):
@@ -532,6 +597,125 @@ class StandaloneTest(unittest.TestCase):
         self.assertEqual(outcome, ["close() returned", "ValueError"])
         self.assertEqual(undone, [True])
         self.assertIsNone(client._handle)
+
+    def test_a_signal_handler_that_raises_during_a_main_thread_wait_cancels_it(self):
+        # The wait is one call into libbulkhead: Python runs a handler only
+        # once it returns, so a Ctrl-C would wait for the permit, or for the
+        # timeout (math.inf: forever). Made on another thread, the main
+        # thread waiting for it on a lock, the handler runs at once, and its
+        # exception cancels the wait and propagates.
+        def exit_on_sigterm(signum, frame):
+            raise SystemExit(1)
+
+        for signum, handler, raised in ((signal.SIGINT, signal.default_int_handler, KeyboardInterrupt),
+                                        (signal.SIGTERM, exit_on_sigterm, SystemExit)):
+            with self.subTest(signal=signum.name):
+                cancel = bulkhead._Cancel()
+                call = BlockingCall(cancel, result=lambda: bulkhead._REJECT_CANCELLED)
+                signal_main_thread_in(call, signum)
+                with signal_handled(signum, handler), self.assertRaises(raised):
+                    self.client._call_waiting(call, cancel=cancel)
+                self.assertEqual(call.ended, "cancelled")
+                self.assertEqual(self.client._waiting, {})
+
+    def test_a_permit_admitted_as_a_signal_handler_raises_is_given_back(self):
+        # The cancel may come as the wait is admitted: the permit goes back
+        # as ignored, the exception propagating all the same.
+        cancel, permit = bulkhead._Cancel(), bulkhead._Permit()
+        lib = bulkhead._c()
+        call = BlockingCall(cancel, result=lambda: lib.bh_try_acquire(self.dep._handle, ctypes.byref(permit)))
+        signal_main_thread_in(call, signal.SIGINT)
+        with signal_handled(signal.SIGINT, signal.default_int_handler), self.assertRaises(KeyboardInterrupt):
+            self.client._call_waiting(call, cancel=cancel,
+                                      undo=lambda: lib.bh_release(ctypes.byref(permit), bulkhead.IGNORE))
+        self.assertIsNone(permit.dep)
+        self.assertEqual(self.dep.inflight, 0)
+        self.assertEqual(self.client._held, 0)
+        self.assertEqual(call.ended, "cancelled")
+
+    def test_a_signal_handler_that_returns_during_a_main_thread_wait_lets_it_go_on(self):
+        # Its place in the queue kept: not cancelled, admitted later.
+        ran = []
+        cancel = bulkhead._Cancel()
+        call = BlockingCall(cancel, until=lambda: bool(ran))
+        signal_main_thread_in(call, signal.SIGUSR1)
+        with signal_handled(signal.SIGUSR1, lambda signum, frame: ran.append(call.ended)):
+            rc = self.client._call_waiting(call, cancel=cancel)
+        self.assertEqual(ran, [None])  # while the call waited
+        self.assertEqual(call.ended, "until")
+        self.assertEqual(rc, 0)
+
+    def test_a_signal_handler_may_wait_for_a_permit_while_the_main_thread_waits(self):
+        # The handler's own waiting acquire cannot be made on the thread
+        # the interrupted wait is made on: it must not wait for it.
+        admitted = []
+        cancel = bulkhead._Cancel()
+        call = BlockingCall(cancel, until=lambda: bool(admitted))
+
+        def handler(signum, frame):
+            with self.dep.acquire(timeout=30):
+                admitted.append(call.ended)
+
+        signal_main_thread_in(call, signal.SIGUSR1)
+        with signal_handled(signal.SIGUSR1, handler):
+            self.client._call_waiting(call, cancel=cancel)
+        self.assertEqual(admitted, [None])
+        self.assertEqual(call.ended, "until")
+        self.assertEqual(self.dep.inflight, 0)
+
+    def test_a_signal_handler_closes_the_client_the_main_thread_waits_in(self):
+        # Run during the wait, its close() returns at once (waiting for that
+        # call would wait forever) and cancels the wait; the call gives back
+        # a permit admitted in that instant, raises ValueError, and the
+        # client closes as it ends, nothing held.
+        client = bulkhead.Client(segment=ABSENT)  # not self.client: a hang here must not hang tearDown
+        dep, lib = client.dependency("payments"), bulkhead._c()
+        cancel, permit, events = bulkhead._Cancel(), bulkhead._Permit(), []
+        call = BlockingCall(cancel, result=lambda: lib.bh_try_acquire(dep._handle, ctypes.byref(permit)))
+
+        def handler(signum, frame):
+            client.close()
+            events.append("close() returned")
+
+        def hung(signum, frame):
+            raise AssertionError("hung")
+
+        signal_main_thread_in(call, signal.SIGTERM)
+        signal.alarm(60)  # close() waiting for its own thread's call would wait forever
+        try:
+            with signal_handled(signal.SIGALRM, hung), signal_handled(signal.SIGTERM, handler):
+                with self.assertRaises(ValueError):
+                    client._call_waiting(call, cancel=cancel,
+                                         undo=lambda: lib.bh_release(ctypes.byref(permit), bulkhead.IGNORE))
+        finally:
+            signal.alarm(0)
+        self.assertEqual(events, ["close() returned"])
+        self.assertEqual(call.ended, "cancelled")
+        self.assertIsNone(permit.dep)
+        self.assertEqual(client._held, 0)
+        self.assertIsNone(client._handle)
+
+    def test_a_forked_child_interrupts_its_main_thread_waits_too(self):
+        # The thread the parent's main-thread waits are made on is not in
+        # the child: the child's must not be handed to it.
+        cancel = bulkhead._Cancel()
+        self.client._call_waiting(BlockingCall(cancel, until=lambda: True), cancel=cancel)
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)  # a hang fails the test, not the suite's timeout
+            code = 1
+            try:
+                cancel = bulkhead._Cancel()
+                call = BlockingCall(cancel, result=lambda: bulkhead._REJECT_CANCELLED)
+                signal_main_thread_in(call, signal.SIGINT)
+                with signal_handled(signal.SIGINT, signal.default_int_handler):
+                    self.client._call_waiting(call, cancel=cancel)
+            except KeyboardInterrupt:
+                code = 0 if call.ended == "cancelled" else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status)
 
     def test_a_client_dropped_unclosed_is_closed_when_collected(self):
         # In shared mode an open client holds one of the host's process

@@ -48,6 +48,7 @@ import errno
 import os
 import math
 import pathlib
+import signal
 import sys
 import threading
 import time
@@ -384,7 +385,10 @@ class Dependency:
         seconds (up to math.inf): at the limit, waits up to that long in the
         dependency's wait queue for a permit (bh_acquire), other threads
         running meanwhile; refused at once when bulkheadd gives the
-        dependency no queue (max_queue = 0, or standalone) or it is full."""
+        dependency no queue (max_queue = 0, or standalone) or it is full.
+        On the main thread, signal handlers run meanwhile too: one that
+        raises (KeyboardInterrupt) cancels the wait, a permit admitted in
+        that instant given back, and the exception propagates."""
         permit, rc = self._acquire(timeout)
         if rc > 0:
             raise Rejected(self.name, rc)
@@ -502,6 +506,109 @@ def _request(cancel):
         request(ctypes.byref(cancel))
 
 
+class _Waiter:
+    """The thread that makes the main thread's waiting acquires, while the
+    main thread waits for it on a lock: Python runs signal handlers only on
+    the main thread, between its own bytecodes, so not during a call into
+    libbulkhead, however long it waits, but a lock's wait lets them run
+    (Ctrl-C's KeyboardInterrupt, a SIGTERM handler). One per process, made
+    by the first such wait, left blocked on its lock between calls: a thread
+    started per call would cost more than the call itself."""
+
+    # How often the main thread's wait looks for a handler to run that its
+    # lock's wait did not: a signal that comes just before that wait blocks
+    # does not interrupt it (CPython runs handlers when a signal interrupts
+    # the wait, not when one came before it).
+    _POLL = 0.1
+
+    def __init__(self):
+        self._call = self._result = None
+        self._called = threading.Lock()
+        self._called.acquire()
+        # Released as each call returns, to wake the main thread; _returns,
+        # counted before, says whether the call returned: a handler's
+        # exception may come as the lock's wait ends, the lock taken, or
+        # that wait may take a release the previous call left.
+        self._returned = threading.Lock()
+        self._returned.acquire()
+        self._returns = 0
+        self._busy = False
+        threading.Thread(target=self._serve, name="bulkhead waiter", daemon=True).start()
+
+    def _serve(self):
+        # A signal sent to the process goes to a thread that does not block
+        # it: the main thread, whose wait it must interrupt, not this one.
+        # But for a fault's, which comes to the faulting thread whatever its
+        # mask, blocked only to bypass a handler (faulthandler's report).
+        faults = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - faults)
+        while True:
+            self._called.acquire()
+            fn, args = self._call
+            try:
+                rc = fn(*args)
+                if rc < 0:  # raised here: bh_last_error() is this thread's
+                    _raise(rc, fn.__name__, named=fn.__name__)
+                self._result = rc, None
+            except BaseException as e:  # the main thread raises it
+                self._result = None, e
+            self._returns += 1
+            self._returned.release()
+
+    def call(self, fn, args, cancel):
+        """(fn(*args), None), fn a waiting acquire with `cancel`, made on the
+        waiter's thread. If a signal handler raises meanwhile, the call is
+        cancelled, and so returns at once: (its rc, the handler's
+        exception), for the caller to give back a permit admitted in that
+        instant before it raises the exception. A handler that returns lets
+        the wait go on, its place in the queue kept. A handler's own waiting
+        acquire, while this one waits, is made directly: the thread is this
+        one's."""
+        if self._busy:
+            return fn(*args), None
+        self._busy = True
+        self._call = fn, args
+        returned = self._returns + 1
+        started = False
+        interrupted = None
+        while self._returns != returned:
+            try:
+                # Inside the try: a handler may raise as soon as the call
+                # has started, and it must be waited for all the same (it
+                # uses the client's handle, and may take a permit).
+                if not started:
+                    started = True
+                    self._called.release()
+                self._returned.acquire(timeout=self._POLL)
+            except BaseException as e:
+                _request(cancel)
+                # The first is raised: one that comes as the cancelled call
+                # returns (another Ctrl-C) has nothing left to interrupt.
+                if interrupted is None:
+                    interrupted = e
+        self._busy = False
+        rc, error = self._result
+        self._call = self._result = None  # the permit's buffer, an exception's frames: not kept
+        if error is not None and interrupted is None:
+            raise error
+        return rc, interrupted
+
+
+def _main_thread_waiter():
+    """The process's _Waiter, made at the first use."""
+    global _waiter
+    if _waiter is None:
+        _waiter = _Waiter()
+    return _waiter
+
+
+# _main_thread_waiter()'s; none in a forked child, where its thread is not.
+_waiter = None
+# The thread Python runs signal handlers on (in a forked child, the thread
+# that forked), read once: threading.main_thread().ident costs two calls.
+_main_thread_ident = threading.main_thread().ident
+
+
 def _settle(waiting, result, error, abandoned):
     """The end of an acquire_async()'s wait, on its loop. If the awaiting
     task was cancelled meanwhile, a permit admitted all the same is given
@@ -521,6 +628,8 @@ _clients = weakref.WeakSet()
 
 
 def _after_fork_in_child():
+    global _waiter, _main_thread_ident
+    _waiter, _main_thread_ident = None, threading.get_ident()
     for client in list(_clients):
         client._after_fork_in_child()
 
@@ -556,9 +665,10 @@ class Client:
         # thread), which close() waits to see empty. Meanwhile (_closing)
         # permits may still be released, which may be what a waiter waits
         # for, and nothing else may start. A close() on a thread that is in
-        # a waiting call itself (a signal handler's, run as the wait
-        # returned) cannot wait for it: that call closes the client as it
-        # ends (_close_after_waits).
+        # a waiting call itself (a signal handler's, run on the main thread
+        # while the _Waiter's thread makes its call, which counts as the
+        # main thread's, or as a wait returned) cannot wait for it: that
+        # call closes the client as it ends (_close_after_waits).
         self._lock = threading.RLock()
         self._waiting = {}
         self._closing = False
@@ -708,22 +818,28 @@ class Client:
         for one it left empty) while the handle is still valid, however fn
         ended: a Ctrl-C that came while it waited is raised as it returns,
         admitted or not. Admitted, it then raises ValueError: the client
-        closed. `cancel`, the call's _Cancel, is requested by close()."""
+        closed. `cancel`, the call's _Cancel, is requested by close(). On
+        the main thread, a call with a `cancel` is made on the _Waiter's
+        thread: a signal handler that raises meanwhile cancels it, and
+        undo() gives back what it admitted before the exception is raised."""
         me = threading.get_ident()
         with self._lock:
             self._refuse_if_closed()
             self._waiting[me] = self._waiting.get(me, 0) + 1
             if cancel is not None:
                 self._cancels[id(cancel)] = cancel
-        rc = closing = None
+        rc = closing = interrupted = None
         kept = False
         try:
-            rc = fn(*args)
+            if cancel is not None and me == _main_thread_ident:
+                rc, interrupted = _main_thread_waiter().call(fn, args, cancel)
+            else:
+                rc = fn(*args)
         finally:
             with self._lock:
                 try:
                     closing = self._closing
-                    if undo is not None and closing:
+                    if undo is not None and (closing or interrupted is not None):
                         undo()
                     elif undo is not None and rc == 0:  # admitted: a permit
                         self._held += 1
@@ -741,6 +857,8 @@ class Client:
                                 self._held -= 1
                                 closing = True
                             self.close()
+        if interrupted is not None:
+            raise interrupted
         if closing and rc in (0, _REJECT_CANCELLED) and undo is not None:
             raise ValueError("the client closed while the call waited")
         return rc
