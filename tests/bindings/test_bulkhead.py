@@ -695,6 +695,25 @@ class StandaloneTest(unittest.TestCase):
         self.assertEqual(client._held, 0)
         self.assertIsNone(client._handle)
 
+    def test_a_main_thread_wait_when_no_thread_can_start_is_made_directly(self):
+        # At interpreter shutdown (an atexit handler) Python 3.12 starts no
+        # thread: the first main-thread wait then is the call itself, as it
+        # was before the waiter thread, not a RuntimeError.
+        cancel = bulkhead._Cancel()
+        call = BlockingCall(cancel, until=lambda: True)
+        waiter, start = bulkhead._waiter, threading.Thread.start
+
+        def refuse(thread):
+            raise RuntimeError("can't create new thread at interpreter shutdown")
+
+        bulkhead._waiter, threading.Thread.start = None, refuse
+        try:
+            self.assertEqual(self.client._call_waiting(call, cancel=cancel), 0)
+        finally:
+            bulkhead._waiter, threading.Thread.start = waiter, start
+        self.assertEqual(call.ended, "until")
+        self.assertEqual(self.client._waiting, {})
+
     def test_a_forked_child_interrupts_its_main_thread_waits_too(self):
         # The thread the parent's main-thread waits are made on is not in
         # the child: the child's must not be handed to it.

@@ -595,10 +595,16 @@ class _Waiter:
 
 
 def _main_thread_waiter():
-    """The process's _Waiter, made at the first use."""
+    """The process's _Waiter, made at the first use; None when no thread
+    can be started (Python 3.12 refuses one at interpreter shutdown, in an
+    atexit handler): the wait is then a call of the main thread's own, as
+    before there was a _Waiter."""
     global _waiter
     if _waiter is None:
-        _waiter = _Waiter()
+        try:
+            _waiter = _Waiter()
+        except RuntimeError:
+            return None
     return _waiter
 
 
@@ -831,8 +837,9 @@ class Client:
         rc = closing = interrupted = None
         kept = False
         try:
-            if cancel is not None and me == _main_thread_ident:
-                rc, interrupted = _main_thread_waiter().call(fn, args, cancel)
+            waiter = _main_thread_waiter() if cancel is not None and me == _main_thread_ident else None
+            if waiter is not None:
+                rc, interrupted = waiter.call(fn, args, cancel)
             else:
                 rc = fn(*args)
         finally:
