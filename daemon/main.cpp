@@ -544,7 +544,10 @@ int main(int argc, char** argv) {
 
   if (!options.check_path.empty()) {
     try {
-      const Config c = bulkhead::daemon::load_config_file(options.check_path);
+      // With the command line's overrides, as a start would take them.
+      Options checked = options;
+      checked.config_path = options.check_path;
+      const Config c = load(checked);
       segment_group(c);  // a group the start would not find
       const auto count = [](std::size_t n, const char* one, const char* many) {
         return std::to_string(n) + " " + (n == 1 ? one : many);

@@ -780,6 +780,17 @@ TEST_F(DaemonIntegration, CheckConfigValidatesWithoutRunning) {
   const auto fail = testing::run_command({BULKHEADD_PATH, "--check-config", bad}, dir_);
   EXPECT_EQ(fail.exit_code, 78);
   EXPECT_NE(fail.output().find("bad.toml:2: daemon.tick_ms"), std::string::npos) << fail.output();
+  // The command line's overrides are checked with the file, as a start
+  // checks them.
+  const auto override = testing::run_command(
+      {BULKHEADD_PATH, "--check-config", good, "--metrics-listen", "127.0.0.256:9477"}, dir_);
+  EXPECT_EQ(override.exit_code, 78) << override.output();
+  EXPECT_NE(override.output().find("--metrics-listen: '127.0.0.256:9477': host must be an IPv4 address"),
+            std::string::npos)
+      << override.output();
+  const auto dots = testing::run_command({BULKHEADD_PATH, "--check-config", good, "--segment", ".."}, dir_);
+  EXPECT_EQ(dots.exit_code, 78) << dots.output();
+  EXPECT_NE(dots.output().find("--segment: '..' names a directory"), std::string::npos) << dots.output();
   // An empty path (a script's unset variable) is refused, not taken for "no
   // path": that would check nothing and start a daemon on the embedded config.
   for (const char* option : {"--check-config", "--config"}) {
