@@ -382,8 +382,7 @@ RawTable read_dependency_table(const Reporter& report, const toml::table& table,
       raw.partitions = read_partitions(report, e, path_here);
     } else if (e.key == "partitions") {
       report.fail(e.line, path_here, "partitions belong to one dependency: not allowed in [defaults]");
-    } else if (e.node->is_table() && std::ranges::any_of(policies::builtin_registry().names(),
-                                                         [&](const std::string& policy) { return policy == e.key; })) {
+    } else if (e.node->is_table() && policies::builtin_registry().contains(e.key)) {
       // balance.tolerance = 0.3, or [dependency.x.balance]: a policy's
       // parameters as a table of their own, as some configs write them.
       const std::vector<tomlread::Entry> inner = tomlread::in_file_order(*e.node->as_table());
