@@ -15,6 +15,7 @@
 #include "shm/segment.hpp"
 #include "shm/wait_queue.hpp"
 #include "tests/support/daemon_process.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/temp_segment.hpp"
 
 namespace bulkhead {
@@ -221,9 +222,7 @@ TEST_F(SharedLimit, APythonSignalHandlerRunsWhileTheMainThreadWaitsInTheQueue) {
   ASSERT_EQ(waiting(), 1u) << py.log();
 
   py.signal(SIGUSR1);
-  for (auto give_up = std::chrono::steady_clock::now() + 60s;
-       py.log().find('\n') == std::string::npos && !py.exited() && std::chrono::steady_clock::now() < give_up;)
-    std::this_thread::sleep_for(10ms);
+  testing::eventually([&] { return py.log().find('\n') != std::string::npos || py.exited(); }, 60s);
   ASSERT_EQ(py.log(), "handler ran\n");
   EXPECT_EQ(waiting(), 1u);
 

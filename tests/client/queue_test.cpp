@@ -11,8 +11,8 @@
 
 #include <atomic>
 #include <csignal>
-#include <cstdio>
 #include <memory>
+#include <optional>
 #include <stop_token>
 #include <thread>
 #include <vector>
@@ -83,14 +83,9 @@ class QueueTest : public ::testing::Test {
     auto& futex = segment_->dependency(slot_).admission.futex;
     while ((futex.load() & shm::kFutexSleepers) == 0) std::this_thread::yield();
     for (;;) {
-      char path[64];
-      std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(child));
-      std::FILE* f = std::fopen(path, "r");
-      ASSERT_NE(f, nullptr);
-      char state = 0;
-      const int n = std::fscanf(f, "%*d %*s %c", &state);
-      std::fclose(f);
-      if (n == 1 && state == 'S') break;
+      const std::optional<shm::ProcessStat> stat = shm::read_process_stat(child);
+      ASSERT_TRUE(stat);
+      if (stat->state == 'S') break;
       std::this_thread::yield();
     }
     ASSERT_EQ(::kill(child, SIGSTOP), 0);

@@ -12,11 +12,13 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdio>
+#include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "tests/support/children.hpp"
+#include "tests/support/eventually.hpp"
 
 namespace bulkhead::daemon {
 namespace {
@@ -242,15 +244,10 @@ TEST(ProcessWatchNamespaces, ATickScansForAFewSlotsAndTheOthersWaitAlive) {
   EXPECT_EQ(watch.lookups(), kSlots);
 }
 
-// The state letter of /proc/PID/stat ('Z' for a zombie), or 0.
-char process_state(pid_t pid) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  std::FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) return 0;
-  char state = 0;
-  if (std::fscanf(f, "%*d %*s %c", &state) != 1) state = 0;
-  std::fclose(f);
-  return state;
+// Whether `pid` is a zombie: exited, not reaped.
+bool zombie(pid_t pid) {
+  const std::optional<shm::ProcessStat> stat = shm::read_process_stat(pid);
+  return stat && stat->state == 'Z';
 }
 
 // What a watch without ptrace access to the client (a daemon that is not
@@ -312,8 +309,7 @@ TEST(ProcessWatchNamespaces, AProcessFoundByPidAndStartTimeAloneIsWatchedAndFoun
   ASSERT_EQ(::waitpid(child.reaper(), &status, WUNTRACED), child.reaper());
   ASSERT_TRUE(WIFSTOPPED(status)) << status;
   ASSERT_EQ(::kill(child.pid(), SIGKILL), 0);
-  for (int i = 0; i < 30'000 && process_state(child.pid()) != 'Z'; ++i) ::usleep(1000);  // a give-up, not a time
-  EXPECT_EQ(process_state(child.pid()), 'Z');
+  EXPECT_TRUE(testing::eventually([&] { return zombie(child.pid()); }, std::chrono::seconds(30)));
   ASSERT_EQ(::write(go_on[1], "g", 1), 1);
   EXPECT_EQ(heard(), static_cast<int>(shm::Liveness::kDead));
   ::kill(child.reaper(), SIGCONT);
